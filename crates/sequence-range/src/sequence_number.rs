@@ -1,0 +1,322 @@
+//! [`SequenceNumber`]: a Kinesis sequence number as an arbitrary-precision
+//! unsigned integer.
+
+use std::fmt;
+use std::str::FromStr;
+
+use num_bigint::BigUint;
+use num_traits::{One, Zero};
+
+/// Longest input kept verbatim in an error message, in bytes; longer inputs are
+/// cut and marked with `…` so a hostile key cannot flood the logs.
+const MAX_INPUT_IN_ERROR: usize = 160;
+
+/// A Kinesis sequence number.
+///
+/// Kinesis returns sequence numbers as decimal text of 1 to 129 digits
+/// (`SequenceNumber` in the Kinesis API reference: pattern `0|([1-9]\d{0,128})`).
+/// Real ones have 56 digits (186 bits), so they do not fit in `u128`; this type
+/// holds them as a [`BigUint`] and orders them numerically — `"9" < "10"`,
+/// which string comparison gets wrong.
+///
+/// Parsing accepts exactly the API's pattern: no sign, no whitespace, no leading
+/// zeros except the number `0` itself. [`Display`](fmt::Display) writes the same
+/// canonical text back, so `parse(s)?.to_string() == s` for every valid `s`.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SequenceNumber(BigUint);
+
+impl SequenceNumber {
+    /// Most decimal digits a sequence number may have (Kinesis API reference,
+    /// `SequenceNumber` pattern `0|([1-9]\d{0,128})`).
+    pub const MAX_DIGITS: usize = 129;
+
+    /// Parses the decimal text Kinesis returns.
+    ///
+    /// # Errors
+    /// [`ParseSequenceNumberError`] naming the input when it is empty, longer
+    /// than [`Self::MAX_DIGITS`], holds a byte other than `0`–`9`, or has a
+    /// leading zero.
+    pub fn parse(text: &str) -> Result<Self, ParseSequenceNumberError> {
+        validate_digits(text)?;
+        // Every byte is an ASCII digit, so the radix-10 parse cannot fail.
+        BigUint::parse_bytes(text.as_bytes(), 10)
+            .map(Self)
+            .ok_or_else(|| {
+                ParseSequenceNumberError::new(text, ParseErrorKind::NotDecimal { position: 0 })
+            })
+    }
+
+    /// The number 0, the smallest sequence number.
+    pub fn zero() -> Self {
+        Self(BigUint::zero())
+    }
+
+    /// The integer value.
+    pub fn as_biguint(&self) -> &BigUint {
+        &self.0
+    }
+
+    /// `self + 1`: the smallest sequence number greater than `self`. Kinesis
+    /// does not hand out consecutive numbers, so this is interval arithmetic,
+    /// not "the next record".
+    pub fn successor(&self) -> Self {
+        Self(&self.0 + BigUint::one())
+    }
+
+    /// `self - 1`, or `None` for 0.
+    pub fn predecessor(&self) -> Option<Self> {
+        if self.0.is_zero() {
+            None
+        } else {
+            Some(Self(&self.0 - BigUint::one()))
+        }
+    }
+
+    /// Number of decimal digits in the canonical text (1 for 0).
+    pub fn digit_count(&self) -> usize {
+        // `to_str_radix` is exact; sequence numbers are short enough that the
+        // allocation does not matter where this is called (once per batch key).
+        self.0.to_str_radix(10).len()
+    }
+}
+
+/// `input` cut to [`MAX_INPUT_IN_ERROR`] bytes (at a char boundary, marked
+/// with `…`), for error messages.
+pub(crate) fn input_for_error(input: &str) -> String {
+    if input.len() <= MAX_INPUT_IN_ERROR {
+        return input.to_owned();
+    }
+    let mut end = MAX_INPUT_IN_ERROR;
+    while !input.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &input[..end])
+}
+
+/// Checks `text` against the API's pattern `0|([1-9]\d{0,128})`.
+fn validate_digits(text: &str) -> Result<(), ParseSequenceNumberError> {
+    let bytes = text.as_bytes();
+    if bytes.is_empty() {
+        return Err(ParseSequenceNumberError::new(text, ParseErrorKind::Empty));
+    }
+    if bytes.len() > SequenceNumber::MAX_DIGITS {
+        return Err(ParseSequenceNumberError::new(
+            text,
+            ParseErrorKind::TooLong {
+                digits: bytes.len(),
+            },
+        ));
+    }
+    if let Some(position) = bytes.iter().position(|byte| !byte.is_ascii_digit()) {
+        return Err(ParseSequenceNumberError::new(
+            text,
+            ParseErrorKind::NotDecimal { position },
+        ));
+    }
+    if bytes.len() > 1 && bytes[0] == b'0' {
+        return Err(ParseSequenceNumberError::new(
+            text,
+            ParseErrorKind::LeadingZero,
+        ));
+    }
+    Ok(())
+}
+
+impl FromStr for SequenceNumber {
+    type Err = ParseSequenceNumberError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Self::parse(text)
+    }
+}
+
+impl fmt::Display for SequenceNumber {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Debug for SequenceNumber {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SequenceNumber({})", self.0)
+    }
+}
+
+impl From<u64> for SequenceNumber {
+    fn from(value: u64) -> Self {
+        Self(BigUint::from(value))
+    }
+}
+
+impl From<u128> for SequenceNumber {
+    fn from(value: u128) -> Self {
+        Self(BigUint::from(value))
+    }
+}
+
+impl From<BigUint> for SequenceNumber {
+    fn from(value: BigUint) -> Self {
+        Self(value)
+    }
+}
+
+/// Why a text is not a sequence number; see [`ParseSequenceNumberError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParseErrorKind {
+    /// The text is empty.
+    Empty,
+    /// The text has more than [`SequenceNumber::MAX_DIGITS`] digits.
+    TooLong {
+        /// Length of the text in bytes.
+        digits: usize,
+    },
+    /// The byte at `position` (0-based) is not an ASCII digit.
+    NotDecimal {
+        /// Offset of the first offending byte.
+        position: usize,
+    },
+    /// The text has more than one digit and starts with `0`.
+    LeadingZero,
+}
+
+impl fmt::Display for ParseErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Empty => f.write_str("it is empty"),
+            Self::TooLong { digits } => write!(
+                f,
+                "it has {digits} digits, more than the {} Kinesis allows",
+                SequenceNumber::MAX_DIGITS
+            ),
+            Self::NotDecimal { position } => write!(f, "byte {position} is not a decimal digit"),
+            Self::LeadingZero => f.write_str("it has a leading zero"),
+        }
+    }
+}
+
+/// A text that is not a valid Kinesis sequence number.
+///
+/// Carries the offending input (cut to 160 bytes) so a log line names it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid sequence number {input:?}: {kind}")]
+pub struct ParseSequenceNumberError {
+    input: String,
+    kind: ParseErrorKind,
+}
+
+impl ParseSequenceNumberError {
+    fn new(input: &str, kind: ParseErrorKind) -> Self {
+        Self {
+            input: input_for_error(input),
+            kind,
+        }
+    }
+
+    /// The rejected input, cut to 160 bytes (with `…`) when longer.
+    pub fn input(&self) -> &str {
+        &self.input
+    }
+
+    /// Why it was rejected.
+    pub fn kind(&self) -> ParseErrorKind {
+        self.kind
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A real sequence number from Kinesis (56 digits, 186 bits).
+    const REAL: &str = "49590338271490256608559692538361571095921575989136588898";
+
+    #[test]
+    fn parses_and_displays_real_sequence_number() {
+        let n = SequenceNumber::parse(REAL).unwrap();
+        assert_eq!(n.to_string(), REAL);
+        assert_eq!(n.digit_count(), 56);
+        assert!(n.as_biguint().bits() > 128, "must not fit in u128");
+    }
+
+    #[test]
+    fn orders_numerically_not_lexically() {
+        let nine = SequenceNumber::parse("9").unwrap();
+        let ten = SequenceNumber::parse("10").unwrap();
+        assert!(nine < ten);
+        assert!("9" > "10", "the string order this type exists to avoid");
+    }
+
+    #[test]
+    fn accepts_zero_and_max_length() {
+        assert_eq!(SequenceNumber::parse("0").unwrap(), SequenceNumber::zero());
+        let max = "9".repeat(SequenceNumber::MAX_DIGITS);
+        assert_eq!(SequenceNumber::parse(&max).unwrap().to_string(), max);
+    }
+
+    #[test]
+    fn rejects_invalid_text_with_typed_errors() {
+        let cases: [(&str, ParseErrorKind); 7] = [
+            ("", ParseErrorKind::Empty),
+            ("-1", ParseErrorKind::NotDecimal { position: 0 }),
+            ("+1", ParseErrorKind::NotDecimal { position: 0 }),
+            (" 1", ParseErrorKind::NotDecimal { position: 0 }),
+            ("12a", ParseErrorKind::NotDecimal { position: 2 }),
+            ("007", ParseErrorKind::LeadingZero),
+            ("١٢", ParseErrorKind::NotDecimal { position: 0 }),
+        ];
+        for (input, kind) in cases {
+            let err = SequenceNumber::parse(input).unwrap_err();
+            assert_eq!(err.kind(), kind, "input {input:?}");
+            assert_eq!(err.input(), input);
+        }
+        let long = "1".repeat(SequenceNumber::MAX_DIGITS + 1);
+        let err = SequenceNumber::parse(&long).unwrap_err();
+        assert_eq!(err.kind(), ParseErrorKind::TooLong { digits: 130 });
+        assert_eq!(err.input(), long, "130 bytes fit in an error message");
+        let huge = "7".repeat(1_000);
+        let err = SequenceNumber::parse(&huge).unwrap_err();
+        assert_eq!(
+            err.input(),
+            format!("{}…", &huge[..160]),
+            "long input is cut"
+        );
+    }
+
+    #[test]
+    fn error_message_names_the_input() {
+        let err = SequenceNumber::parse("12x").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid sequence number \"12x\": byte 2 is not a decimal digit"
+        );
+    }
+
+    #[test]
+    fn successor_and_predecessor() {
+        let n = SequenceNumber::parse("99").unwrap();
+        assert_eq!(n.successor().to_string(), "100");
+        assert_eq!(n.predecessor().unwrap().to_string(), "98");
+        assert_eq!(SequenceNumber::zero().predecessor(), None);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn display_round_trips(value in proptest::num::u128::ANY) {
+            let text = value.to_string();
+            let parsed = SequenceNumber::parse(&text).unwrap();
+            proptest::prop_assert_eq!(parsed.to_string(), text);
+            proptest::prop_assert_eq!(parsed, SequenceNumber::from(value));
+        }
+
+        #[test]
+        fn order_matches_integer_order(a in proptest::num::u128::ANY, b in proptest::num::u128::ANY) {
+            let (sa, sb) = (SequenceNumber::from(a), SequenceNumber::from(b));
+            proptest::prop_assert_eq!(sa.cmp(&sb), a.cmp(&b));
+        }
+
+        #[test]
+        fn never_panics_on_arbitrary_text(text in ".{0,140}") {
+            let _ = SequenceNumber::parse(&text);
+        }
+    }
+}
