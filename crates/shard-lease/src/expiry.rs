@@ -1,0 +1,129 @@
+//! [`LeaseExpiry`]: which leases another worker has stopped renewing.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::Lease;
+
+/// Tracks, per lease, when this worker last saw its `leaseCounter` change, on
+/// the local monotonic clock.
+///
+/// A lease is expired when its counter has not changed for longer than the
+/// failover time. This is the KCL's rule (`DynamoDBLeaseRefresher` /
+/// `LeaseTaker`): workers' clocks are never compared, only each worker's own
+/// observations, so clock skew cannot expire a live lease. A lease seen for
+/// the first time counts as just renewed: a new worker waits one failover time
+/// before taking another worker's leases.
+#[derive(Debug, Default)]
+pub struct LeaseExpiry {
+    seen: HashMap<String, Observation>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Observation {
+    counter: u64,
+    owner: Option<String>,
+    changed_at: Instant,
+}
+
+impl LeaseExpiry {
+    /// An empty tracker.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records the leases of one table scan made at `now`, and forgets leases
+    /// no longer in the table.
+    pub fn observe(&mut self, leases: &[Lease], now: Instant) {
+        self.seen
+            .retain(|key, _| leases.iter().any(|lease| &lease.lease_key == key));
+        for lease in leases {
+            let changed = self.seen.get(&lease.lease_key).is_none_or(|seen| {
+                seen.counter != lease.lease_counter || seen.owner != lease.lease_owner
+            });
+            if changed {
+                self.seen.insert(
+                    lease.lease_key.clone(),
+                    Observation {
+                        counter: lease.lease_counter,
+                        owner: lease.lease_owner.clone(),
+                        changed_at: now,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Whether `lease` may be taken from its owner at `now`: it has no owner,
+    /// or its counter has not changed for more than `failover_time`. A lease
+    /// never observed is not expired.
+    pub fn is_expired(&self, lease: &Lease, now: Instant, failover_time: Duration) -> bool {
+        if lease.lease_owner.is_none() {
+            return true;
+        }
+        self.seen.get(&lease.lease_key).is_some_and(|seen| {
+            seen.counter == lease.lease_counter
+                && now.saturating_duration_since(seen.changed_at) > failover_time
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Checkpoint;
+
+    fn lease(counter: u64, owner: Option<&str>) -> Lease {
+        let mut lease = Lease::new("shardId-000000000000", Checkpoint::TrimHorizon, vec![]);
+        lease.lease_counter = counter;
+        lease.lease_owner = owner.map(str::to_owned);
+        lease
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn expires_only_after_failover_time_without_counter_change() {
+        let failover = Duration::from_secs(10);
+        let mut expiry = LeaseExpiry::new();
+        let held = lease(5, Some("other"));
+        assert!(
+            !expiry.is_expired(&held, Instant::now(), failover),
+            "never observed"
+        );
+        expiry.observe(std::slice::from_ref(&held), Instant::now());
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert!(
+            !expiry.is_expired(&held, Instant::now(), failover),
+            "exactly the failover time is not more"
+        );
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(expiry.is_expired(&held, Instant::now(), failover));
+
+        // A renewal (counter change) restarts the clock.
+        let renewed = lease(6, Some("other"));
+        expiry.observe(std::slice::from_ref(&renewed), Instant::now());
+        assert!(!expiry.is_expired(&renewed, Instant::now(), failover));
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert!(expiry.is_expired(&renewed, Instant::now(), failover));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_free_lease_is_always_takeable() {
+        let expiry = LeaseExpiry::new();
+        assert!(expiry.is_expired(&lease(3, None), Instant::now(), Duration::from_secs(10)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn forgets_leases_that_left_the_table() {
+        let mut expiry = LeaseExpiry::new();
+        let held = lease(1, Some("other"));
+        expiry.observe(std::slice::from_ref(&held), Instant::now());
+        expiry.observe(&[], Instant::now());
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert!(
+            !expiry.is_expired(&held, Instant::now(), Duration::from_secs(10)),
+            "re-observed from scratch"
+        );
+    }
+}

@@ -1,0 +1,384 @@
+//! [`Lease`]: one row of the lease table, and its DynamoDB attribute mapping.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use sequence_range::SequenceNumber;
+
+use crate::Checkpoint;
+
+/// Attribute names of a lease row. The first eight are the KCL's
+/// (`DynamoDBLeaseSerializer` in amazon-kinesis-client), so an operator who
+/// knows the KCL can read the table; the last two are shardsink's own.
+pub mod attr {
+    /// `S`, hash key: the shard id, e.g. `shardId-000000000001`.
+    pub const LEASE_KEY: &str = "leaseKey";
+    /// `S`: the worker id holding the lease; absent when nobody does.
+    pub const LEASE_OWNER: &str = "leaseOwner";
+    /// `N`: incremented by every write to the row. Every write is conditional
+    /// on it, which fences out a worker that has lost the lease.
+    pub const LEASE_COUNTER: &str = "leaseCounter";
+    /// `S`: a sequence number or a sentinel, see [`crate::Checkpoint`].
+    pub const CHECKPOINT: &str = "checkpoint";
+    /// `N`: always 0; shardsink checkpoints whole Kinesis records.
+    pub const CHECKPOINT_SUB_SEQUENCE_NUMBER: &str = "checkpointSubSequenceNumber";
+    /// `S`: the last sequence number of the batch being written (the
+    /// checkpoint it will reach), present from before its PUT until the
+    /// checkpoint after it.
+    pub const PENDING_CHECKPOINT: &str = "pendingCheckpoint";
+    /// `N`: how many times the lease changed owner since the last checkpoint.
+    pub const OWNER_SWITCHES_SINCE_CHECKPOINT: &str = "ownerSwitchesSinceCheckpoint";
+    /// `SS`: the parent shards (one after a split, two after a merge); absent
+    /// for a shard without parents (DynamoDB sets cannot be empty).
+    pub const PARENT_SHARD_ID: &str = "parentShardId";
+    /// `S`: the S3 key of the pending batch (shardsink).
+    pub const PENDING_BATCH_KEY: &str = "pendingBatchKey";
+    /// `S`: the first sequence number of the pending batch (shardsink).
+    pub const PENDING_BATCH_FIRST: &str = "pendingBatchFirstSequenceNumber";
+}
+
+/// The batch a lease owner is about to PUT, recorded in the lease row before
+/// the PUT (brief contract line 6): whoever holds the lease next replays
+/// exactly this batch — records `first..=last` of the shard under `key` —
+/// before anything else.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PendingBatch {
+    /// Full S3 object key the batch is written to.
+    pub key: String,
+    /// Sequence number of the batch's first Kinesis record.
+    pub first: SequenceNumber,
+    /// Sequence number of the batch's last Kinesis record.
+    pub last: SequenceNumber,
+}
+
+/// One lease row: who owns a shard, and how far its records are in S3.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The shard id (`leaseKey`).
+    pub lease_key: String,
+    /// The worker holding the lease (`leaseOwner`), `None` when free.
+    pub lease_owner: Option<String>,
+    /// `leaseCounter`: bumped by every write.
+    pub lease_counter: u64,
+    /// `checkpoint`.
+    pub checkpoint: Checkpoint,
+    /// The batch between "recorded" and "checkpointed", if any
+    /// (`pendingCheckpoint`, `pendingBatchKey`, `pendingBatchFirstSequenceNumber`).
+    pub pending_batch: Option<PendingBatch>,
+    /// `ownerSwitchesSinceCheckpoint`.
+    pub owner_switches_since_checkpoint: u64,
+    /// `parentShardId`: parents of this shard, sorted.
+    pub parent_shard_ids: Vec<String>,
+}
+
+impl Lease {
+    /// A lease nobody owns yet, as [`crate::LeaseTable::create_lease`] writes it.
+    pub fn new(
+        shard_id: impl Into<String>,
+        checkpoint: Checkpoint,
+        mut parent_shard_ids: Vec<String>,
+    ) -> Self {
+        parent_shard_ids.sort();
+        parent_shard_ids.dedup();
+        Self {
+            lease_key: shard_id.into(),
+            lease_owner: None,
+            lease_counter: 0,
+            checkpoint,
+            pending_batch: None,
+            owner_switches_since_checkpoint: 0,
+            parent_shard_ids,
+        }
+    }
+
+    /// The shard this lease is for (same as `lease_key`).
+    pub fn shard_id(&self) -> &str {
+        &self.lease_key
+    }
+
+    /// Whether `worker_id` is the owner.
+    pub fn is_owned_by(&self, worker_id: &str) -> bool {
+        self.lease_owner.as_deref() == Some(worker_id)
+    }
+
+    /// The full item, for PutItem.
+    pub(crate) fn to_item(&self) -> HashMap<String, AttributeValue> {
+        let mut item = HashMap::from([
+            (
+                attr::LEASE_KEY.to_owned(),
+                AttributeValue::S(self.lease_key.clone()),
+            ),
+            (attr::LEASE_COUNTER.to_owned(), number(self.lease_counter)),
+            (
+                attr::CHECKPOINT.to_owned(),
+                AttributeValue::S(self.checkpoint.to_attribute()),
+            ),
+            (attr::CHECKPOINT_SUB_SEQUENCE_NUMBER.to_owned(), number(0)),
+            (
+                attr::OWNER_SWITCHES_SINCE_CHECKPOINT.to_owned(),
+                number(self.owner_switches_since_checkpoint),
+            ),
+        ]);
+        if let Some(owner) = &self.lease_owner {
+            item.insert(
+                attr::LEASE_OWNER.to_owned(),
+                AttributeValue::S(owner.clone()),
+            );
+        }
+        if !self.parent_shard_ids.is_empty() {
+            item.insert(
+                attr::PARENT_SHARD_ID.to_owned(),
+                AttributeValue::Ss(self.parent_shard_ids.clone()),
+            );
+        }
+        if let Some(batch) = &self.pending_batch {
+            item.extend(pending_batch_attributes(batch));
+        }
+        item
+    }
+
+    /// Decodes a row read from DynamoDB.
+    ///
+    /// # Errors
+    /// [`MalformedLease`] naming the attribute when a required attribute is
+    /// missing or of the wrong type. Unknown attributes (e.g. a KCL's) are
+    /// ignored.
+    pub fn from_item(item: &HashMap<String, AttributeValue>) -> Result<Self, MalformedLease> {
+        let lease_key = string(item, attr::LEASE_KEY, "?")?.ok_or_else(|| MalformedLease {
+            lease_key: "?".to_owned(),
+            reason: format!("no {} attribute", attr::LEASE_KEY),
+        })?;
+        let key = lease_key.as_str();
+        let malformed = |reason: String| MalformedLease {
+            lease_key: key.to_owned(),
+            reason,
+        };
+        let checkpoint_text = string(item, attr::CHECKPOINT, key)?
+            .ok_or_else(|| malformed(format!("no {} attribute", attr::CHECKPOINT)))?;
+        let checkpoint = Checkpoint::from_attribute(&checkpoint_text)
+            .map_err(|err| malformed(err.to_string()))?;
+        let pending_batch = match (
+            string(item, attr::PENDING_BATCH_KEY, key)?,
+            string(item, attr::PENDING_BATCH_FIRST, key)?,
+            string(item, attr::PENDING_CHECKPOINT, key)?,
+        ) {
+            (Some(batch_key), Some(first), Some(last)) => Some(PendingBatch {
+                key: batch_key,
+                first: SequenceNumber::parse(&first).map_err(|err| malformed(err.to_string()))?,
+                last: SequenceNumber::parse(&last).map_err(|err| malformed(err.to_string()))?,
+            }),
+            (None, None, None) => None,
+            _ => {
+                return Err(malformed(format!(
+                    "{}, {} and {} must be all present or all absent",
+                    attr::PENDING_BATCH_KEY,
+                    attr::PENDING_BATCH_FIRST,
+                    attr::PENDING_CHECKPOINT
+                )));
+            }
+        };
+        let mut parent_shard_ids = match item.get(attr::PARENT_SHARD_ID) {
+            None => Vec::new(),
+            Some(AttributeValue::Ss(ids)) => ids.clone(),
+            // A single parent written as a plain string by another tool.
+            Some(AttributeValue::S(id)) => vec![id.clone()],
+            Some(_) => {
+                return Err(malformed(format!(
+                    "{} is not a string set",
+                    attr::PARENT_SHARD_ID
+                )));
+            }
+        };
+        parent_shard_ids.sort();
+        Ok(Self {
+            lease_owner: string(item, attr::LEASE_OWNER, key)?,
+            lease_counter: unsigned(item, attr::LEASE_COUNTER, key)?
+                .ok_or_else(|| malformed(format!("no {} attribute", attr::LEASE_COUNTER)))?,
+            checkpoint,
+            pending_batch,
+            owner_switches_since_checkpoint: unsigned(
+                item,
+                attr::OWNER_SWITCHES_SINCE_CHECKPOINT,
+                key,
+            )?
+            .unwrap_or(0),
+            parent_shard_ids,
+            lease_key,
+        })
+    }
+}
+
+/// The three attributes that record a pending batch.
+pub(crate) fn pending_batch_attributes(batch: &PendingBatch) -> [(String, AttributeValue); 3] {
+    [
+        (
+            attr::PENDING_BATCH_KEY.to_owned(),
+            AttributeValue::S(batch.key.clone()),
+        ),
+        (
+            attr::PENDING_BATCH_FIRST.to_owned(),
+            AttributeValue::S(batch.first.to_string()),
+        ),
+        (
+            attr::PENDING_CHECKPOINT.to_owned(),
+            AttributeValue::S(batch.last.to_string()),
+        ),
+    ]
+}
+
+/// A DynamoDB number attribute.
+pub(crate) fn number(value: u64) -> AttributeValue {
+    AttributeValue::N(value.to_string())
+}
+
+fn string(
+    item: &HashMap<String, AttributeValue>,
+    name: &str,
+    key: &str,
+) -> Result<Option<String>, MalformedLease> {
+    match item.get(name) {
+        None | Some(AttributeValue::Null(_)) => Ok(None),
+        Some(AttributeValue::S(value)) => Ok(Some(value.clone())),
+        Some(_) => Err(MalformedLease {
+            lease_key: key.to_owned(),
+            reason: format!("{name} is not a string"),
+        }),
+    }
+}
+
+fn unsigned(
+    item: &HashMap<String, AttributeValue>,
+    name: &str,
+    key: &str,
+) -> Result<Option<u64>, MalformedLease> {
+    match item.get(name) {
+        None | Some(AttributeValue::Null(_)) => Ok(None),
+        Some(AttributeValue::N(value)) => value.parse().map(Some).map_err(|_| MalformedLease {
+            lease_key: key.to_owned(),
+            reason: format!("{name} is not a non-negative integer: {value:?}"),
+        }),
+        Some(_) => Err(MalformedLease {
+            lease_key: key.to_owned(),
+            reason: format!("{name} is not a number"),
+        }),
+    }
+}
+
+/// A lease row that cannot be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("malformed lease row {lease_key:?}: {reason}")]
+pub struct MalformedLease {
+    /// The row's `leaseKey`, or `?` when it has none.
+    pub lease_key: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Lease {
+        let mut lease = Lease::new(
+            "shardId-000000000002",
+            Checkpoint::SequenceNumber(
+                SequenceNumber::parse("49590338271490256608559692538361571095921575989136588898")
+                    .unwrap(),
+            ),
+            vec![
+                "shardId-000000000001".to_owned(),
+                "shardId-000000000000".to_owned(),
+            ],
+        );
+        lease.lease_owner = Some("worker-a".to_owned());
+        lease.lease_counter = 42;
+        lease.owner_switches_since_checkpoint = 1;
+        lease.pending_batch = Some(PendingBatch {
+            key: "p/2026/11/21/05/27/shardId-000000000002/x-1-2.jsonl".to_owned(),
+            first: SequenceNumber::from(1u64),
+            last: SequenceNumber::from(2u64),
+        });
+        lease
+    }
+
+    #[test]
+    fn item_round_trips_with_kcl_attribute_names() {
+        let lease = sample();
+        let item = lease.to_item();
+        for name in [
+            "leaseKey",
+            "leaseOwner",
+            "leaseCounter",
+            "checkpoint",
+            "checkpointSubSequenceNumber",
+            "pendingCheckpoint",
+            "ownerSwitchesSinceCheckpoint",
+            "parentShardId",
+        ] {
+            assert!(item.contains_key(name), "missing {name}");
+        }
+        assert_eq!(
+            item["parentShardId"],
+            AttributeValue::Ss(vec![
+                "shardId-000000000000".to_owned(),
+                "shardId-000000000001".to_owned()
+            ])
+        );
+        assert_eq!(Lease::from_item(&item).unwrap(), lease);
+    }
+
+    #[test]
+    fn a_free_lease_has_no_owner_attribute() {
+        let lease = Lease::new("shardId-000000000000", Checkpoint::TrimHorizon, vec![]);
+        let item = lease.to_item();
+        assert!(!item.contains_key("leaseOwner"));
+        assert!(!item.contains_key("parentShardId"));
+        assert!(!item.contains_key("pendingCheckpoint"));
+        assert_eq!(Lease::from_item(&item).unwrap(), lease);
+    }
+
+    #[test]
+    fn malformed_rows_name_the_problem() {
+        let mut item = sample().to_item();
+        item.insert("leaseCounter".to_owned(), AttributeValue::S("x".to_owned()));
+        assert_eq!(
+            Lease::from_item(&item).unwrap_err().to_string(),
+            "malformed lease row \"shardId-000000000002\": leaseCounter is not a number"
+        );
+        let mut item = sample().to_item();
+        item.remove("pendingBatchKey");
+        assert!(
+            Lease::from_item(&item)
+                .unwrap_err()
+                .reason
+                .contains("all present or all absent")
+        );
+        let mut item = sample().to_item();
+        item.insert(
+            "checkpoint".to_owned(),
+            AttributeValue::S("nonsense".to_owned()),
+        );
+        assert!(
+            Lease::from_item(&item)
+                .unwrap_err()
+                .reason
+                .contains("invalid sequence number")
+        );
+        assert!(
+            Lease::from_item(&HashMap::new())
+                .unwrap_err()
+                .reason
+                .contains("no leaseKey")
+        );
+    }
+
+    #[test]
+    fn ignores_unknown_attributes() {
+        let mut item = sample().to_item();
+        item.insert(
+            "throughputKBps".to_owned(),
+            AttributeValue::N("1.5".to_owned()),
+        );
+        assert_eq!(Lease::from_item(&item).unwrap(), sample());
+    }
+}

@@ -1,0 +1,40 @@
+//! Kinesis shard leases and checkpoints in a DynamoDB table.
+//!
+//! One row per shard, with the KCL's attribute names (`leaseKey`,
+//! `leaseOwner`, `leaseCounter`, `checkpoint`, …) so operators who know the
+//! KCL can read the table. Every write is conditional on the lease counter the
+//! writer last saw, and every write increments it: a worker that has lost a
+//! lease fails its next write, and so writes nothing more for the shard.
+//!
+//! # Layout
+//! - [`checkpoint`]: [`Checkpoint`], a sequence number or a KCL sentinel.
+//! - [`lease`]: [`Lease`] (one row) and [`PendingBatch`] (the batch recorded
+//!   before its PUT), with the attribute mapping.
+//! - [`table`]: [`LeaseTable`], one function per DynamoDB call: create the
+//!   table, list, get, create, take, renew, record a pending batch,
+//!   checkpoint, release, delete.
+//! - [`held`]: [`HeldLease`], a lease this worker holds; serializes writes
+//!   from the renewer and the shard task and remembers a loss.
+//! - [`expiry`]: [`LeaseExpiry`], when another worker's lease may be taken.
+//! - [`error`]: [`LeaseError`]; [`retry`]: which AWS errors to retry.
+//!
+//! A worker scans the table ([`LeaseTable::list_leases`]), creates rows for new
+//! shards, takes free or expired leases into [`HeldLease`]s, renews them, and
+//! for each batch calls [`HeldLease::record_pending_batch`], PUTs the object,
+//! then [`HeldLease::checkpoint`].
+#![deny(missing_docs)]
+
+pub mod checkpoint;
+pub mod error;
+pub mod expiry;
+pub mod held;
+pub mod lease;
+pub mod retry;
+pub mod table;
+
+pub use checkpoint::Checkpoint;
+pub use error::LeaseError;
+pub use expiry::LeaseExpiry;
+pub use held::HeldLease;
+pub use lease::{Lease, MalformedLease, PendingBatch};
+pub use table::{CreateOutcome, LeaseTable, TableCreation};

@@ -1,0 +1,923 @@
+//! [`LeaseTable`]: the DynamoDB calls on the lease table, one thin function
+//! per operation, every write conditional.
+//!
+//! Protocol (see `docs/DESIGN.md`, "Leases"): every write to a row increments
+//! `leaseCounter` and is conditional on the counter (and, for an owner's
+//! writes, on `leaseOwner`) the writer last saw. A worker whose write fails its
+//! condition has lost the lease, unless a consistent re-read shows that the
+//! write did apply (its first attempt timed out after DynamoDB applied it, and
+//! the SDK's retry then failed the condition): see
+//! [`LeaseTable::resolve_conflict`].
+
+use std::collections::HashMap;
+use std::error::Error as StdError;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::client::Waiters;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ReturnValue,
+    ScalarAttributeType,
+};
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use aws_smithy_runtime_api::client::result::SdkError;
+use aws_smithy_types::error::metadata::ProvideErrorMetadata;
+use tracing::{debug, info, warn};
+
+use crate::lease::{attr, number, pending_batch_attributes};
+use crate::retry::is_retriable;
+use crate::{Checkpoint, Lease, LeaseError, PendingBatch};
+
+/// How long [`LeaseTable::create_table_if_missing`] waits for a new table to
+/// become `ACTIVE`.
+const TABLE_ACTIVE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The lease table: one row per shard, keyed by `leaseKey` (the shard id).
+///
+/// Cheap to clone (the SDK client is reference-counted).
+#[derive(Clone, Debug)]
+pub struct LeaseTable {
+    client: Client,
+    table_name: String,
+}
+
+/// What [`LeaseTable::create_table_if_missing`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableCreation {
+    /// The table existed.
+    Existed,
+    /// This call created it.
+    Created,
+}
+
+/// What [`LeaseTable::create_lease`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CreateOutcome {
+    /// The row was written; here it is.
+    Created(Lease),
+    /// A row for the shard already existed and was left alone.
+    AlreadyExists,
+}
+
+impl LeaseTable {
+    /// A handle on the table `table_name`.
+    pub fn new(client: Client, table_name: impl Into<String>) -> Self {
+        Self {
+            client,
+            table_name: table_name.into(),
+        }
+    }
+
+    /// The table's name.
+    pub fn table_name(&self) -> &str {
+        &self.table_name
+    }
+
+    /// Creates the table if it does not exist — hash key `leaseKey` (S),
+    /// on-demand billing — and waits until it is `ACTIVE`.
+    ///
+    /// Calls [DescribeTable], then [CreateTable] and the `TableExists` waiter.
+    /// Two workers racing to create it both succeed (`ResourceInUseException`
+    /// counts as "exists").
+    ///
+    /// [DescribeTable]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_DescribeTable.html
+    /// [CreateTable]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_CreateTable.html
+    ///
+    /// # Errors
+    /// [`LeaseError::Dynamo`] when a call fails.
+    pub async fn create_table_if_missing(&self) -> Result<TableCreation, LeaseError> {
+        match self
+            .client
+            .describe_table()
+            .table_name(&self.table_name)
+            .send()
+            .await
+        {
+            Ok(_) => {
+                self.wait_until_active().await?;
+                return Ok(TableCreation::Existed);
+            }
+            Err(err) if error_code(&err) == Some("ResourceNotFoundException") => {}
+            Err(err) => return Err(self.sdk_error("DescribeTable", err)),
+        }
+        let created = self
+            .client
+            .create_table()
+            .table_name(&self.table_name)
+            .key_schema(
+                KeySchemaElement::builder()
+                    .attribute_name(attr::LEASE_KEY)
+                    .key_type(KeyType::Hash)
+                    .build()
+                    .map_err(|err| self.build_error("CreateTable", err))?,
+            )
+            .attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name(attr::LEASE_KEY)
+                    .attribute_type(ScalarAttributeType::S)
+                    .build()
+                    .map_err(|err| self.build_error("CreateTable", err))?,
+            )
+            .billing_mode(BillingMode::PayPerRequest)
+            .send()
+            .await;
+        let outcome = match created {
+            Ok(_) => {
+                info!(table = %self.table_name, "lease table created");
+                TableCreation::Created
+            }
+            Err(err) if error_code(&err) == Some("ResourceInUseException") => {
+                TableCreation::Existed
+            }
+            Err(err) => return Err(self.sdk_error("CreateTable", err)),
+        };
+        self.wait_until_active().await?;
+        Ok(outcome)
+    }
+
+    async fn wait_until_active(&self) -> Result<(), LeaseError> {
+        self.client
+            .wait_until_table_exists()
+            .table_name(&self.table_name)
+            .wait(TABLE_ACTIVE_TIMEOUT)
+            .await
+            .map(|_| ())
+            .map_err(|err| LeaseError::Dynamo {
+                operation: "DescribeTable",
+                table: self.table_name.clone(),
+                retriable: true,
+                source: Box::new(err),
+            })
+    }
+
+    /// Every lease row, read with a consistent [Scan] (all pages). Rows that
+    /// do not decode are logged and skipped, so a foreign row cannot stop the
+    /// worker.
+    ///
+    /// [Scan]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Scan.html
+    ///
+    /// # Errors
+    /// [`LeaseError::TableMissing`], [`LeaseError::Dynamo`].
+    pub async fn list_leases(&self) -> Result<Vec<Lease>, LeaseError> {
+        let mut leases = Vec::new();
+        let mut start_key: Option<HashMap<String, AttributeValue>> = None;
+        loop {
+            let page = self
+                .client
+                .scan()
+                .table_name(&self.table_name)
+                .consistent_read(true)
+                .set_exclusive_start_key(start_key.take())
+                .send()
+                .await
+                .map_err(|err| self.sdk_error("Scan", err))?;
+            for item in page.items() {
+                match Lease::from_item(item) {
+                    Ok(lease) => leases.push(lease),
+                    Err(err) => warn!(table = %self.table_name, error = %err, "skipping lease row"),
+                }
+            }
+            match page.last_evaluated_key {
+                Some(key) if !key.is_empty() => start_key = Some(key),
+                _ => break,
+            }
+        }
+        leases.sort_by(|a, b| a.lease_key.cmp(&b.lease_key));
+        Ok(leases)
+    }
+
+    /// One lease row, read with a consistent [GetItem]; `None` when absent.
+    ///
+    /// [GetItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_GetItem.html
+    ///
+    /// # Errors
+    /// [`LeaseError::TableMissing`], [`LeaseError::Malformed`], [`LeaseError::Dynamo`].
+    pub async fn get_lease(&self, shard_id: &str) -> Result<Option<Lease>, LeaseError> {
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.table_name)
+            .key(attr::LEASE_KEY, AttributeValue::S(shard_id.to_owned()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|err| self.sdk_error("GetItem", err))?;
+        Ok(output.item.as_ref().map(Lease::from_item).transpose()?)
+    }
+
+    /// Writes a new lease row ([PutItem] conditional on
+    /// `attribute_not_exists(leaseKey)`).
+    ///
+    /// [PutItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_PutItem.html
+    ///
+    /// # Errors
+    /// [`LeaseError::TableMissing`], [`LeaseError::Dynamo`].
+    pub async fn create_lease(&self, lease: &Lease) -> Result<CreateOutcome, LeaseError> {
+        let mut expr = Expr::default();
+        let key = expr.name(attr::LEASE_KEY);
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table_name)
+            .set_item(Some(lease.to_item()))
+            .condition_expression(format!("attribute_not_exists({key})"))
+            .set_expression_attribute_names(Some(expr.names))
+            .send()
+            .await;
+        match result {
+            Ok(_) => {
+                debug!(shard_id = %lease.lease_key, checkpoint = %lease.checkpoint, "lease created");
+                Ok(CreateOutcome::Created(lease.clone()))
+            }
+            Err(err) if error_code(&err) == Some("ConditionalCheckFailedException") => {
+                Ok(CreateOutcome::AlreadyExists)
+            }
+            Err(err) => Err(self.sdk_error("PutItem", err)),
+        }
+    }
+
+    /// Takes `observed` for `worker_id`: sets `leaseOwner`, increments
+    /// `leaseCounter` (and `ownerSwitchesSinceCheckpoint` when the owner
+    /// changes), conditional on the counter and owner being what the caller
+    /// observed. Used for free leases, expired leases and (next issue) steals.
+    ///
+    /// # Errors
+    /// [`LeaseError::LeaseLost`] when the row changed since it was observed
+    /// (another worker was faster), plus those of [`Self::get_lease`].
+    pub async fn take_lease(&self, observed: &Lease, worker_id: &str) -> Result<Lease, LeaseError> {
+        let mut expr = Expr::default();
+        let (owner, counter, switches) = (
+            expr.name(attr::LEASE_OWNER),
+            expr.name(attr::LEASE_COUNTER),
+            expr.name(attr::OWNER_SWITCHES_SINCE_CHECKPOINT),
+        );
+        let (me, one, expected) = (
+            expr.value(AttributeValue::S(worker_id.to_owned())),
+            expr.value(number(1)),
+            expr.value(number(observed.lease_counter)),
+        );
+        let switch_increment = expr.value(number(u64::from(!observed.is_owned_by(worker_id))));
+        let zero = expr.value(number(0));
+        let owner_condition = match &observed.lease_owner {
+            Some(previous) => format!(
+                "{owner} = {}",
+                expr.value(AttributeValue::S(previous.clone()))
+            ),
+            None => format!("attribute_not_exists({owner})"),
+        };
+        let update = format!(
+            "SET {owner} = {me}, {counter} = {counter} + {one}, \
+             {switches} = if_not_exists({switches}, {zero}) + {switch_increment}"
+        );
+        let condition = format!("{counter} = {expected} AND {owner_condition}");
+        let expected_counter = observed.lease_counter + 1;
+        self.conditional_update("take", observed, expr, update, condition, |current| {
+            current.is_owned_by(worker_id) && current.lease_counter == expected_counter
+        })
+        .await
+    }
+
+    /// Renews `held` (increments `leaseCounter`), conditional on owner and
+    /// counter. Any write by the owner renews too; this is for idle shards.
+    ///
+    /// # Errors
+    /// [`LeaseError::LeaseLost`], plus those of [`Self::get_lease`].
+    pub async fn renew_lease(&self, held: &Lease) -> Result<Lease, LeaseError> {
+        let mut expr = Expr::default();
+        let counter = expr.name(attr::LEASE_COUNTER);
+        let one = expr.value(number(1));
+        let update = format!("SET {counter} = {counter} + {one}");
+        let condition = owner_condition(&mut expr, held);
+        let owner = held.lease_owner.clone();
+        let expected_counter = held.lease_counter + 1;
+        self.conditional_update("renew", held, expr, update, condition, |current| {
+            current.lease_owner == owner && current.lease_counter == expected_counter
+        })
+        .await
+    }
+
+    /// Records the batch about to be written (key, first, last) in `held`'s
+    /// row, conditional on owner and counter. Must succeed before the PUT: a
+    /// worker that lost the lease therefore cannot start a new batch (brief
+    /// contract line 6).
+    ///
+    /// # Errors
+    /// [`LeaseError::LeaseLost`], plus those of [`Self::get_lease`].
+    pub async fn record_pending_batch(
+        &self,
+        held: &Lease,
+        batch: &PendingBatch,
+    ) -> Result<Lease, LeaseError> {
+        debug_assert!(
+            held.pending_batch.is_none(),
+            "a pending batch must be checkpointed before the next one"
+        );
+        let mut expr = Expr::default();
+        let counter = expr.name(attr::LEASE_COUNTER);
+        let one = expr.value(number(1));
+        let mut sets = vec![format!("{counter} = {counter} + {one}")];
+        for (name, value) in pending_batch_attributes(batch) {
+            sets.push(format!("{} = {}", expr.name(&name), expr.value(value)));
+        }
+        let update = format!("SET {}", sets.join(", "));
+        let condition = owner_condition(&mut expr, held);
+        let owner = held.lease_owner.clone();
+        let expected_counter = held.lease_counter + 1;
+        self.conditional_update(
+            "record pending batch",
+            held,
+            expr,
+            update,
+            condition,
+            |current| {
+                current.lease_owner == owner
+                    && current.lease_counter == expected_counter
+                    && current.pending_batch.as_ref() == Some(batch)
+            },
+        )
+        .await
+    }
+
+    /// Moves `held`'s checkpoint to `checkpoint` and clears the pending batch,
+    /// conditional on owner, counter and the checkpoint being the one `held`
+    /// holds. Resets `ownerSwitchesSinceCheckpoint`.
+    ///
+    /// # Errors
+    /// [`LeaseError::LeaseLost`]; [`LeaseError::CheckpointConflict`] when the
+    /// lease is still ours but its checkpoint was changed by someone else; plus
+    /// those of [`Self::get_lease`].
+    pub async fn checkpoint(
+        &self,
+        held: &Lease,
+        checkpoint: &Checkpoint,
+    ) -> Result<Lease, LeaseError> {
+        let mut expr = Expr::default();
+        let (counter, checkpoint_name) =
+            (expr.name(attr::LEASE_COUNTER), expr.name(attr::CHECKPOINT));
+        let (sub, switches) = (
+            expr.name(attr::CHECKPOINT_SUB_SEQUENCE_NUMBER),
+            expr.name(attr::OWNER_SWITCHES_SINCE_CHECKPOINT),
+        );
+        let removed = [
+            attr::PENDING_CHECKPOINT,
+            attr::PENDING_BATCH_KEY,
+            attr::PENDING_BATCH_FIRST,
+        ]
+        .map(|name| expr.name(name));
+        let (one, zero) = (expr.value(number(1)), expr.value(number(0)));
+        let new_value = expr.value(AttributeValue::S(checkpoint.to_attribute()));
+        let old_value = expr.value(AttributeValue::S(held.checkpoint.to_attribute()));
+        let update = format!(
+            "SET {counter} = {counter} + {one}, {checkpoint_name} = {new_value}, {sub} = {zero}, {switches} = {zero} \
+             REMOVE {}",
+            removed.join(", ")
+        );
+        let condition = format!(
+            "{} AND {checkpoint_name} = {old_value}",
+            owner_condition(&mut expr, held)
+        );
+        let owner = held.lease_owner.clone();
+        let expected_counter = held.lease_counter + 1;
+        self.conditional_update("checkpoint", held, expr, update, condition, |current| {
+            current.lease_owner == owner
+                && current.lease_counter == expected_counter
+                && &current.checkpoint == checkpoint
+                && current.pending_batch.is_none()
+        })
+        .await
+    }
+
+    /// Gives `held` up: removes `leaseOwner` (so any worker may take it at
+    /// once, without waiting for expiry), conditional on owner and counter.
+    ///
+    /// # Errors
+    /// [`LeaseError::LeaseLost`], plus those of [`Self::get_lease`].
+    pub async fn release_lease(&self, held: &Lease) -> Result<Lease, LeaseError> {
+        let mut expr = Expr::default();
+        let (owner, counter) = (expr.name(attr::LEASE_OWNER), expr.name(attr::LEASE_COUNTER));
+        let one = expr.value(number(1));
+        let update = format!("SET {counter} = {counter} + {one} REMOVE {owner}");
+        let condition = owner_condition(&mut expr, held);
+        let expected_counter = held.lease_counter + 1;
+        self.conditional_update("release", held, expr, update, condition, |current| {
+            current.lease_owner.is_none() && current.lease_counter == expected_counter
+        })
+        .await
+    }
+
+    /// Deletes `observed`'s row ([DeleteItem]), conditional on its counter.
+    ///
+    /// [DeleteItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_DeleteItem.html
+    ///
+    /// # Errors
+    /// [`LeaseError::LeaseLost`] when the row changed since it was observed.
+    pub async fn delete_lease(&self, observed: &Lease) -> Result<(), LeaseError> {
+        let mut expr = Expr::default();
+        let counter = expr.name(attr::LEASE_COUNTER);
+        let expected = expr.value(number(observed.lease_counter));
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table_name)
+            .key(
+                attr::LEASE_KEY,
+                AttributeValue::S(observed.lease_key.clone()),
+            )
+            .condition_expression(format!("{counter} = {expected}"))
+            .set_expression_attribute_names(Some(expr.names))
+            .set_expression_attribute_values(Some(expr.values))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(err) if error_code(&err) == Some("ConditionalCheckFailedException") => {
+                match self.get_lease(&observed.lease_key).await? {
+                    None => Ok(()),
+                    Some(_) => Err(LeaseError::LeaseLost {
+                        shard_id: observed.lease_key.clone(),
+                    }),
+                }
+            }
+            Err(err) => Err(self.sdk_error("DeleteItem", err)),
+        }
+    }
+
+    /// Runs one conditional [UpdateItem] returning the new row.
+    ///
+    /// [UpdateItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_UpdateItem.html
+    async fn conditional_update(
+        &self,
+        what: &'static str,
+        observed: &Lease,
+        expr: Expr,
+        update: String,
+        condition: String,
+        applied: impl Fn(&Lease) -> bool,
+    ) -> Result<Lease, LeaseError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table_name)
+            .key(
+                attr::LEASE_KEY,
+                AttributeValue::S(observed.lease_key.clone()),
+            )
+            .update_expression(update)
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(expr.names))
+            .set_expression_attribute_values(Some(expr.values))
+            .return_values(ReturnValue::AllNew)
+            .send()
+            .await;
+        match result {
+            Ok(output) => match output.attributes {
+                Some(item) => Ok(Lease::from_item(&item)?),
+                // DynamoDB returns the row for ALL_NEW; a server that does not
+                // is read back instead.
+                None => self.resolve_conflict(observed, applied).await,
+            },
+            Err(err) if error_code(&err) == Some("ConditionalCheckFailedException") => {
+                debug!(shard_id = %observed.lease_key, operation = what, "lease condition failed; re-reading the row");
+                self.resolve_conflict(observed, applied).await
+            }
+            Err(err) => Err(self.sdk_error("UpdateItem", err)),
+        }
+    }
+
+    /// Decides what a failed condition means by re-reading the row:
+    /// - the row shows the intended write (`applied`) → the write did apply
+    ///   (an earlier attempt succeeded, its response was lost) → success;
+    /// - same owner and counter but another checkpoint → `CheckpointConflict`;
+    /// - anything else, or no row → `LeaseLost`.
+    async fn resolve_conflict(
+        &self,
+        observed: &Lease,
+        applied: impl Fn(&Lease) -> bool,
+    ) -> Result<Lease, LeaseError> {
+        let shard_id = observed.lease_key.clone();
+        match self.get_lease(&shard_id).await? {
+            Some(current) if applied(&current) => Ok(current),
+            Some(current)
+                if current.lease_owner == observed.lease_owner
+                    && current.lease_counter == observed.lease_counter
+                    && current.checkpoint != observed.checkpoint =>
+            {
+                Err(LeaseError::CheckpointConflict {
+                    shard_id,
+                    expected: observed.checkpoint.clone(),
+                    actual: current.checkpoint,
+                })
+            }
+            _ => Err(LeaseError::LeaseLost { shard_id }),
+        }
+    }
+
+    fn sdk_error<E>(&self, operation: &'static str, err: SdkError<E, HttpResponse>) -> LeaseError
+    where
+        E: ProvideErrorMetadata + StdError + Send + Sync + 'static,
+    {
+        if error_code(&err) == Some("ResourceNotFoundException") {
+            return LeaseError::TableMissing {
+                table: self.table_name.clone(),
+            };
+        }
+        LeaseError::Dynamo {
+            operation,
+            table: self.table_name.clone(),
+            retriable: is_retriable(&err),
+            source: Box::new(err),
+        }
+    }
+
+    fn build_error(
+        &self,
+        operation: &'static str,
+        err: aws_sdk_dynamodb::error::BuildError,
+    ) -> LeaseError {
+        LeaseError::Dynamo {
+            operation,
+            table: self.table_name.clone(),
+            retriable: false,
+            source: Box::new(err),
+        }
+    }
+}
+
+/// `#owner = :me AND #counter = :counter` for a write by `held`'s owner.
+fn owner_condition(expr: &mut Expr, held: &Lease) -> String {
+    debug_assert!(held.lease_owner.is_some(), "owner writes need an owner");
+    let (owner, counter) = (expr.name(attr::LEASE_OWNER), expr.name(attr::LEASE_COUNTER));
+    let me = expr.value(AttributeValue::S(
+        held.lease_owner.clone().unwrap_or_default(),
+    ));
+    let expected = expr.value(number(held.lease_counter));
+    format!("{owner} = {me} AND {counter} = {expected}")
+}
+
+/// The service error code of a failed call, if the service sent one.
+fn error_code<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) -> Option<&str> {
+    match err {
+        SdkError::ServiceError(context) => context.err().code(),
+        _ => None,
+    }
+}
+
+/// Placeholders for an expression: every attribute name as `#aN` (so reserved
+/// words never matter), every value as `:vN`.
+#[derive(Default)]
+struct Expr {
+    names: HashMap<String, String>,
+    values: HashMap<String, AttributeValue>,
+}
+
+impl Expr {
+    fn name(&mut self, attribute: &str) -> String {
+        if let Some((placeholder, _)) = self
+            .names
+            .iter()
+            .find(|(_, name)| name.as_str() == attribute)
+        {
+            return placeholder.clone();
+        }
+        let placeholder = format!("#a{}", self.names.len());
+        self.names.insert(placeholder.clone(), attribute.to_owned());
+        placeholder
+    }
+
+    fn value(&mut self, value: AttributeValue) -> String {
+        let placeholder = format!(":v{}", self.values.len());
+        self.values.insert(placeholder.clone(), value);
+        placeholder
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_dynamodb::operation::create_table::CreateTableOutput;
+    use aws_sdk_dynamodb::operation::describe_table::{DescribeTableError, DescribeTableOutput};
+    use aws_sdk_dynamodb::operation::get_item::GetItemOutput;
+    use aws_sdk_dynamodb::operation::put_item::PutItemError;
+    use aws_sdk_dynamodb::operation::scan::ScanOutput;
+    use aws_sdk_dynamodb::operation::update_item::{
+        UpdateItemError, UpdateItemInput, UpdateItemOutput,
+    };
+    use aws_sdk_dynamodb::types::error::{
+        ConditionalCheckFailedException, ProvisionedThroughputExceededException,
+        ResourceNotFoundException,
+    };
+    use aws_sdk_dynamodb::types::{TableDescription, TableStatus};
+    use aws_smithy_mocks::{RuleMode, mock, mock_client};
+    use aws_smithy_types::error::ErrorMetadata;
+    use sequence_range::SequenceNumber;
+
+    use super::*;
+
+    const SHARD: &str = "shardId-000000000007";
+
+    fn meta(code: &str) -> ErrorMetadata {
+        ErrorMetadata::builder().code(code).message("mock").build()
+    }
+
+    fn condition_failed() -> UpdateItemError {
+        UpdateItemError::ConditionalCheckFailedException(
+            ConditionalCheckFailedException::builder()
+                .message("The conditional request failed")
+                .meta(meta("ConditionalCheckFailedException"))
+                .build(),
+        )
+    }
+
+    fn held(counter: u64, checkpoint: Checkpoint) -> Lease {
+        let mut lease = Lease::new(SHARD, checkpoint, vec![]);
+        lease.lease_owner = Some("worker-a".to_owned());
+        lease.lease_counter = counter;
+        lease
+    }
+
+    fn seq(n: u64) -> Checkpoint {
+        Checkpoint::SequenceNumber(SequenceNumber::from(n))
+    }
+
+    fn get_output(lease: Option<Lease>) -> GetItemOutput {
+        GetItemOutput::builder()
+            .set_item(lease.map(|l| l.to_item()))
+            .build()
+    }
+
+    /// The value an update's condition compares `attribute` with, e.g. the
+    /// expected `leaseCounter`.
+    fn condition_value(input: &UpdateItemInput, attribute: &str) -> Option<AttributeValue> {
+        let names = input.expression_attribute_names()?;
+        let (placeholder, _) = names.iter().find(|(_, name)| name.as_str() == attribute)?;
+        let condition = input.condition_expression()?;
+        let rest = condition.split(&format!("{placeholder} = ")).nth(1)?;
+        let value_placeholder: String = rest
+            .chars()
+            .take_while(|c| *c == ':' || c.is_alphanumeric())
+            .collect();
+        input
+            .expression_attribute_values()?
+            .get(&value_placeholder)
+            .cloned()
+    }
+
+    #[tokio::test]
+    async fn checkpoint_is_conditional_on_owner_counter_and_previous_checkpoint() {
+        let lease = held(41, seq(100));
+        let mut expected = lease.clone();
+        expected.lease_counter = 42;
+        expected.checkpoint = seq(200);
+        let returned = expected.clone();
+        let update = mock!(Client::update_item)
+            .match_requests(|input| {
+                condition_value(input, "leaseCounter") == Some(AttributeValue::N("41".into()))
+                    && condition_value(input, "leaseOwner")
+                        == Some(AttributeValue::S("worker-a".into()))
+                    && condition_value(input, "checkpoint") == Some(AttributeValue::S("100".into()))
+                    && input
+                        .update_expression()
+                        .is_some_and(|u| u.contains("REMOVE"))
+            })
+            .then_output(move || {
+                UpdateItemOutput::builder()
+                    .set_attributes(Some(returned.to_item()))
+                    .build()
+            });
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&update]);
+        let table = LeaseTable::new(client, "leases");
+        let after = table.checkpoint(&lease, &seq(200)).await.unwrap();
+        assert_eq!(after, expected);
+        assert_eq!(update.num_calls(), 1);
+    }
+
+    #[tokio::test]
+    async fn condition_failure_with_another_owner_is_lease_lost() {
+        let lease = held(5, seq(100));
+        let mut stolen = lease.clone();
+        stolen.lease_owner = Some("worker-b".to_owned());
+        stolen.lease_counter = 6;
+        let update = mock!(Client::update_item).then_error(condition_failed);
+        let get = mock!(Client::get_item).then_output(move || get_output(Some(stolen.clone())));
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&update, &get]);
+        let table = LeaseTable::new(client, "leases");
+        let err = table.checkpoint(&lease, &seq(200)).await.unwrap_err();
+        assert!(
+            matches!(err, LeaseError::LeaseLost { ref shard_id } if shard_id == SHARD),
+            "{err:?}"
+        );
+        assert_eq!(get.num_calls(), 1, "the row is re-read once");
+    }
+
+    #[tokio::test]
+    async fn condition_failure_after_an_applied_retry_is_success() {
+        // The first attempt applied but its response was lost; the SDK's retry
+        // then failed the condition. The re-read shows our own write.
+        let lease = held(5, seq(100));
+        let mut applied = lease.clone();
+        applied.lease_counter = 6;
+        applied.checkpoint = seq(200);
+        let row = applied.clone();
+        let update = mock!(Client::update_item).then_error(condition_failed);
+        let get = mock!(Client::get_item).then_output(move || get_output(Some(row.clone())));
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&update, &get]);
+        let table = LeaseTable::new(client, "leases");
+        assert_eq!(table.checkpoint(&lease, &seq(200)).await.unwrap(), applied);
+    }
+
+    #[tokio::test]
+    async fn checkpoint_moved_by_someone_else_is_a_conflict() {
+        let lease = held(5, seq(100));
+        let mut edited = lease.clone();
+        edited.checkpoint = seq(150);
+        let update = mock!(Client::update_item).then_error(condition_failed);
+        let get = mock!(Client::get_item).then_output(move || get_output(Some(edited.clone())));
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&update, &get]);
+        let table = LeaseTable::new(client, "leases");
+        match table.checkpoint(&lease, &seq(200)).await.unwrap_err() {
+            LeaseError::CheckpointConflict {
+                shard_id,
+                expected,
+                actual,
+            } => {
+                assert_eq!(shard_id, SHARD);
+                assert_eq!(expected, seq(100));
+                assert_eq!(actual, seq(150));
+            }
+            other => panic!("expected CheckpointConflict, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_deleted_row_is_lease_lost() {
+        let update = mock!(Client::update_item).then_error(condition_failed);
+        let get = mock!(Client::get_item).then_output(|| get_output(None));
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&update, &get]);
+        let table = LeaseTable::new(client, "leases");
+        let err = table
+            .renew_lease(&held(1, Checkpoint::TrimHorizon))
+            .await
+            .unwrap_err();
+        assert!(err.is_lease_lost());
+    }
+
+    #[tokio::test]
+    async fn throttling_is_a_retriable_error_not_a_lost_lease() {
+        let update = mock!(Client::update_item).then_error(|| {
+            UpdateItemError::ProvisionedThroughputExceededException(
+                ProvisionedThroughputExceededException::builder()
+                    .message("slow down")
+                    .meta(meta("ProvisionedThroughputExceededException"))
+                    .build(),
+            )
+        });
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&update], |c| c
+            .retry_config(aws_smithy_types::retry::RetryConfig::disabled()));
+        let table = LeaseTable::new(client, "leases");
+        let err = table
+            .renew_lease(&held(1, Checkpoint::TrimHorizon))
+            .await
+            .unwrap_err();
+        assert!(err.is_retriable(), "{err:?}");
+        assert!(!err.is_lease_lost());
+    }
+
+    #[tokio::test]
+    async fn a_missing_table_is_reported_as_such() {
+        let update = mock!(Client::update_item).then_error(|| {
+            UpdateItemError::ResourceNotFoundException(
+                ResourceNotFoundException::builder()
+                    .message("Requested resource not found")
+                    .meta(meta("ResourceNotFoundException"))
+                    .build(),
+            )
+        });
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&update]);
+        let table = LeaseTable::new(client, "leases");
+        let err = table
+            .renew_lease(&held(1, Checkpoint::TrimHorizon))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, LeaseError::TableMissing { ref table } if table == "leases"),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn take_is_conditional_on_the_observed_counter_and_owner() {
+        let mut observed = held(9, seq(100));
+        observed.lease_owner = Some("worker-dead".to_owned());
+        let mut taken = observed.clone();
+        taken.lease_owner = Some("worker-a".to_owned());
+        taken.lease_counter = 10;
+        taken.owner_switches_since_checkpoint = 1;
+        let row = taken.clone();
+        let update = mock!(Client::update_item)
+            .match_requests(|input| {
+                condition_value(input, "leaseCounter") == Some(AttributeValue::N("9".into()))
+                    && condition_value(input, "leaseOwner")
+                        == Some(AttributeValue::S("worker-dead".into()))
+            })
+            .then_output(move || {
+                UpdateItemOutput::builder()
+                    .set_attributes(Some(row.to_item()))
+                    .build()
+            });
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&update]);
+        let table = LeaseTable::new(client, "leases");
+        assert_eq!(
+            table.take_lease(&observed, "worker-a").await.unwrap(),
+            taken
+        );
+    }
+
+    #[tokio::test]
+    async fn create_lease_leaves_an_existing_row_alone() {
+        let put = mock!(Client::put_item)
+            .match_requests(|input| {
+                input
+                    .condition_expression()
+                    .is_some_and(|c| c.starts_with("attribute_not_exists("))
+            })
+            .then_error(|| {
+                PutItemError::ConditionalCheckFailedException(
+                    ConditionalCheckFailedException::builder()
+                        .meta(meta("ConditionalCheckFailedException"))
+                        .build(),
+                )
+            });
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&put]);
+        let table = LeaseTable::new(client, "leases");
+        let lease = Lease::new(SHARD, Checkpoint::TrimHorizon, vec![]);
+        assert_eq!(
+            table.create_lease(&lease).await.unwrap(),
+            CreateOutcome::AlreadyExists
+        );
+    }
+
+    #[tokio::test]
+    async fn list_leases_reads_every_page_and_skips_malformed_rows() {
+        let first = Lease::new("shardId-000000000000", Checkpoint::TrimHorizon, vec![]);
+        let second = Lease::new("shardId-000000000001", seq(7), vec![]);
+        let (a, b) = (first.clone(), second.clone());
+        let page1 = mock!(Client::scan)
+            .match_requests(|input| {
+                input.exclusive_start_key().is_none() && input.consistent_read() == Some(true)
+            })
+            .then_output(move || {
+                let mut junk = HashMap::new();
+                junk.insert("leaseKey".to_owned(), AttributeValue::S("junk".to_owned()));
+                ScanOutput::builder()
+                    .items(a.to_item())
+                    .items(junk)
+                    .set_last_evaluated_key(Some(HashMap::from([(
+                        "leaseKey".to_owned(),
+                        AttributeValue::S("junk".to_owned()),
+                    )])))
+                    .build()
+            });
+        let page2 = mock!(Client::scan)
+            .match_requests(|input| input.exclusive_start_key().is_some())
+            .then_output(move || ScanOutput::builder().items(b.to_item()).build());
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&page1, &page2]);
+        let table = LeaseTable::new(client, "leases");
+        assert_eq!(table.list_leases().await.unwrap(), vec![first, second]);
+    }
+
+    #[tokio::test]
+    async fn creates_a_missing_table_on_demand() {
+        let describe_missing = mock!(Client::describe_table).then_error(|| {
+            DescribeTableError::ResourceNotFoundException(
+                ResourceNotFoundException::builder()
+                    .meta(meta("ResourceNotFoundException"))
+                    .build(),
+            )
+        });
+        let create = mock!(Client::create_table)
+            .match_requests(|input| {
+                input.billing_mode() == Some(&BillingMode::PayPerRequest)
+                    && input.key_schema().first().map(|k| k.attribute_name()) == Some("leaseKey")
+            })
+            .then_output(|| CreateTableOutput::builder().build());
+        let describe_active = mock!(Client::describe_table).then_output(|| {
+            DescribeTableOutput::builder()
+                .table(
+                    TableDescription::builder()
+                        .table_status(TableStatus::Active)
+                        .build(),
+                )
+                .build()
+        });
+        let client = mock_client!(
+            aws_sdk_dynamodb,
+            RuleMode::Sequential,
+            [&describe_missing, &create, &describe_active]
+        );
+        let table = LeaseTable::new(client, "leases");
+        assert_eq!(
+            table.create_table_if_missing().await.unwrap(),
+            TableCreation::Created
+        );
+        assert_eq!(create.num_calls(), 1);
+    }
+}
