@@ -46,6 +46,24 @@ impl SequenceNumber {
             })
     }
 
+    /// Checks that `text` is a canonical sequence number without building the
+    /// integer: the cheap check for the per-record path, where the number is
+    /// only compared ([`cmp_text`](Self::cmp_text)) and written out.
+    ///
+    /// # Errors
+    /// As [`parse`](Self::parse).
+    pub fn validate_text(text: &str) -> Result<(), ParseSequenceNumberError> {
+        validate_digits(text)
+    }
+
+    /// Compares two texts that passed [`validate_text`](Self::validate_text)
+    /// numerically, without parsing: canonical decimals order by length, then
+    /// byte by byte.
+    pub fn cmp_text(a: &str, b: &str) -> std::cmp::Ordering {
+        debug_assert!(validate_digits(a).is_ok() && validate_digits(b).is_ok());
+        a.len().cmp(&b.len()).then_with(|| a.cmp(b))
+    }
+
     /// The number 0, the smallest sequence number.
     pub fn zero() -> Self {
         Self(BigUint::zero())
@@ -312,6 +330,7 @@ mod tests {
         fn order_matches_integer_order(a in proptest::num::u128::ANY, b in proptest::num::u128::ANY) {
             let (sa, sb) = (SequenceNumber::from(a), SequenceNumber::from(b));
             proptest::prop_assert_eq!(sa.cmp(&sb), a.cmp(&b));
+            proptest::prop_assert_eq!(SequenceNumber::cmp_text(&a.to_string(), &b.to_string()), a.cmp(&b));
         }
 
         #[test]

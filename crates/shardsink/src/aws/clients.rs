@@ -1,0 +1,68 @@
+//! [`AwsClients`]: the three SDK clients, built from the standard AWS
+//! configuration chain.
+
+use std::time::Duration;
+
+use aws_config::BehaviorVersion;
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+
+/// SDK-level attempts per call (standard retry mode: exponential backoff with
+/// jitter for throttling and transient errors). shardsink's own loops retry
+/// further with capped backoff, so a call never gives up for good.
+const SDK_MAX_ATTEMPTS: u32 = 3;
+
+/// Kinesis and DynamoDB calls are small; a GetRecords response is at most
+/// 10 MiB.
+const API_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// An S3 PUT carries a whole batch (64 MiB by default): give it time on a slow
+/// link. A timed-out PUT is retried with the same key and bytes.
+const S3_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(300);
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The SDK clients shardsink uses.
+#[derive(Debug, Clone)]
+pub struct AwsClients {
+    /// Kinesis Data Streams.
+    pub kinesis: aws_sdk_kinesis::Client,
+    /// S3.
+    pub s3: aws_sdk_s3::Client,
+    /// DynamoDB (lease table).
+    pub dynamodb: aws_sdk_dynamodb::Client,
+}
+
+impl AwsClients {
+    /// Loads region, credentials and endpoints the standard way
+    /// (`aws_config::defaults`: environment, shared config files, ECS task
+    /// role, instance profile; `AWS_ENDPOINT_URL` and the per-service
+    /// `AWS_ENDPOINT_URL_KINESIS` / `_S3` / `_DYNAMODB`) and builds the
+    /// clients. `force_path_style` addresses S3 buckets by path, as most
+    /// local S3 servers need.
+    pub async fn from_env(force_path_style: bool) -> Self {
+        let timeouts = TimeoutConfig::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .operation_attempt_timeout(API_ATTEMPT_TIMEOUT)
+            .build();
+        let shared = aws_config::defaults(BehaviorVersion::latest())
+            .retry_config(RetryConfig::standard().with_max_attempts(SDK_MAX_ATTEMPTS))
+            .timeout_config(timeouts)
+            .load()
+            .await;
+        let s3_config = aws_sdk_s3::config::Builder::from(&shared)
+            .force_path_style(force_path_style)
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(CONNECT_TIMEOUT)
+                    .operation_attempt_timeout(S3_ATTEMPT_TIMEOUT)
+                    .build(),
+            )
+            .build();
+        Self {
+            kinesis: aws_sdk_kinesis::Client::new(&shared),
+            s3: aws_sdk_s3::Client::from_conf(s3_config),
+            dynamodb: aws_sdk_dynamodb::Client::new(&shared),
+        }
+    }
+}

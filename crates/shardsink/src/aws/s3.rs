@@ -1,0 +1,239 @@
+//! S3 calls: HeadBucket, PutObject with `If-None-Match: *`, GetObject,
+//! ListObjectsV2.
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use aws_smithy_runtime_api::client::result::SdkError;
+use aws_smithy_types::error::metadata::ProvideErrorMetadata;
+use bytes::Bytes;
+use shard_lease::retry::is_retriable;
+
+use super::BoxError;
+
+/// An S3 call that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum S3Error {
+    /// The bucket does not exist (`NoSuchBucket`, or 404 on HeadBucket).
+    #[error("bucket {bucket} does not exist")]
+    NoSuchBucket {
+        /// The bucket.
+        bucket: String,
+    },
+    /// Any other failure; `retriable` per [`is_retriable`].
+    #[error("s3 {operation} failed for s3://{bucket}/{key}")]
+    Other {
+        /// The API operation.
+        operation: &'static str,
+        /// The bucket.
+        bucket: String,
+        /// The key or prefix.
+        key: String,
+        /// Whether a retry after a backoff may succeed.
+        retriable: bool,
+        /// The SDK error.
+        #[source]
+        source: BoxError,
+    },
+}
+
+impl S3Error {
+    /// Whether a retry after a backoff may succeed.
+    pub fn is_retriable(&self) -> bool {
+        matches!(
+            self,
+            Self::Other {
+                retriable: true,
+                ..
+            }
+        )
+    }
+}
+
+/// What a conditional PUT did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutOutcome {
+    /// The object was written.
+    Created,
+    /// An object with this key already existed (HTTP 412
+    /// `PreconditionFailed`); nothing was written.
+    AlreadyExists,
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone, Default)]
+pub struct ListPage {
+    /// The keys, in the order S3 returned them.
+    pub keys: Vec<String>,
+    /// Token for the next page, `None` on the last.
+    pub next_continuation_token: Option<String>,
+}
+
+/// The bucket shardsink writes to.
+#[derive(Debug, Clone)]
+pub struct ObjectStore {
+    client: Client,
+    bucket: String,
+}
+
+impl ObjectStore {
+    /// A handle on `bucket`.
+    pub fn new(client: Client, bucket: impl Into<String>) -> Self {
+        Self {
+            client,
+            bucket: bucket.into(),
+        }
+    }
+
+    /// The bucket name.
+    pub fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    /// Checks that the bucket exists and is reachable ([HeadBucket]).
+    ///
+    /// [HeadBucket]: https://docs.aws.amazon.com/AmazonS3/latest/API/API_HeadBucket.html
+    ///
+    /// # Errors
+    /// [`S3Error::NoSuchBucket`] on 404; others.
+    pub async fn head_bucket(&self) -> Result<(), S3Error> {
+        self.client
+            .head_bucket()
+            .bucket(&self.bucket)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|err| self.error("HeadBucket", "", err))
+    }
+
+    /// Writes `body` to `key` only if no object has that key ([PutObject] with
+    /// `If-None-Match: *`): objects are never overwritten (brief contract
+    /// line 2). A 409 `ConditionalRequestConflict` (a concurrent conditional
+    /// write to the same key) is a retriable error.
+    ///
+    /// [PutObject]: https://docs.aws.amazon.com/AmazonS3/latest/API/API_PutObject.html
+    ///
+    /// # Errors
+    /// [`S3Error`].
+    pub async fn put_if_absent(
+        &self,
+        key: &str,
+        body: Bytes,
+        content_type: &str,
+    ) -> Result<PutOutcome, S3Error> {
+        let result = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .if_none_match("*")
+            .content_type(content_type)
+            .content_length(i64::try_from(body.len()).unwrap_or(i64::MAX))
+            .body(ByteStream::from(body))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(PutOutcome::Created),
+            Err(err) if http_status(&err) == Some(412) => Ok(PutOutcome::AlreadyExists),
+            Err(err) => Err(self.error("PutObject", key, err)),
+        }
+    }
+
+    /// The whole body of `key` ([GetObject]).
+    ///
+    /// [GetObject]: https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetObject.html
+    ///
+    /// # Errors
+    /// [`S3Error`].
+    pub async fn get(&self, key: &str) -> Result<Bytes, S3Error> {
+        let output = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|err| self.error("GetObject", key, err))?;
+        let body = output.body.collect().await.map_err(|err| S3Error::Other {
+            operation: "GetObject",
+            bucket: self.bucket.clone(),
+            key: key.to_owned(),
+            retriable: true,
+            source: Box::new(err),
+        })?;
+        Ok(body.into_bytes())
+    }
+
+    /// One page (up to 1,000 keys) of the keys under `prefix`
+    /// ([ListObjectsV2]), in ascending UTF-8 binary order on S3 general
+    /// purpose buckets.
+    ///
+    /// [ListObjectsV2]: https://docs.aws.amazon.com/AmazonS3/latest/API/API_ListObjectsV2.html
+    ///
+    /// # Errors
+    /// [`S3Error`].
+    pub async fn list_page(
+        &self,
+        prefix: &str,
+        continuation_token: Option<String>,
+    ) -> Result<ListPage, S3Error> {
+        let output = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .set_continuation_token(continuation_token)
+            .send()
+            .await
+            .map_err(|err| self.error("ListObjectsV2", prefix, err))?;
+        Ok(ListPage {
+            keys: output
+                .contents()
+                .iter()
+                .filter_map(|object| object.key().map(str::to_owned))
+                .collect(),
+            next_continuation_token: if output.is_truncated() == Some(true) {
+                output.next_continuation_token().map(str::to_owned)
+            } else {
+                None
+            },
+        })
+    }
+
+    fn error<E>(
+        &self,
+        operation: &'static str,
+        key: &str,
+        err: SdkError<E, HttpResponse>,
+    ) -> S3Error
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        let code = match &err {
+            SdkError::ServiceError(context) => context.err().code(),
+            _ => None,
+        };
+        if code == Some("NoSuchBucket")
+            || (operation == "HeadBucket" && http_status(&err) == Some(404))
+        {
+            return S3Error::NoSuchBucket {
+                bucket: self.bucket.clone(),
+            };
+        }
+        S3Error::Other {
+            operation,
+            bucket: self.bucket.clone(),
+            key: key.to_owned(),
+            retriable: is_retriable(&err),
+            source: Box::new(err),
+        }
+    }
+}
+
+/// The HTTP status of a service error response.
+fn http_status<E>(err: &SdkError<E, HttpResponse>) -> Option<u16> {
+    match err {
+        SdkError::ServiceError(context) => Some(context.raw().status().as_u16()),
+        _ => None,
+    }
+}

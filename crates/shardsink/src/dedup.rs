@@ -1,0 +1,316 @@
+//! [`Dedup`]: per-shard exclusion of records already in S3.
+//!
+//! When a shard starts — process start or lease taken — dedup is on. For each
+//! arrival minute the shard reaches, it lists the shard-minute prefix once,
+//! parses the ranges in the keys into a [`RangeSet`], and excludes every record
+//! whose sequence number is in it. The set is right for any listing order;
+//! the newest-first key order only lets the listing stop early.
+//!
+//! Once a batch is written with nothing excluded since the previous one, dedup
+//! turns off for the shard: a shard's batches are written in sequence order,
+//! so the records in S3 are a prefix of the shard's records from where this
+//! shard was first read; past the first clean batch, nothing can be in S3
+//! yet. It is turned on again the next time the lease is taken.
+
+use std::sync::Arc;
+
+use sequence_range::{RangeSet, SequenceNumber, SequenceRange};
+use tracing::{debug, warn};
+
+use crate::aws::{ObjectStore, S3Error};
+use crate::key::{KeyLayout, parse_object_name};
+use crate::minute::Minute;
+use crate::stats::Stats;
+
+/// Dedup state of one shard.
+#[derive(Debug)]
+pub struct Dedup {
+    enabled: bool,
+    /// The minute whose written ranges are loaded, and those ranges.
+    loaded: Option<(Minute, RangeSet)>,
+    /// Whether a record was excluded since the last written batch.
+    excluded_since_write: bool,
+}
+
+/// What a listing found.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Listing {
+    /// Ranges of the objects under the prefix (that matter, see [`list_written`]).
+    pub written: RangeSet,
+    /// LIST requests made.
+    pub requests: u64,
+    /// Keys that did not parse (logged, ignored).
+    pub foreign_keys: u64,
+}
+
+impl Dedup {
+    /// Dedup on, as at shard start.
+    pub fn enabled() -> Self {
+        Self {
+            enabled: true,
+            loaded: None,
+            excluded_since_write: false,
+        }
+    }
+
+    /// Whether dedup is on.
+    pub fn is_enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Whether the record with `sequence_number`, arriving in `minute`, is
+    /// already in S3. Lists the shard-minute prefix the first time a minute is
+    /// asked about. Always `false` once dedup is off.
+    ///
+    /// # Errors
+    /// [`S3Error`] from the listing; the caller retries.
+    pub async fn is_written(
+        &mut self,
+        store: &ObjectStore,
+        layout: &KeyLayout,
+        shard_id: &str,
+        minute: Minute,
+        sequence_number: &SequenceNumber,
+        stats: &Arc<Stats>,
+    ) -> Result<bool, S3Error> {
+        if !self.enabled {
+            return Ok(false);
+        }
+        let stale = self
+            .loaded
+            .as_ref()
+            .is_none_or(|(loaded, _)| *loaded != minute);
+        if stale {
+            let prefix = layout.shard_minute_prefix(minute, shard_id);
+            let listing = list_written(store, &prefix, sequence_number).await?;
+            Stats::add(&stats.dedup_list_requests, listing.requests);
+            debug!(
+                shard_id,
+                prefix,
+                ranges = listing.written.range_count(),
+                requests = listing.requests,
+                "dedup listed minute"
+            );
+            self.loaded = Some((minute, listing.written));
+        }
+        let written = self
+            .loaded
+            .as_ref()
+            .is_some_and(|(_, written)| written.contains(sequence_number));
+        if written {
+            self.excluded_since_write = true;
+        }
+        Ok(written)
+    }
+
+    /// Called after a batch was written in normal flow (not a replay): turns
+    /// dedup off when nothing was excluded since the previous batch.
+    pub fn on_batch_written(&mut self, shard_id: &str) {
+        if self.enabled && !self.excluded_since_write {
+            self.enabled = false;
+            self.loaded = None;
+            debug!(shard_id, "dedup off: a batch found nothing already written");
+        }
+        self.excluded_since_write = false;
+    }
+}
+
+/// Lists the ranges written under `prefix` (one shard, one minute) that can
+/// hold `from` or later sequence numbers.
+///
+/// Keys that do not parse are logged and ignored, never read as ranges. S3
+/// lists keys in ascending byte order and names sort newest batch first, so
+/// once a listed range ends before `from`, every later key is older still and
+/// the listing stops — but only while the keys seen so far did come in
+/// ascending order; a server that lists in another order is read to the end.
+///
+/// # Errors
+/// [`S3Error`] from ListObjectsV2.
+pub async fn list_written(
+    store: &ObjectStore,
+    prefix: &str,
+    from: &SequenceNumber,
+) -> Result<Listing, S3Error> {
+    let mut listing = Listing::default();
+    let mut continuation = None;
+    let mut previous_key: Option<String> = None;
+    let mut ordered = true;
+    loop {
+        let page = store.list_page(prefix, continuation).await?;
+        listing.requests += 1;
+        let mut below_from = false;
+        for key in page.keys {
+            if let Some(previous) = &previous_key {
+                ordered &= *previous < key;
+            }
+            let name = key.strip_prefix(prefix).unwrap_or(&key);
+            match parse_object_name(name) {
+                Ok(object) => {
+                    below_from |= object.range.last() < from;
+                    listing.written.insert(object.range);
+                }
+                Err(error) => {
+                    listing.foreign_keys += 1;
+                    warn!(key = %key, error = %error, "ignoring key that is not a shardsink batch");
+                }
+            }
+            previous_key = Some(key);
+        }
+        match page.next_continuation_token {
+            Some(token) if !(ordered && below_from) => continuation = Some(token),
+            _ => break,
+        }
+    }
+    Ok(listing)
+}
+
+/// The pieces of `group` not in `written`: what is left to write of a group
+/// of one shard's records after dedup. Used by the benchmarks and tests as the
+/// set-level statement of what [`Dedup::is_written`] does record by record.
+pub fn remaining(group: &SequenceRange, written: &RangeSet) -> RangeSet {
+    RangeSet::from(group.clone()).difference(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_s3::Client;
+    use aws_sdk_s3::operation::list_objects_v2::ListObjectsV2Output;
+    use aws_sdk_s3::types::Object;
+    use aws_smithy_mocks::{RuleMode, mock, mock_client};
+
+    use super::*;
+    use crate::config::CompressionCodec;
+    use crate::key::object_name;
+
+    const PREFIX: &str = "p/2026/11/21/05/27/shardId-000000000000/";
+
+    fn range(first: u64, last: u64) -> SequenceRange {
+        SequenceRange::new(first.into(), last.into()).unwrap()
+    }
+
+    fn key(first: u64, last: u64) -> String {
+        format!(
+            "{PREFIX}{}",
+            object_name(&range(first, last), CompressionCodec::Zstd)
+        )
+    }
+
+    fn page(keys: &[String], next: Option<&str>) -> ListObjectsV2Output {
+        let mut builder = ListObjectsV2Output::builder().is_truncated(next.is_some());
+        for k in keys {
+            builder = builder.contents(Object::builder().key(k).build());
+        }
+        if let Some(token) = next {
+            builder = builder.next_continuation_token(token);
+        }
+        builder.build()
+    }
+
+    fn store(client: Client) -> ObjectStore {
+        ObjectStore::new(client, "bucket")
+    }
+
+    #[tokio::test]
+    async fn collects_ranges_and_ignores_foreign_keys() {
+        // Newest first, as S3 lists them, plus junk.
+        let keys = vec![
+            key(300, 400),
+            key(100, 200),
+            format!("{PREFIX}_SUCCESS"),
+            format!("{PREFIX}9-1-2.jsonl"),
+        ];
+        let list = mock!(Client::list_objects_v2)
+            .match_requests(|input| input.prefix() == Some(PREFIX))
+            .then_output(move || page(&keys, None));
+        let client = mock_client!(aws_sdk_s3, RuleMode::Sequential, [&list]);
+        let listing = list_written(&store(client), PREFIX, &SequenceNumber::from(1u64))
+            .await
+            .unwrap();
+        assert_eq!(
+            listing.written,
+            [range(100, 200), range(300, 400)].into_iter().collect()
+        );
+        assert_eq!(listing.foreign_keys, 2);
+        assert_eq!(listing.requests, 1);
+    }
+
+    #[tokio::test]
+    async fn stops_after_the_page_that_reaches_older_ranges() {
+        let first_page = vec![key(900, 999), key(500, 599)];
+        let second_page = vec![key(100, 199)];
+        let list1 =
+            mock!(Client::list_objects_v2).then_output(move || page(&first_page, Some("t1")));
+        let list2 = mock!(Client::list_objects_v2).then_output(move || page(&second_page, None));
+        let client = mock_client!(aws_sdk_s3, RuleMode::Sequential, [&list1, &list2]);
+        // Everything from 600 on matters; the first page already reached 500-599.
+        let listing = list_written(&store(client), PREFIX, &SequenceNumber::from(600u64))
+            .await
+            .unwrap();
+        assert_eq!(listing.requests, 1, "second page is older, never fetched");
+        assert_eq!(list2.num_calls(), 0);
+    }
+
+    #[tokio::test]
+    async fn reads_every_page_when_the_server_does_not_sort() {
+        // Oldest first: not S3's order, so no early stop.
+        let first_page = vec![key(100, 199), key(900, 999)];
+        let second_page = vec![key(500, 599)];
+        let list1 =
+            mock!(Client::list_objects_v2).then_output(move || page(&first_page, Some("t1")));
+        let list2 = mock!(Client::list_objects_v2)
+            .match_requests(|input| input.continuation_token() == Some("t1"))
+            .then_output(move || page(&second_page, None));
+        let client = mock_client!(aws_sdk_s3, RuleMode::Sequential, [&list1, &list2]);
+        let listing = list_written(&store(client), PREFIX, &SequenceNumber::from(600u64))
+            .await
+            .unwrap();
+        assert_eq!(listing.requests, 2);
+        assert!(listing.written.contains(&SequenceNumber::from(550u64)));
+    }
+
+    #[tokio::test]
+    async fn turns_off_after_a_clean_batch_only() {
+        let keys = vec![key(10, 20)];
+        let list = mock!(Client::list_objects_v2).then_output(move || page(&keys, None));
+        let client = mock_client!(aws_sdk_s3, RuleMode::MatchAny, [&list]);
+        let (store, layout, stats) = (
+            store(client),
+            KeyLayout::new("p"),
+            Arc::new(Stats::default()),
+        );
+        let minute = Minute::from_millis(1_795_238_823_045);
+        let mut dedup = Dedup::enabled();
+        let shard = "shardId-000000000000";
+        assert!(
+            dedup
+                .is_written(&store, &layout, shard, minute, &15u64.into(), &stats)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !dedup
+                .is_written(&store, &layout, shard, minute, &21u64.into(), &stats)
+                .await
+                .unwrap()
+        );
+        assert_eq!(list.num_calls(), 1, "one listing per minute");
+        dedup.on_batch_written(shard);
+        assert!(dedup.is_enabled(), "the group had an exclusion");
+        dedup.on_batch_written(shard);
+        assert!(!dedup.is_enabled(), "a clean batch turns it off");
+        assert!(
+            !dedup
+                .is_written(&store, &layout, shard, minute, &15u64.into(), &stats)
+                .await
+                .unwrap()
+        );
+        assert_eq!(list.num_calls(), 1, "no listing once off");
+    }
+
+    #[test]
+    fn remaining_is_the_group_minus_written() {
+        let written: RangeSet = [range(5, 7), range(20, 30)].into_iter().collect();
+        let left = remaining(&range(1, 25), &written);
+        assert_eq!(left, [range(1, 4), range(8, 19)].into_iter().collect());
+    }
+}

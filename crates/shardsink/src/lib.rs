@@ -1,0 +1,47 @@
+//! shardsink: copies every record of an Amazon Kinesis data stream to Amazon
+//! S3 exactly once, across crashes, restarts, lost checkpoints and lease
+//! moves. See `docs/DESIGN.md` for why the output is exact.
+//!
+//! # Layout
+//! - [`config`]: settings (flags and `SHARDSINK_*` variables) and validation.
+//! - [`worker`]: [`run`] — start-up checks, shard discovery, the lease loop
+//!   (create, take, renew, release) and one [`shard::ShardTask`] per leased
+//!   shard; graceful shutdown.
+//! - [`shard`]: a shard task — reads records ([`reader`]), replays the pending
+//!   batch, excludes records already in S3 ([`dedup`]), groups records by
+//!   arrival [`minute`] into a [`batch`], and writes batches in order
+//!   ([`writer`]).
+//! - [`writer`]: record the batch in the lease row → PUT with
+//!   `If-None-Match: *` → checkpoint.
+//! - [`record`] and [`kpl`]: Kinesis records, KPL aggregates unpacked;
+//!   [`encode`]: JSON Lines; [`compression`]; [`key`]: the object key layout.
+//! - [`aws`]: one thin function per Kinesis and S3 call; leases live in the
+//!   `shard-lease` crate, sequence arithmetic in `sequence-range`.
+//! - [`backoff`], [`stats`], [`shutdown`], [`failpoint`]: plumbing.
+//!
+//! Data flows: GetRecords → [`record::ShardRecord`] → dedup → [`batch::Batch`]
+//! (encoded lines) → compressed body → pending batch in the lease row → PUT →
+//! checkpoint.
+#![deny(missing_docs)]
+
+pub mod aws;
+pub mod backoff;
+pub mod batch;
+pub mod compression;
+pub mod config;
+pub mod dedup;
+pub mod encode;
+pub mod failpoint;
+pub mod key;
+pub mod kpl;
+pub mod minute;
+pub mod reader;
+pub mod record;
+pub mod shard;
+pub mod shutdown;
+pub mod stats;
+pub mod worker;
+pub mod writer;
+
+pub use config::{Config, ConfigError, Settings};
+pub use worker::{Summary, run};

@@ -1,0 +1,220 @@
+//! [`ShardReader`]: one shard's records, in order, through GetShardIterator
+//! and GetRecords.
+
+use tracing::error;
+
+use crate::aws::{Kinesis, KinesisError, StartingPosition};
+use crate::record::ShardRecord;
+
+/// What one GetRecords call returned.
+#[derive(Debug, Default)]
+pub struct ReadBatch {
+    /// Records in sequence order (KPL aggregates unpacked).
+    pub records: Vec<ShardRecord>,
+    /// `MillisBehindLatest`: how far the shard's newest record is ahead of
+    /// the last one returned; 0 when caught up.
+    pub millis_behind_latest: Option<i64>,
+    /// No `NextShardIterator`: the shard is closed and fully read (`SHARD_END`).
+    pub shard_end: bool,
+    /// Data bytes in the response.
+    pub bytes: u64,
+}
+
+/// Reads one shard from a starting position, keeping its shard iterator.
+///
+/// After `ExpiredIteratorException` the next [`read`](Self::read) gets a new
+/// iterator `AFTER_SEQUENCE_NUMBER` the last record returned (or at the
+/// starting position when none was), so no record is skipped or repeated.
+#[derive(Debug)]
+pub struct ShardReader {
+    kinesis: Kinesis,
+    shard_id: String,
+    start: StartingPosition,
+    iterator: Option<String>,
+    last_sequence_number: Option<String>,
+    limit: i32,
+}
+
+impl ShardReader {
+    /// A reader of `shard_id` from `start`, asking for up to `limit` records a
+    /// call.
+    pub fn new(
+        kinesis: Kinesis,
+        shard_id: impl Into<String>,
+        start: StartingPosition,
+        limit: i32,
+    ) -> Self {
+        Self {
+            kinesis,
+            shard_id: shard_id.into(),
+            start,
+            iterator: None,
+            last_sequence_number: None,
+            limit,
+        }
+    }
+
+    /// Forgets the iterator; the next read gets a fresh one.
+    pub fn reset_iterator(&mut self) {
+        self.iterator = None;
+    }
+
+    /// One GetRecords call (plus GetShardIterator when needed).
+    ///
+    /// # Errors
+    /// [`KinesisError`]; on `ExpiredIterator` the iterator is already reset.
+    pub async fn read(&mut self) -> Result<ReadBatch, KinesisError> {
+        let iterator = match self.iterator.take() {
+            Some(iterator) => iterator,
+            None => {
+                let position = match &self.last_sequence_number {
+                    Some(last) => StartingPosition::AfterSequenceNumber(last.clone()),
+                    None => self.start.clone(),
+                };
+                self.kinesis
+                    .get_shard_iterator(&self.shard_id, &position)
+                    .await?
+            }
+        };
+        let output = match self.kinesis.get_records(&iterator, self.limit).await {
+            Ok(output) => output,
+            Err(KinesisError::ExpiredIterator) => return Err(KinesisError::ExpiredIterator),
+            Err(err) => {
+                // Keep the iterator: it is still valid for retries within
+                // five minutes; past that, Kinesis says it expired.
+                self.iterator = Some(iterator);
+                return Err(err);
+            }
+        };
+        let millis_behind_latest = output.millis_behind_latest();
+        let shard_end = output.next_shard_iterator().is_none();
+        self.iterator = output.next_shard_iterator.clone();
+        let mut batch = ReadBatch {
+            millis_behind_latest,
+            shard_end,
+            records: Vec::with_capacity(output.records.len()),
+            bytes: 0,
+        };
+        for record in output.records {
+            batch.bytes += record.data().as_ref().len() as u64;
+            match ShardRecord::from_kinesis(&self.shard_id, record) {
+                Ok(record) => {
+                    self.last_sequence_number = Some(record.sequence_number.clone());
+                    batch.records.push(record);
+                }
+                // Kinesis never returns such a record; if a server did, it
+                // could not be placed in any range.
+                Err(err) => {
+                    error!(shard_id = %self.shard_id, error = %err, "skipping record with invalid sequence number")
+                }
+            }
+        }
+        Ok(batch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_kinesis::Client;
+    use aws_sdk_kinesis::operation::get_records::{GetRecordsError, GetRecordsOutput};
+    use aws_sdk_kinesis::operation::get_shard_iterator::GetShardIteratorOutput;
+    use aws_sdk_kinesis::types::error::ExpiredIteratorException;
+    use aws_sdk_kinesis::types::{Record, ShardIteratorType};
+    use aws_smithy_mocks::{RuleMode, mock, mock_client};
+    use aws_smithy_types::error::ErrorMetadata;
+    use aws_smithy_types::{Blob, DateTime};
+
+    use super::*;
+    use crate::config::StreamRef;
+
+    fn record(sequence_number: &str) -> Record {
+        Record::builder()
+            .sequence_number(sequence_number)
+            .approximate_arrival_timestamp(DateTime::from_millis(1_000))
+            .data(Blob::new(b"x".to_vec()))
+            .partition_key("pk")
+            .build()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn resumes_after_the_last_record_when_the_iterator_expires() {
+        let first_iterator = mock!(Client::get_shard_iterator)
+            .match_requests(|input| {
+                input.shard_iterator_type() == Some(&ShardIteratorType::TrimHorizon)
+            })
+            .then_output(|| {
+                GetShardIteratorOutput::builder()
+                    .shard_iterator("it-1")
+                    .build()
+            });
+        let read1 = mock!(Client::get_records)
+            .match_requests(|input| input.shard_iterator() == Some("it-1"))
+            .then_output(|| {
+                GetRecordsOutput::builder()
+                    .records(record("5"))
+                    .records(record("9"))
+                    .next_shard_iterator("it-2")
+                    .millis_behind_latest(1_000)
+                    .build()
+                    .unwrap()
+            });
+        let expired = mock!(Client::get_records)
+            .match_requests(|input| input.shard_iterator() == Some("it-2"))
+            .then_error(|| {
+                GetRecordsError::ExpiredIteratorException(
+                    ExpiredIteratorException::builder()
+                        .meta(
+                            ErrorMetadata::builder()
+                                .code("ExpiredIteratorException")
+                                .build(),
+                        )
+                        .build(),
+                )
+            });
+        let reacquire = mock!(Client::get_shard_iterator)
+            .match_requests(|input| {
+                input.shard_iterator_type() == Some(&ShardIteratorType::AfterSequenceNumber)
+                    && input.starting_sequence_number() == Some("9")
+            })
+            .then_output(|| {
+                GetShardIteratorOutput::builder()
+                    .shard_iterator("it-3")
+                    .build()
+            });
+        let read2 = mock!(Client::get_records)
+            .match_requests(|input| input.shard_iterator() == Some("it-3"))
+            .then_output(|| {
+                GetRecordsOutput::builder()
+                    .records(record("12"))
+                    .millis_behind_latest(0)
+                    .build()
+                    .unwrap()
+            });
+        let client = mock_client!(
+            aws_sdk_kinesis,
+            RuleMode::Sequential,
+            [&first_iterator, &read1, &expired, &reacquire, &read2]
+        );
+        let kinesis = Kinesis::new(client, StreamRef::Name("s".to_owned()));
+        let mut reader = ShardReader::new(
+            kinesis,
+            "shardId-000000000000",
+            StartingPosition::TrimHorizon,
+            100,
+        );
+
+        let batch = reader.read().await.unwrap();
+        assert_eq!(batch.records.len(), 2);
+        assert!(!batch.shard_end);
+        assert!(matches!(
+            reader.read().await,
+            Err(KinesisError::ExpiredIterator)
+        ));
+        let batch = reader.read().await.unwrap();
+        assert_eq!(batch.records[0].sequence_number, "12");
+        assert!(batch.shard_end, "no NextShardIterator means SHARD_END");
+        assert_eq!(batch.millis_behind_latest, Some(0));
+        assert_eq!(reacquire.num_calls(), 1);
+    }
+}

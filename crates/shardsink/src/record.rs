@@ -1,0 +1,140 @@
+//! [`ShardRecord`]: one Kinesis record as shardsink handles it.
+
+use aws_sdk_kinesis::types::Record;
+use bytes::Bytes;
+use sequence_range::{ParseSequenceNumberError, SequenceNumber};
+use tracing::warn;
+
+use crate::kpl::{self, UserRecord};
+use crate::minute::Minute;
+
+/// One Kinesis record: the unit of sequence ranges, checkpoints and batch
+/// boundaries. A KPL aggregated record carries several user records, written
+/// as separate lines with their `subSequenceNumber`; they are never split
+/// across batches, so ranges and checkpoints stay whole Kinesis records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardRecord {
+    /// The sequence number, as Kinesis returned it (validated canonical
+    /// decimal text; compare with [`SequenceNumber::cmp_text`]).
+    pub sequence_number: String,
+    /// `ApproximateArrivalTimestamp`, milliseconds since the Unix epoch.
+    pub arrival_millis: i64,
+    /// The record's partition key.
+    pub partition_key: String,
+    /// The record's data blob (for a KPL record, the whole aggregate).
+    pub data: Bytes,
+    /// The user records, when the data is a valid KPL aggregate.
+    pub user_records: Option<Vec<UserRecord>>,
+}
+
+/// A record Kinesis returned that shardsink cannot place.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// The sequence number is not a decimal number.
+    #[error("record has an invalid sequence number")]
+    SequenceNumber(#[from] ParseSequenceNumberError),
+}
+
+impl ShardRecord {
+    /// Converts a GetRecords record, unpacking KPL aggregates. A record whose
+    /// data starts with the KPL magic but does not decode is kept whole (and
+    /// logged), as the KCL does. A record without an arrival timestamp (the
+    /// API always sets one) is placed at the epoch and logged.
+    ///
+    /// # Errors
+    /// [`RecordError`] when the sequence number is not canonical decimal text.
+    pub fn from_kinesis(shard_id: &str, record: Record) -> Result<Self, RecordError> {
+        let Record {
+            sequence_number,
+            approximate_arrival_timestamp,
+            data,
+            partition_key,
+            ..
+        } = record;
+        SequenceNumber::validate_text(&sequence_number)?;
+        let arrival_millis = match approximate_arrival_timestamp {
+            Some(time) => time.to_millis().unwrap_or(0),
+            None => {
+                warn!(
+                    shard_id,
+                    sequence_number, "record has no arrival timestamp; placed at the epoch"
+                );
+                0
+            }
+        };
+        let data = Bytes::from(data.into_inner());
+        let user_records = match kpl::deaggregate(&data) {
+            Ok(records) => records,
+            Err(error) => {
+                warn!(shard_id, sequence_number, error = %error, "invalid kpl aggregate kept as one record");
+                None
+            }
+        };
+        Ok(Self {
+            sequence_number,
+            arrival_millis,
+            partition_key: partition_key.unwrap_or_default(),
+            data,
+            user_records,
+        })
+    }
+
+    /// The UTC minute of the arrival timestamp.
+    pub fn minute(&self) -> Minute {
+        Minute::from_millis(self.arrival_millis)
+    }
+
+    /// How many lines the record becomes.
+    pub fn user_record_count(&self) -> usize {
+        self.user_records.as_ref().map_or(1, Vec::len)
+    }
+
+    /// The sequence number as an integer.
+    pub fn parsed_sequence_number(&self) -> SequenceNumber {
+        // Validated in `from_kinesis`; `parse` cannot fail on it.
+        SequenceNumber::parse(&self.sequence_number).unwrap_or_else(|_| SequenceNumber::zero())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_smithy_types::{Blob, DateTime};
+
+    use super::*;
+
+    fn sdk_record(sequence_number: &str, data: Vec<u8>) -> Record {
+        Record::builder()
+            .sequence_number(sequence_number)
+            .approximate_arrival_timestamp(DateTime::from_millis(1_763_702_823_123))
+            .data(Blob::new(data))
+            .partition_key("pk")
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn converts_a_plain_record() {
+        let record =
+            ShardRecord::from_kinesis("shardId-0", sdk_record("42", b"hello".to_vec())).unwrap();
+        assert_eq!(record.sequence_number, "42");
+        assert_eq!(record.arrival_millis, 1_763_702_823_123);
+        assert_eq!(record.minute().path(), "2025/11/21/05/27");
+        assert_eq!(&record.data[..], b"hello");
+        assert_eq!(record.user_record_count(), 1);
+    }
+
+    #[test]
+    fn unpacks_kpl_aggregates() {
+        let aggregate = kpl::aggregate(&[
+            ("a".to_owned(), None, b"one".to_vec()),
+            ("b".to_owned(), None, b"two".to_vec()),
+        ]);
+        let record = ShardRecord::from_kinesis("shardId-0", sdk_record("7", aggregate)).unwrap();
+        assert_eq!(record.user_record_count(), 2);
+    }
+
+    #[test]
+    fn rejects_non_decimal_sequence_numbers() {
+        assert!(ShardRecord::from_kinesis("shardId-0", sdk_record("12ab", vec![])).is_err());
+    }
+}

@@ -1,0 +1,520 @@
+//! [`ShardTask`]: reads one leased shard and writes its records to S3.
+//!
+//! Per record, in sequence order:
+//! 1. While a pending batch from the lease row is being replayed, the record
+//!    goes into the replay batch until the pending batch's last record; then
+//!    that batch is written under its recorded key.
+//! 2. While dedup is on, a record already in S3 is skipped; the batch being
+//!    built ends before it (batches are contiguous runs of records).
+//! 3. A record of another arrival minute ends the batch being built.
+//! 4. The record is appended; a batch past a buffering limit is written.
+//!
+//! Batches are written one at a time, in order (brief contract line 4): the
+//! task awaits each write — record pending, PUT, checkpoint — before reading
+//! on.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sequence_range::SequenceNumber;
+use shard_lease::{Checkpoint, HeldLease, Lease, PendingBatch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, error, info, info_span, warn};
+
+use crate::aws::{Kinesis, KinesisError, ObjectStore, StartingPosition};
+use crate::backoff::Backoff;
+use crate::batch::{Batch, BufferLimits, FlushReason, MemoryBudget};
+use crate::compression::Compression;
+use crate::config::InitialPosition;
+use crate::dedup::Dedup;
+use crate::key::KeyLayout;
+use crate::reader::{ReadBatch, ShardReader};
+use crate::record::ShardRecord;
+use crate::stats::Stats;
+use crate::writer::{BatchWriter, ShardError, error_chain};
+
+/// Kinesis allows 5 GetRecords calls a second per shard (GetRecords API
+/// reference); a busy shard is read at most this often.
+const MIN_READ_INTERVAL: Duration = Duration::from_millis(200);
+
+/// A minute is over for a caught-up shard this long after it ends by the
+/// local clock: slack for clock skew between this host and Kinesis. A record
+/// of the minute that still arrives later only makes one more object.
+const MINUTE_CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// How often a shard whose last records were all found already in S3
+/// checkpoints past them while idle.
+const IDLE_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How often each shard logs its progress.
+const PROGRESS_INTERVAL: Duration = Duration::from_secs(30);
+
+/// What every shard task shares.
+#[derive(Debug)]
+pub struct ShardContext {
+    /// The stream.
+    pub kinesis: Kinesis,
+    /// The bucket.
+    pub store: ObjectStore,
+    /// Key layout under the prefix.
+    pub layout: KeyLayout,
+    /// Codec and level for new batches.
+    pub compression: Compression,
+    /// Buffering hints.
+    pub limits: BufferLimits,
+    /// Process-wide buffer budget.
+    pub budget: Arc<MemoryBudget>,
+    /// Process-wide counters.
+    pub stats: Arc<Stats>,
+    /// Start of a shard without a checkpoint.
+    pub initial_position: InitialPosition,
+    /// Start time for `AT_TIMESTAMP`.
+    pub initial_timestamp: Option<DateTime<Utc>>,
+    /// Wait between reads of a caught-up shard.
+    pub idle_time_between_reads: Duration,
+    /// GetRecords `Limit`.
+    pub max_records_per_read: i32,
+}
+
+/// How a shard task ended, when it did not fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardExit {
+    /// The shard is closed and every record is in S3; checkpoint `SHARD_END`.
+    ShardEnd,
+    /// The lease was lost; nothing more was written.
+    LeaseLost,
+    /// Shutdown requested; the buffer was written and checkpointed.
+    Shutdown,
+}
+
+/// The pending batch being replayed.
+#[derive(Debug)]
+struct Replay {
+    pending: PendingBatch,
+    batch: Option<Batch>,
+}
+
+/// One shard's reading and writing, for as long as the lease is held.
+#[derive(Debug)]
+pub struct ShardTask {
+    ctx: Arc<ShardContext>,
+    lease: Arc<HeldLease>,
+    shard_id: String,
+    writer: BatchWriter,
+    dedup: Dedup,
+    batch: Option<Batch>,
+    replay: Option<Replay>,
+    /// The checkpoint in the lease row.
+    checkpoint: Checkpoint,
+    /// The last Kinesis record that is in S3 with nothing buffered before it.
+    handled_through: Option<SequenceNumber>,
+    last_checkpoint_at: Instant,
+    progress: Progress,
+}
+
+/// Per-shard counters for the progress log.
+#[derive(Debug)]
+struct Progress {
+    records_read: u64,
+    batches_written: u64,
+    duplicates_excluded: u64,
+    millis_behind_latest: Option<i64>,
+    logged_at: Instant,
+}
+
+impl ShardTask {
+    /// A task for the shard `lease` holds; dedup starts on (the lease was just
+    /// taken).
+    pub fn new(ctx: Arc<ShardContext>, lease: Arc<HeldLease>) -> Self {
+        let writer = BatchWriter::new(
+            ctx.store.clone(),
+            ctx.layout.clone(),
+            ctx.compression,
+            lease.clone(),
+            ctx.stats.clone(),
+        );
+        Self {
+            shard_id: lease.shard_id().to_owned(),
+            ctx,
+            lease,
+            writer,
+            dedup: Dedup::enabled(),
+            batch: None,
+            replay: None,
+            checkpoint: Checkpoint::TrimHorizon,
+            handled_through: None,
+            last_checkpoint_at: Instant::now(),
+            progress: Progress {
+                records_read: 0,
+                batches_written: 0,
+                duplicates_excluded: 0,
+                millis_behind_latest: None,
+                logged_at: Instant::now(),
+            },
+        }
+    }
+
+    /// Runs until `SHARD_END`, lease loss, or `shutdown`; then writes what is
+    /// buffered (except after a lease loss) and returns.
+    ///
+    /// # Errors
+    /// [`ShardError`] other than a lost lease (which is `Ok(LeaseLost)`).
+    pub async fn run(self, shutdown: CancellationToken) -> Result<ShardExit, ShardError> {
+        let span = info_span!("shard", shard_id = %self.shard_id);
+        async move {
+            match self.run_inner(shutdown).await {
+                Err(ShardError::LeaseLost { .. }) => Ok(ShardExit::LeaseLost),
+                other => other,
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn run_inner(mut self, shutdown: CancellationToken) -> Result<ShardExit, ShardError> {
+        let lease = self.lease.snapshot().await;
+        if lease.checkpoint.is_shard_end() {
+            return Ok(ShardExit::ShardEnd);
+        }
+        self.checkpoint = lease.checkpoint.clone();
+        let start = self.start_position(&lease);
+        info!(checkpoint = %lease.checkpoint, start = ?start, pending_batch = ?lease.pending_batch.as_ref().map(|p| &p.key), "shard started");
+        self.replay = lease.pending_batch.map(|pending| Replay {
+            pending,
+            batch: None,
+        });
+        let mut reader = ShardReader::new(
+            self.ctx.kinesis.clone(),
+            self.shard_id.clone(),
+            start,
+            self.ctx.max_records_per_read,
+        );
+        let (mut transient, mut persistent) = (Backoff::transient(), Backoff::persistent());
+        let lost = self.lease.lost().clone();
+        loop {
+            let started = Instant::now();
+            let read = tokio::select! {
+                biased;
+                () = shutdown.cancelled() => return self.finish_shutdown().await,
+                () = lost.cancelled() => return Ok(ShardExit::LeaseLost),
+                read = reader.read() => read,
+            };
+            let delay = match read {
+                Ok(read) => {
+                    transient.reset();
+                    persistent.reset();
+                    let caught_up = read.records.is_empty() || read.millis_behind_latest == Some(0);
+                    let shard_end = read.shard_end;
+                    self.note_read(&read);
+                    for record in read.records {
+                        self.on_record(record).await?;
+                    }
+                    if shard_end {
+                        return self.finish_shard_end().await;
+                    }
+                    self.flush_if_due(caught_up).await?;
+                    self.checkpoint_if_idle(false).await?;
+                    if caught_up {
+                        self.ctx.idle_time_between_reads
+                    } else {
+                        MIN_READ_INTERVAL.saturating_sub(started.elapsed())
+                    }
+                }
+                Err(KinesisError::ExpiredIterator) => {
+                    info!("shard iterator expired; getting a new one");
+                    reader.reset_iterator();
+                    Duration::ZERO
+                }
+                Err(err) => {
+                    let delay = if err.is_retriable() {
+                        transient.next_delay()
+                    } else {
+                        persistent.next_delay()
+                    };
+                    if err.is_retriable() {
+                        warn!(error = %error_chain(&err), ?delay, "read failed; retrying");
+                    } else {
+                        error!(error = %error_chain(&err), ?delay, "read failed; retrying");
+                    }
+                    // Buffers still age while reads fail.
+                    self.flush_if_due(false).await?;
+                    delay
+                }
+            };
+            self.log_progress(false);
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => return self.finish_shutdown().await,
+                () = lost.cancelled() => return Ok(ShardExit::LeaseLost),
+                () = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+
+    /// Where reading starts: the pending batch's first record, after the
+    /// checkpoint, or the initial position.
+    fn start_position(&self, lease: &Lease) -> StartingPosition {
+        if let Some(pending) = &lease.pending_batch {
+            return StartingPosition::AtSequenceNumber(pending.first.to_string());
+        }
+        match &lease.checkpoint {
+            Checkpoint::SequenceNumber(n) => StartingPosition::AfterSequenceNumber(n.to_string()),
+            Checkpoint::TrimHorizon | Checkpoint::ShardEnd => StartingPosition::TrimHorizon,
+            Checkpoint::Latest => StartingPosition::Latest,
+            Checkpoint::AtTimestamp => match self.ctx.initial_timestamp {
+                Some(time) => StartingPosition::AtTimestamp(time),
+                None => {
+                    warn!(
+                        "lease says AT_TIMESTAMP but no --initial-timestamp is set; starting at TRIM_HORIZON"
+                    );
+                    StartingPosition::TrimHorizon
+                }
+            },
+        }
+    }
+
+    async fn on_record(&mut self, record: ShardRecord) -> Result<(), ShardError> {
+        if self.replay.is_some() {
+            match self.replay_step(&record).await? {
+                ReplayStep::Consumed => return Ok(()),
+                ReplayStep::NotPart => {}
+            }
+        }
+        let sequence_number = record.parsed_sequence_number();
+        if self.dedup.is_enabled() && self.is_written(&record, &sequence_number).await? {
+            if let Some(batch) = self.batch.take() {
+                self.write(batch, FlushReason::Gap).await?;
+            }
+            let excluded = record.user_record_count() as u64;
+            self.progress.duplicates_excluded += excluded;
+            Stats::add(&self.ctx.stats.duplicates_excluded, excluded);
+            self.handled_through = Some(sequence_number);
+            return Ok(());
+        }
+        let minute = record.minute();
+        if self
+            .batch
+            .as_ref()
+            .is_some_and(|batch| batch.minute() != minute)
+        {
+            if let Some(batch) = self.batch.take() {
+                self.write(batch, FlushReason::MinuteOver).await?;
+            }
+        }
+        let batch = self
+            .batch
+            .get_or_insert_with(|| Batch::new(&self.shard_id, minute, self.ctx.budget.clone()));
+        batch.push(&record);
+        if let Some(reason) = batch.flush_reason(&self.ctx.limits) {
+            if let Some(batch) = self.batch.take() {
+                self.write(batch, reason).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Feeds a record to the pending batch's replay.
+    async fn replay_step(&mut self, record: &ShardRecord) -> Result<ReplayStep, ShardError> {
+        let Some(replay) = self.replay.as_mut() else {
+            return Ok(ReplayStep::NotPart);
+        };
+        let sequence_number = record.parsed_sequence_number();
+        let expected_first = replay.batch.is_none();
+        if (expected_first && sequence_number != replay.pending.first)
+            || sequence_number > replay.pending.last
+        {
+            warn!(
+                key = %replay.pending.key,
+                first = %replay.pending.first,
+                last = %replay.pending.last,
+                found = %sequence_number,
+                "pending batch can no longer be replayed exactly (its records left the stream); dedup takes over"
+            );
+            self.replay = None;
+            // Clear the pending batch so the next one can be recorded.
+            self.writer.checkpoint(&self.checkpoint).await?;
+            return Ok(ReplayStep::NotPart);
+        }
+        let batch = replay.batch.get_or_insert_with(|| {
+            Batch::new(&self.shard_id, record.minute(), self.ctx.budget.clone())
+        });
+        batch.push(record);
+        if sequence_number == replay.pending.last {
+            if let Some(Replay {
+                pending,
+                batch: Some(batch),
+            }) = self.replay.take()
+            {
+                let records = batch.user_records() as u64;
+                let written = self.writer.replay(&pending, batch).await?;
+                info!(key = %written.key, records, already_present = written.outcome == crate::aws::PutOutcome::AlreadyExists, "pending batch replayed");
+                self.after_write(pending.last);
+            }
+        }
+        Ok(ReplayStep::Consumed)
+    }
+
+    /// Whether dedup finds the record in S3, retrying listing failures.
+    async fn is_written(
+        &mut self,
+        record: &ShardRecord,
+        sequence_number: &SequenceNumber,
+    ) -> Result<bool, ShardError> {
+        let mut backoff = Backoff::transient();
+        loop {
+            let result = self
+                .dedup
+                .is_written(
+                    &self.ctx.store,
+                    &self.ctx.layout,
+                    &self.shard_id,
+                    record.minute(),
+                    sequence_number,
+                    &self.ctx.stats,
+                )
+                .await;
+            match result {
+                Ok(written) => return Ok(written),
+                Err(err) => {
+                    if self.lease.is_lost() {
+                        return Err(ShardError::LeaseLost {
+                            shard_id: self.shard_id.clone(),
+                        });
+                    }
+                    let delay = backoff.next_delay();
+                    warn!(error = %error_chain(&err), ?delay, "dedup listing failed; retrying");
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+
+    async fn write(&mut self, batch: Batch, reason: FlushReason) -> Result<(), ShardError> {
+        let written = self.writer.write(batch, reason).await?;
+        self.progress.batches_written += 1;
+        if reason != FlushReason::Gap {
+            self.dedup.on_batch_written(&self.shard_id);
+        }
+        let last = SequenceNumber::parse(&written.last).map_err(|_| ShardError::Internal {
+            shard_id: self.shard_id.clone(),
+            message: "written batch has an invalid last sequence number",
+        })?;
+        self.after_write(last);
+        Ok(())
+    }
+
+    fn after_write(&mut self, last: SequenceNumber) {
+        self.checkpoint = Checkpoint::SequenceNumber(last.clone());
+        self.handled_through = Some(last);
+        self.last_checkpoint_at = Instant::now();
+    }
+
+    /// Writes the batch being built if a buffering limit is reached, or if its
+    /// minute is over while the shard is caught up.
+    async fn flush_if_due(&mut self, caught_up: bool) -> Result<(), ShardError> {
+        let Some(batch) = &self.batch else {
+            return Ok(());
+        };
+        let mut reason = batch.flush_reason(&self.ctx.limits);
+        if reason.is_none() && caught_up {
+            let grace = i64::try_from(MINUTE_CLOSE_GRACE.as_millis()).unwrap_or(i64::MAX);
+            if Utc::now().timestamp_millis() >= batch.minute().end_millis().saturating_add(grace) {
+                reason = Some(FlushReason::MinuteOver);
+            }
+        }
+        if let Some(reason) = reason {
+            if let Some(batch) = self.batch.take() {
+                self.write(batch, reason).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checkpoints past records dedup found in S3 when nothing is buffered and
+    /// no write has checkpointed them for a while (or at shutdown).
+    async fn checkpoint_if_idle(&mut self, force: bool) -> Result<(), ShardError> {
+        if self.batch.is_some() || self.replay.is_some() {
+            return Ok(());
+        }
+        let Some(handled) = &self.handled_through else {
+            return Ok(());
+        };
+        let behind = self
+            .checkpoint
+            .sequence_number()
+            .is_none_or(|checkpoint| checkpoint < handled);
+        if behind && (force || self.last_checkpoint_at.elapsed() >= IDLE_CHECKPOINT_INTERVAL) {
+            let checkpoint = Checkpoint::SequenceNumber(handled.clone());
+            self.writer.checkpoint(&checkpoint).await?;
+            info!(checkpoint = %checkpoint, "checkpointed past records already in S3");
+            self.checkpoint = checkpoint;
+            self.last_checkpoint_at = Instant::now();
+        }
+        Ok(())
+    }
+
+    async fn finish_shard_end(mut self) -> Result<ShardExit, ShardError> {
+        if let Some(replay) = self.replay.take() {
+            warn!(key = %replay.pending.key, "shard ended before the pending batch was complete; dedup covers it");
+        }
+        if let Some(batch) = self.batch.take() {
+            self.write(batch, FlushReason::ShardEnd).await?;
+        }
+        self.writer.checkpoint(&Checkpoint::ShardEnd).await?;
+        self.log_progress(true);
+        info!("shard reached SHARD_END; checkpointed");
+        Ok(ShardExit::ShardEnd)
+    }
+
+    async fn finish_shutdown(mut self) -> Result<ShardExit, ShardError> {
+        if self.replay.is_some() {
+            // The pending batch stays in the row and is replayed next time.
+            info!("shutdown during replay of the pending batch; it is replayed on the next start");
+            return Ok(ShardExit::Shutdown);
+        }
+        if let Some(batch) = self.batch.take() {
+            self.write(batch, FlushReason::Shutdown).await?;
+        }
+        self.checkpoint_if_idle(true).await?;
+        self.log_progress(true);
+        Ok(ShardExit::Shutdown)
+    }
+
+    fn note_read(&mut self, read: &ReadBatch) {
+        let kinesis_records = read.records.len() as u64;
+        let user_records: u64 = read
+            .records
+            .iter()
+            .map(|r| r.user_record_count() as u64)
+            .sum();
+        self.progress.records_read += user_records;
+        self.progress.millis_behind_latest = read
+            .millis_behind_latest
+            .or(self.progress.millis_behind_latest);
+        Stats::add(&self.ctx.stats.kinesis_records_read, kinesis_records);
+        Stats::add(&self.ctx.stats.records_read, user_records);
+        Stats::add(&self.ctx.stats.bytes_read, read.bytes);
+    }
+
+    fn log_progress(&mut self, force: bool) {
+        if force || self.progress.logged_at.elapsed() >= PROGRESS_INTERVAL {
+            info!(
+                records_read = self.progress.records_read,
+                batches_written = self.progress.batches_written,
+                duplicates_excluded = self.progress.duplicates_excluded,
+                millis_behind_latest = self.progress.millis_behind_latest,
+                dedup = self.dedup.is_enabled(),
+                checkpoint = %self.checkpoint,
+                "shard progress"
+            );
+            self.progress.logged_at = Instant::now();
+        }
+    }
+}
+
+enum ReplayStep {
+    Consumed,
+    NotPart,
+}

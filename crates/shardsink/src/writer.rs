@@ -1,0 +1,390 @@
+//! [`BatchWriter`]: writes one batch the only way shardsink writes anything.
+//!
+//! 1. Record the batch (key, first, last) in the lease row, conditional on the
+//!    lease counter (`pendingCheckpoint`; brief contract line 6). A worker that
+//!    lost the lease fails here and writes nothing new.
+//! 2. PUT the object with `If-None-Match: *` (contract line 2). A 412 means the
+//!    object exists: it is read back and must hold the same records, or the
+//!    shard stops with [`ShardError::ObjectConflict`]; it is never overwritten.
+//! 3. Checkpoint the batch's last sequence number, clearing the pending batch
+//!    (contract line 3: the checkpoint only passes records durably in S3).
+//!
+//! A crash between 1 and 3 leaves the pending batch in the row; whoever holds
+//! the lease next replays exactly that batch — same key, same bytes — before
+//! anything else ([`BatchWriter::replay`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::Value;
+use shard_lease::{Checkpoint, HeldLease, LeaseError, PendingBatch};
+use tracing::{error, info, warn};
+
+use crate::aws::{ObjectStore, PutOutcome, S3Error};
+use crate::backoff::Backoff;
+use crate::batch::{Batch, FlushReason};
+use crate::compression::{self, Compression};
+use crate::config::CompressionCodec;
+use crate::failpoint::crash_point;
+use crate::key::{KeyLayout, parse_object_name};
+use crate::stats::Stats;
+
+/// Why a shard task stopped other than by reaching `SHARD_END` or shutdown.
+#[derive(Debug, thiserror::Error)]
+pub enum ShardError {
+    /// The lease was lost; the task wrote nothing after noticing.
+    #[error("lease lost for shard {shard_id}")]
+    LeaseLost {
+        /// The shard.
+        shard_id: String,
+    },
+    /// An object with the batch's key exists and holds other records.
+    /// shardsink never overwrites; an operator must look.
+    #[error("object s3://{bucket}/{key} exists with different records; refusing to overwrite")]
+    ObjectConflict {
+        /// The bucket.
+        bucket: String,
+        /// The key.
+        key: String,
+    },
+    /// The lease table is gone.
+    #[error("lease table missing")]
+    TableMissing(#[source] LeaseError),
+    /// Compressing a batch failed (not expected for in-memory buffers).
+    #[error("compressing a batch of shard {shard_id} failed")]
+    Compression {
+        /// The shard.
+        shard_id: String,
+        /// The codec's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A bug: an invariant stated in the code does not hold.
+    #[error("internal error on shard {shard_id}: {message}")]
+    Internal {
+        /// The shard.
+        shard_id: String,
+        /// What went wrong.
+        message: &'static str,
+    },
+}
+
+/// A batch as written.
+#[derive(Debug, Clone)]
+pub struct WrittenBatch {
+    /// The key.
+    pub key: String,
+    /// The last Kinesis sequence number in it (now the checkpoint).
+    pub last: String,
+    /// Whether this call created the object or found it present.
+    pub outcome: PutOutcome,
+}
+
+/// Writes a shard's batches through its lease.
+#[derive(Debug, Clone)]
+pub struct BatchWriter {
+    store: ObjectStore,
+    layout: KeyLayout,
+    compression: Compression,
+    lease: Arc<HeldLease>,
+    stats: Arc<Stats>,
+}
+
+impl BatchWriter {
+    /// A writer for the shard `lease` is for.
+    pub fn new(
+        store: ObjectStore,
+        layout: KeyLayout,
+        compression: Compression,
+        lease: Arc<HeldLease>,
+        stats: Arc<Stats>,
+    ) -> Self {
+        Self {
+            store,
+            layout,
+            compression,
+            lease,
+            stats,
+        }
+    }
+
+    fn shard_id(&self) -> &str {
+        self.lease.shard_id()
+    }
+
+    /// Writes a non-empty batch: record pending → PUT → checkpoint.
+    ///
+    /// # Errors
+    /// [`ShardError`]; transient failures are retried here with backoff.
+    pub async fn write(
+        &self,
+        batch: Batch,
+        reason: FlushReason,
+    ) -> Result<WrittenBatch, ShardError> {
+        let range = batch.range().ok_or_else(|| ShardError::Internal {
+            shard_id: self.shard_id().to_owned(),
+            message: "write called with an empty batch",
+        })?;
+        let key = self.layout.object_key(
+            batch.minute(),
+            self.shard_id(),
+            &range,
+            self.compression.codec(),
+        );
+        let (first, last) = range.into_bounds();
+        let pending = PendingBatch { key, first, last };
+        crash_point("before-pending");
+        self.lease_write("record pending batch", || {
+            self.lease.record_pending_batch(&pending)
+        })
+        .await?;
+        crash_point("after-pending");
+        self.put_and_checkpoint(&pending, self.compression, batch, reason)
+            .await
+    }
+
+    /// Replays the pending batch recorded in the lease row: `batch` must hold
+    /// exactly the shard's records `pending.first..=pending.last`. Writes it
+    /// under the recorded key with the codec the key names, then checkpoints.
+    ///
+    /// # Errors
+    /// As [`write`](Self::write).
+    pub async fn replay(
+        &self,
+        pending: &PendingBatch,
+        batch: Batch,
+    ) -> Result<WrittenBatch, ShardError> {
+        let codec = pending
+            .key
+            .rsplit('/')
+            .next()
+            .and_then(|name| parse_object_name(name).ok())
+            .map_or(self.compression.codec(), |name| name.codec);
+        let compression = if codec == self.compression.codec() {
+            self.compression
+        } else {
+            // Settings changed since the batch was recorded: write what the
+            // key says, at that codec's default level.
+            Compression::new(codec, None)
+        };
+        self.put_and_checkpoint(pending, compression, batch, FlushReason::Replay)
+            .await
+    }
+
+    /// Writes a checkpoint that no batch write carries: past records dedup
+    /// found in S3, `SHARD_END`, or the current checkpoint again to clear a
+    /// pending batch that can no longer be replayed.
+    ///
+    /// # Errors
+    /// [`ShardError::LeaseLost`], [`ShardError::TableMissing`]; transient
+    /// failures are retried.
+    pub async fn checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), ShardError> {
+        self.lease_write("checkpoint", || self.lease.checkpoint(checkpoint))
+            .await
+    }
+
+    async fn put_and_checkpoint(
+        &self,
+        pending: &PendingBatch,
+        compression: Compression,
+        batch: Batch,
+        reason: FlushReason,
+    ) -> Result<WrittenBatch, ShardError> {
+        let records = batch.user_records();
+        let lines = Bytes::copy_from_slice(batch.lines());
+        drop(batch);
+        let body = compress(compression, lines.clone())
+            .await
+            .map_err(|source| ShardError::Compression {
+                shard_id: self.shard_id().to_owned(),
+                source,
+            })?;
+        let outcome = self
+            .put(&pending.key, body.clone(), compression.codec(), &lines)
+            .await?;
+        crash_point("after-put");
+        let checkpoint = Checkpoint::SequenceNumber(pending.last.clone());
+        self.lease_write("checkpoint", || self.lease.checkpoint(&checkpoint))
+            .await?;
+        crash_point("after-checkpoint");
+        match outcome {
+            PutOutcome::Created => {
+                Stats::add(&self.stats.batches_written, 1);
+                Stats::add(&self.stats.bytes_written, body.len() as u64);
+            }
+            PutOutcome::AlreadyExists => Stats::add(&self.stats.batches_already_present, 1),
+        }
+        Stats::add(&self.stats.records_written, records as u64);
+        info!(
+            key = %pending.key,
+            first = %pending.first,
+            last = %pending.last,
+            records,
+            bytes = body.len(),
+            reason = reason.as_str(),
+            already_present = outcome == PutOutcome::AlreadyExists,
+            "batch written"
+        );
+        Ok(WrittenBatch {
+            key: pending.key.clone(),
+            last: pending.last.to_string(),
+            outcome,
+        })
+    }
+
+    /// PUT with `If-None-Match: *`, retried until it succeeds or the lease is
+    /// lost; a 412 is checked against the records.
+    async fn put(
+        &self,
+        key: &str,
+        body: Bytes,
+        codec: CompressionCodec,
+        lines: &[u8],
+    ) -> Result<PutOutcome, ShardError> {
+        let mut backoff = Backoff::transient();
+        let mut persistent = Backoff::persistent();
+        loop {
+            let attempt = self
+                .store
+                .put_if_absent(key, body.clone(), compression::content_type(codec))
+                .await;
+            let err = match attempt {
+                Ok(PutOutcome::Created) => return Ok(PutOutcome::Created),
+                Ok(PutOutcome::AlreadyExists) => match self.same_records(key, codec, lines).await {
+                    Ok(true) => return Ok(PutOutcome::AlreadyExists),
+                    Ok(false) => {
+                        error!(key, "object exists with different records");
+                        return Err(ShardError::ObjectConflict {
+                            bucket: self.store.bucket().to_owned(),
+                            key: key.to_owned(),
+                        });
+                    }
+                    Err(err) => err,
+                },
+                Err(err) => err,
+            };
+            if self.lease.is_lost() {
+                // The batch is recorded in the row; the new owner replays it.
+                return Err(ShardError::LeaseLost {
+                    shard_id: self.shard_id().to_owned(),
+                });
+            }
+            let delay = retry_delay(&err, &mut backoff, &mut persistent);
+            warn!(key, error = %error_chain(&err), ?delay, "s3 write failed; retrying");
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// Whether the existing object `key` holds the same records as `lines`:
+    /// byte-equal after decompression, or else the same sequence numbers,
+    /// sub-sequence numbers and data line by line (an older shardsink may
+    /// have encoded the same records differently).
+    async fn same_records(
+        &self,
+        key: &str,
+        codec: CompressionCodec,
+        lines: &[u8],
+    ) -> Result<bool, S3Error> {
+        let existing = self.store.get(key).await?;
+        let decoded = match compression::decompress(codec, &existing) {
+            Ok(decoded) => decoded,
+            Err(err) => {
+                warn!(key, error = %err, "existing object does not decompress");
+                return Ok(false);
+            }
+        };
+        if decoded == lines {
+            return Ok(true);
+        }
+        let identities = |text: &[u8]| -> Option<Vec<(Value, Value, Value)>> {
+            text.split(|b| *b == b'\n')
+                .filter(|line| !line.is_empty())
+                .map(|line| {
+                    let value: Value = serde_json::from_slice(line).ok()?;
+                    Some((
+                        value.get("sequenceNumber")?.clone(),
+                        value
+                            .get("subSequenceNumber")
+                            .cloned()
+                            .unwrap_or(Value::Null),
+                        value.get("data")?.clone(),
+                    ))
+                })
+                .collect()
+        };
+        let same = identities(&decoded).is_some_and(|existing| Some(existing) == identities(lines));
+        if same {
+            warn!(
+                key,
+                "existing object holds the same records in another encoding"
+            );
+        }
+        Ok(same)
+    }
+
+    /// Runs a lease write, retrying transient DynamoDB failures; a lost lease
+    /// or a missing table ends the shard task.
+    async fn lease_write<F, Fut>(&self, what: &'static str, op: F) -> Result<(), ShardError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<(), LeaseError>>,
+    {
+        let mut backoff = Backoff::transient();
+        let mut persistent = Backoff::persistent();
+        loop {
+            match op().await {
+                Ok(()) => return Ok(()),
+                Err(err) if err.is_lease_lost() => {
+                    return Err(ShardError::LeaseLost {
+                        shard_id: self.shard_id().to_owned(),
+                    });
+                }
+                Err(err @ LeaseError::TableMissing { .. }) => {
+                    return Err(ShardError::TableMissing(err));
+                }
+                Err(err) => {
+                    let delay = if err.is_retriable() {
+                        backoff.next_delay()
+                    } else {
+                        persistent.next_delay()
+                    };
+                    warn!(operation = what, error = %error_chain(&err), ?delay, "lease write failed; retrying");
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+}
+
+/// Compresses off the async threads: a 64 MiB batch takes tens of
+/// milliseconds even with zstd.
+async fn compress(compression: Compression, lines: Bytes) -> std::io::Result<Bytes> {
+    if compression == Compression::None {
+        return Ok(lines);
+    }
+    match tokio::task::spawn_blocking(move || compression.compress(&lines)).await {
+        Ok(body) => body.map(Bytes::from),
+        Err(join_error) => Err(std::io::Error::other(join_error)),
+    }
+}
+
+fn retry_delay(err: &S3Error, transient: &mut Backoff, persistent: &mut Backoff) -> Duration {
+    if err.is_retriable() {
+        transient.next_delay()
+    } else {
+        persistent.next_delay()
+    }
+}
+
+/// An error and its sources, `: `-separated, for one log field.
+pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
