@@ -32,6 +32,8 @@ pub mod config;
 pub mod dedup;
 pub mod encode;
 pub mod failpoint;
+#[cfg(test)]
+mod fake_aws;
 pub mod key;
 pub mod kpl;
 pub mod minute;

@@ -518,3 +518,478 @@ enum ReplayStep {
     Consumed,
     NotPart,
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use bytes::Bytes;
+    use shard_lease::{LeaseTable, PendingBatch};
+
+    use super::*;
+    use crate::config::CompressionCodec;
+    use crate::fake_aws::{self, FakeBucket, FakeShard, FakeTable};
+    use crate::key::object_name;
+
+    const SHARD: &str = "shardId-000000000000";
+    /// 2020-01-01T00:00:00Z: a minute long over.
+    const PAST: i64 = 1_577_836_800_000;
+
+    /// The `i`-th sequence number: 56 digits, increasing, with gaps.
+    fn seq(i: u64) -> String {
+        let base =
+            SequenceNumber::parse("49590338271490256608559692538361571095921575989136588898")
+                .unwrap();
+        SequenceNumber::from(base.as_biguint() + i * 12_345).to_string()
+    }
+
+    struct Harness {
+        shard: Arc<FakeShard>,
+        bucket: Arc<FakeBucket>,
+        table: Arc<FakeTable>,
+        ctx: Arc<ShardContext>,
+        lease_table: LeaseTable,
+    }
+
+    fn harness(max_records: usize) -> Harness {
+        let (shard, bucket, table) = (
+            Arc::new(FakeShard::default()),
+            Arc::new(FakeBucket::default()),
+            Arc::new(FakeTable::default()),
+        );
+        let clients = fake_aws::clients(shard.clone(), bucket.clone(), table.clone());
+        let ctx = Arc::new(ShardContext {
+            kinesis: Kinesis::new(
+                clients.kinesis.clone(),
+                crate::config::StreamRef::Name("s".to_owned()),
+            ),
+            store: ObjectStore::new(clients.s3.clone(), "bucket"),
+            layout: KeyLayout::new("p"),
+            compression: Compression::Zstd(3),
+            limits: BufferLimits {
+                max_bytes: 1 << 30,
+                max_records,
+                max_age: Duration::from_secs(3_600),
+            },
+            budget: MemoryBudget::new(1 << 30),
+            stats: Arc::new(Stats::default()),
+            initial_position: InitialPosition::TrimHorizon,
+            initial_timestamp: None,
+            idle_time_between_reads: Duration::from_secs(1),
+            max_records_per_read: 10_000,
+        });
+        Harness {
+            lease_table: LeaseTable::new(clients.dynamodb, "leases"),
+            shard,
+            bucket,
+            table,
+            ctx,
+        }
+    }
+
+    impl Harness {
+        /// Creates and takes the lease, as the worker does.
+        async fn lease(
+            &self,
+            checkpoint: Checkpoint,
+            pending: Option<PendingBatch>,
+        ) -> Arc<HeldLease> {
+            let mut lease = Lease::new(SHARD, checkpoint, vec![]);
+            lease.pending_batch = pending;
+            self.lease_table.create_lease(&lease).await.unwrap();
+            let taken = self
+                .lease_table
+                .take_lease(&lease, "worker-1")
+                .await
+                .unwrap();
+            Arc::new(HeldLease::new(self.lease_table.clone(), taken))
+        }
+
+        /// Runs the task until `done` holds, then shuts it down.
+        async fn run_until(
+            &self,
+            lease: Arc<HeldLease>,
+            done: impl Fn(&Harness) -> bool,
+        ) -> Result<ShardExit, ShardError> {
+            let token = CancellationToken::new();
+            let task = tokio::spawn(ShardTask::new(self.ctx.clone(), lease).run(token.clone()));
+            for _ in 0..600 {
+                if done(self) || task.is_finished() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            token.cancel();
+            task.await.unwrap()
+        }
+
+        async fn row(&self) -> Lease {
+            self.lease_table.get_lease(SHARD).await.unwrap().unwrap()
+        }
+
+        /// Sequence numbers in S3, in key order then line order.
+        fn written(&self) -> Vec<String> {
+            self.bucket
+                .lines()
+                .into_iter()
+                .map(|(_, line)| line["sequenceNumber"].as_str().unwrap().to_owned())
+                .collect()
+        }
+    }
+
+    fn key_for(first: u64, last: u64, minute_millis: i64) -> String {
+        let range = sequence_range::SequenceRange::new(
+            SequenceNumber::parse(&seq(first)).unwrap(),
+            SequenceNumber::parse(&seq(last)).unwrap(),
+        )
+        .unwrap();
+        format!(
+            "{}{}",
+            KeyLayout::new("p")
+                .shard_minute_prefix(crate::minute::Minute::from_millis(minute_millis), SHARD),
+            object_name(&range, CompressionCodec::Zstd)
+        )
+    }
+
+    /// Sequence numbers in numeric order.
+    fn sorted(mut v: Vec<String>) -> Vec<String> {
+        v.sort_by(|a, b| SequenceNumber::cmp_text(a, b));
+        v
+    }
+
+    /// Keys in byte order.
+    fn sorted_keys(mut v: Vec<String>) -> Vec<String> {
+        v.sort();
+        v
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_writes_the_buffer_and_checkpoints_it() {
+        let h = harness(1_000);
+        // Arrival in an hour: the minute is not over while the test runs.
+        let future = Utc::now().timestamp_millis() + 3_600_000;
+        for i in 1..=10 {
+            h.shard.push(&seq(i), future, b"data");
+        }
+        let lease = h.lease(Checkpoint::TrimHorizon, None).await;
+        let exit = h
+            .run_until(lease, |h| h.shard.reads.load(Ordering::SeqCst) >= 2)
+            .await
+            .unwrap();
+        assert_eq!(exit, ShardExit::Shutdown);
+        assert_eq!(
+            h.written(),
+            (1..=10).map(seq).collect::<Vec<_>>(),
+            "the buffer is written at shutdown"
+        );
+        assert_eq!(
+            h.row().await.checkpoint,
+            Checkpoint::SequenceNumber(SequenceNumber::parse(&seq(10)).unwrap())
+        );
+        assert!(h.row().await.pending_batch.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_arrival_minute_gets_its_own_object() {
+        let h = harness(1_000);
+        for i in 1..=5 {
+            h.shard.push(&seq(i), PAST + 1_000 * i as i64, b"a");
+        }
+        for i in 6..=10 {
+            h.shard
+                .push(&seq(i), PAST + 60_000 + 1_000 * i as i64, b"b");
+        }
+        let lease = h.lease(Checkpoint::TrimHorizon, None).await;
+        h.run_until(lease, |h| lock_len(&h.bucket) == 2)
+            .await
+            .unwrap();
+        let keys: Vec<String> = h.bucket.objects.lock().unwrap().keys().cloned().collect();
+        assert_eq!(
+            sorted_keys(keys),
+            sorted_keys(vec![key_for(1, 5, PAST), key_for(6, 10, PAST + 60_000)])
+        );
+        assert_eq!(sorted(h.written()), (1..=10).map(seq).collect::<Vec<_>>());
+    }
+
+    fn lock_len(bucket: &FakeBucket) -> usize {
+        bucket.objects.lock().unwrap().len()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dedup_skips_records_in_s3_and_writes_around_them() {
+        let h = harness(1_000);
+        for i in 1..=10 {
+            h.shard.push(&seq(i), PAST + 1_000 * i as i64, b"x");
+        }
+        // A previous run wrote 3..=5 (listed ranges are all dedup reads).
+        let existing = key_for(3, 5, PAST);
+        h.bucket
+            .objects
+            .lock()
+            .unwrap()
+            .insert(existing.clone(), Bytes::from_static(b"not read"));
+        // A foreign key under the prefix is ignored.
+        let foreign = format!(
+            "{}README.txt",
+            KeyLayout::new("p")
+                .shard_minute_prefix(crate::minute::Minute::from_millis(PAST), SHARD)
+        );
+        h.bucket
+            .objects
+            .lock()
+            .unwrap()
+            .insert(foreign.clone(), Bytes::from_static(b"hello"));
+        let lease = h.lease(Checkpoint::TrimHorizon, None).await;
+        h.run_until(lease, |h| lock_len(&h.bucket) == 4)
+            .await
+            .unwrap();
+        let mut keys: Vec<String> = h.bucket.objects.lock().unwrap().keys().cloned().collect();
+        keys.retain(|k| k != &existing && k != &foreign);
+        assert_eq!(
+            sorted_keys(keys),
+            sorted_keys(vec![key_for(1, 2, PAST), key_for(6, 10, PAST)])
+        );
+        assert_eq!(Stats::get(&h.ctx.stats.duplicates_excluded), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_pending_batch_is_replayed_exactly_first() {
+        let h = harness(1_000);
+        for i in 1..=10 {
+            h.shard.push(&seq(i), PAST + 1_000 * i as i64, b"r");
+        }
+        // Crashed after recording 3..=6 and before the PUT; the new owner has
+        // other buffering settings (max 2 records) but must write 3..=6 as one.
+        let pending = PendingBatch {
+            key: key_for(3, 6, PAST),
+            first: SequenceNumber::parse(&seq(3)).unwrap(),
+            last: SequenceNumber::parse(&seq(6)).unwrap(),
+        };
+        let h = Harness {
+            ctx: Arc::new(ShardContext {
+                limits: BufferLimits {
+                    max_records: 2,
+                    ..h.ctx.limits
+                },
+                ..clone_ctx(&h.ctx)
+            }),
+            ..h
+        };
+        let lease = h
+            .lease(
+                Checkpoint::SequenceNumber(SequenceNumber::parse(&seq(2)).unwrap()),
+                Some(pending.clone()),
+            )
+            .await;
+        h.run_until(lease, |h| h.written().len() == 8)
+            .await
+            .unwrap();
+        let attempts = h.bucket.put_attempts.lock().unwrap().clone();
+        assert_eq!(
+            attempts[0], pending.key,
+            "the pending batch is written first"
+        );
+        let replayed: Vec<String> = h
+            .bucket
+            .lines()
+            .into_iter()
+            .filter(|(k, _)| *k == pending.key)
+            .map(|(_, l)| l["sequenceNumber"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(replayed, (3..=6).map(seq).collect::<Vec<_>>());
+        assert_eq!(sorted(h.written()), (3..=10).map(seq).collect::<Vec<_>>());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_replayed_batch_that_exists_is_not_overwritten() {
+        let h = harness(1_000);
+        for i in 1..=4 {
+            h.shard.push(&seq(i), PAST + 1_000 * i as i64, b"r");
+        }
+        let lease = h.lease(Checkpoint::TrimHorizon, None).await;
+        h.run_until(lease, |h| lock_len(&h.bucket) == 1)
+            .await
+            .unwrap();
+        let key = key_for(1, 4, PAST);
+        let original = h.bucket.objects.lock().unwrap()[&key].clone();
+        // Pretend the checkpoint after that PUT was lost.
+        let pending = PendingBatch {
+            key: key.clone(),
+            first: SequenceNumber::parse(&seq(1)).unwrap(),
+            last: SequenceNumber::parse(&seq(4)).unwrap(),
+        };
+        h.table.items.lock().unwrap().clear();
+        let lease = h.lease(Checkpoint::TrimHorizon, Some(pending)).await;
+        h.run_until(lease, |h| h.row_checkpoint_is(4))
+            .await
+            .unwrap();
+        assert_eq!(h.bucket.objects.lock().unwrap()[&key], original);
+        assert_eq!(
+            Stats::get(&h.ctx.stats.batches_already_present),
+            1,
+            "412, then verified"
+        );
+    }
+
+    impl Harness {
+        fn row_checkpoint_is(&self, i: u64) -> bool {
+            self.table
+                .items
+                .lock()
+                .unwrap()
+                .get(SHARD)
+                .and_then(|item| item.get("checkpoint"))
+                .and_then(|v| v.as_s().ok())
+                .is_some_and(|c| *c == seq(i))
+        }
+    }
+
+    fn clone_ctx(ctx: &ShardContext) -> ShardContext {
+        ShardContext {
+            kinesis: ctx.kinesis.clone(),
+            store: ctx.store.clone(),
+            layout: ctx.layout.clone(),
+            compression: ctx.compression,
+            limits: ctx.limits,
+            budget: ctx.budget.clone(),
+            stats: ctx.stats.clone(),
+            initial_position: ctx.initial_position,
+            initial_timestamp: ctx.initial_timestamp,
+            idle_time_between_reads: ctx.idle_time_between_reads,
+            max_records_per_read: ctx.max_records_per_read,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_put_holds_back_later_batches_and_the_checkpoint() {
+        let h = harness(2);
+        for i in 1..=6 {
+            h.shard.push(&seq(i), PAST + 1_000 * i as i64, b"w");
+        }
+        h.bucket.failing_puts.store(3, Ordering::SeqCst);
+        // At every applied PUT, the checkpoint must be below the new batch.
+        let table = h.table.clone();
+        *h.bucket.on_put.lock().unwrap() = Some(Box::new(move |key: &str| {
+            let checkpoint = table.items.lock().unwrap()[SHARD]["checkpoint"]
+                .as_s()
+                .unwrap()
+                .clone();
+            let first = crate::key::parse_object_name(key.rsplit('/').next().unwrap())
+                .unwrap()
+                .range
+                .first()
+                .clone();
+            if let Ok(cp) = SequenceNumber::parse(&checkpoint) {
+                assert!(
+                    cp < first,
+                    "checkpoint {cp} passed a record not yet in S3 ({first})"
+                );
+            }
+        }));
+        let lease = h.lease(Checkpoint::TrimHorizon, None).await;
+        h.run_until(lease, |h| lock_len(&h.bucket) == 3)
+            .await
+            .unwrap();
+        let attempts = h.bucket.put_attempts.lock().unwrap().clone();
+        let expected = [
+            key_for(1, 2, PAST),
+            key_for(3, 4, PAST),
+            key_for(5, 6, PAST),
+        ];
+        assert_eq!(
+            attempts[..4],
+            [
+                expected[0].clone(),
+                expected[0].clone(),
+                expected[0].clone(),
+                expected[0].clone()
+            ],
+            "retried, nothing else tried meanwhile"
+        );
+        assert_eq!(attempts[4..], expected[1..]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shard_end_writes_the_rest_and_checkpoints_shard_end() {
+        let h = harness(1_000);
+        let future = Utc::now().timestamp_millis() + 3_600_000;
+        for i in 1..=3 {
+            h.shard.push(&seq(i), future, b"e");
+        }
+        h.shard.close();
+        let lease = h.lease(Checkpoint::TrimHorizon, None).await;
+        let exit = h.run_until(lease, |_| false).await.unwrap();
+        assert_eq!(exit, ShardExit::ShardEnd);
+        assert_eq!(h.written(), (1..=3).map(seq).collect::<Vec<_>>());
+        assert_eq!(h.row().await.checkpoint, Checkpoint::ShardEnd);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_lease_stops_all_writes() {
+        let h = harness(2);
+        for i in 1..=6 {
+            h.shard.push(&seq(i), PAST + 1_000 * i as i64, b"l");
+        }
+        // Another worker takes the lease as soon as the first object lands.
+        let table = h.table.clone();
+        *h.bucket.on_put.lock().unwrap() = Some(Box::new(move |_key: &str| {
+            let mut items = table.items.lock().unwrap();
+            let row = items.get_mut(SHARD).unwrap();
+            row.insert(
+                "leaseOwner".to_owned(),
+                aws_sdk_dynamodb::types::AttributeValue::S("worker-2".to_owned()),
+            );
+            let counter: u64 = row["leaseCounter"].as_n().unwrap().parse().unwrap();
+            row.insert(
+                "leaseCounter".to_owned(),
+                aws_sdk_dynamodb::types::AttributeValue::N((counter + 1).to_string()),
+            );
+        }));
+        let lease = h.lease(Checkpoint::TrimHorizon, None).await;
+        let exit = h.run_until(lease, |_| false).await.unwrap();
+        assert_eq!(exit, ShardExit::LeaseLost);
+        assert_eq!(
+            h.bucket.put_attempts.lock().unwrap().len(),
+            1,
+            "no batch after the loss"
+        );
+        assert_eq!(h.row().await.lease_owner.as_deref(), Some("worker-2"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_object_with_other_records_is_never_overwritten() {
+        let h = harness(1_000);
+        for i in 1..=3 {
+            h.shard.push(&seq(i), PAST + 1_000 * i as i64, b"c");
+        }
+        let key = key_for(1, 3, PAST);
+        let other = Compression::Zstd(3)
+            .compress(b"{\"sequenceNumber\":\"1\",\"data\":\"\"}\n")
+            .unwrap();
+        // Written after dedup's listing, so the writer meets it as a 412.
+        let bucket = h.bucket.clone();
+        let planted = Bytes::from(other);
+        let planted_clone = planted.clone();
+        let key_clone = key.clone();
+        *h.bucket.on_put.lock().unwrap() = Some(Box::new(move |_k: &str| {
+            bucket
+                .objects
+                .lock()
+                .unwrap()
+                .entry(key_clone.clone())
+                .or_insert_with(|| planted_clone.clone());
+        }));
+        let lease = h.lease(Checkpoint::TrimHorizon, None).await;
+        let result = h.run_until(lease, |_| false).await;
+        assert!(
+            matches!(result, Err(ShardError::ObjectConflict { ref key, .. }) if key.ends_with(".jsonl.zst")),
+            "{result:?}"
+        );
+        assert_eq!(h.bucket.objects.lock().unwrap()[&key], planted);
+        assert_eq!(
+            h.row().await.checkpoint,
+            Checkpoint::TrimHorizon,
+            "no checkpoint past it"
+        );
+    }
+}

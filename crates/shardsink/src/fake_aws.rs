@@ -1,0 +1,498 @@
+//! In-memory fakes of the three services for shard-task tests, served through
+//! `aws-smithy-mocks` rules so the code under test uses real SDK clients:
+//! - [`FakeShard`]: one Kinesis shard with scripted records;
+//! - [`FakeBucket`]: S3 objects with `If-None-Match: *` (412), listing with
+//!   prefix and paging, and injectable PUT failures;
+//! - [`FakeTable`]: DynamoDB items with a small evaluator for the condition
+//!   and update expressions `shard-lease` writes (`#a = :v`, `AND`,
+//!   `attribute_not_exists`, `SET`, `+`, `if_not_exists`, `REMOVE`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_kinesis::types::{Record, ShardIteratorType};
+use aws_smithy_mocks::{MockResponse, RuleMode, mock, mock_client};
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use aws_smithy_runtime_api::http::StatusCode;
+use aws_smithy_types::body::SdkBody;
+use bytes::Bytes;
+use sequence_range::SequenceNumber;
+
+use crate::aws::AwsClients;
+
+/// Locks a test mutex; a poisoned lock means another test thread panicked.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// One Kinesis shard.
+#[derive(Debug, Default)]
+pub struct FakeShard {
+    records: Mutex<Vec<Record>>,
+    closed: Mutex<bool>,
+    /// GetRecords calls served.
+    pub reads: AtomicUsize,
+}
+
+impl FakeShard {
+    /// Appends a record; `seq` must grow.
+    pub fn push(&self, seq: &str, arrival_millis: i64, data: &[u8]) {
+        lock(&self.records).push(
+            Record::builder()
+                .sequence_number(seq)
+                .approximate_arrival_timestamp(aws_smithy_types::DateTime::from_millis(
+                    arrival_millis,
+                ))
+                .data(aws_smithy_types::Blob::new(data.to_vec()))
+                .partition_key(format!("pk-{seq}"))
+                .build()
+                .unwrap(),
+        );
+    }
+
+    /// Closes the shard: reading past the last record gives `SHARD_END`.
+    pub fn close(&self) {
+        *lock(&self.closed) = true;
+    }
+
+    fn start_index(&self, kind: &ShardIteratorType, seq: Option<&str>) -> usize {
+        let records = lock(&self.records);
+        let position = |after: bool| {
+            let target = SequenceNumber::parse(seq.unwrap_or("0")).unwrap();
+            records
+                .iter()
+                .position(|r| {
+                    let n = SequenceNumber::parse(r.sequence_number()).unwrap();
+                    if after { n > target } else { n >= target }
+                })
+                .unwrap_or(records.len())
+        };
+        match kind {
+            ShardIteratorType::TrimHorizon => 0,
+            ShardIteratorType::Latest => records.len(),
+            ShardIteratorType::AtSequenceNumber => position(false),
+            ShardIteratorType::AfterSequenceNumber => position(true),
+            other => panic!("fake shard does not support {other:?}"),
+        }
+    }
+}
+
+/// S3 objects.
+#[derive(Default)]
+pub struct FakeBucket {
+    /// Key → body.
+    pub objects: Mutex<BTreeMap<String, Bytes>>,
+    /// Keys of PUT attempts, in order (including failed ones).
+    pub put_attempts: Mutex<Vec<String>>,
+    /// The next this-many PUTs fail with 503 SlowDown.
+    pub failing_puts: AtomicUsize,
+    /// Called before each PUT is applied, with the key (for invariants).
+    #[allow(clippy::type_complexity)]
+    pub on_put: Mutex<Option<Box<dyn Fn(&str) + Send>>>,
+}
+
+impl FakeBucket {
+    /// Every object's decompressed lines.
+    pub fn lines(&self) -> Vec<(String, serde_json::Value)> {
+        lock(&self.objects)
+            .iter()
+            .flat_map(|(key, body)| {
+                let ext = &key[key.find(".jsonl").unwrap()..];
+                let codec = crate::compression::codec_from_extension(ext).unwrap();
+                let text = crate::compression::decompress(codec, body).unwrap();
+                String::from_utf8(text)
+                    .unwrap()
+                    .lines()
+                    .map(|l| (key.clone(), serde_json::from_str(l).unwrap()))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for FakeBucket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeBucket")
+            .field("objects", &lock(&self.objects).len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// DynamoDB items of one table, by `leaseKey`.
+#[derive(Debug, Default)]
+pub struct FakeTable {
+    /// leaseKey → item.
+    pub items: Mutex<HashMap<String, HashMap<String, AttributeValue>>>,
+}
+
+fn http(status: u16, body: &str) -> HttpResponse {
+    HttpResponse::new(
+        StatusCode::try_from(status).unwrap(),
+        SdkBody::from(body.to_owned()),
+    )
+}
+
+fn s3_error(status: u16, code: &str) -> HttpResponse {
+    http(
+        status,
+        &format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}</Code><Message>fake</Message></Error>"
+        ),
+    )
+}
+
+fn dynamo_error(code: &str) -> HttpResponse {
+    http(
+        400,
+        &format!("{{\"__type\":\"com.amazonaws.dynamodb.v20120810#{code}\",\"message\":\"fake\"}}"),
+    )
+}
+
+/// Clients serving the three fakes.
+pub fn clients(
+    shard: Arc<FakeShard>,
+    bucket: Arc<FakeBucket>,
+    table: Arc<FakeTable>,
+) -> AwsClients {
+    AwsClients {
+        kinesis: kinesis_client(shard),
+        s3: s3_client(bucket),
+        dynamodb: dynamodb_client(table),
+    }
+}
+
+fn kinesis_client(shard: Arc<FakeShard>) -> aws_sdk_kinesis::Client {
+    use aws_sdk_kinesis::Client;
+    use aws_sdk_kinesis::operation::describe_stream_summary::DescribeStreamSummaryOutput;
+    use aws_sdk_kinesis::operation::get_records::GetRecordsOutput;
+    use aws_sdk_kinesis::operation::get_shard_iterator::GetShardIteratorOutput;
+    use aws_sdk_kinesis::operation::list_shards::ListShardsOutput;
+    use aws_sdk_kinesis::types::{
+        Shard, StreamDescriptionSummary, StreamMode, StreamModeDetails, StreamStatus,
+    };
+
+    let s1 = shard.clone();
+    let iterator = mock!(Client::get_shard_iterator).then_compute_output(move |input| {
+        let index = s1.start_index(
+            input.shard_iterator_type().unwrap(),
+            input.starting_sequence_number(),
+        );
+        GetShardIteratorOutput::builder()
+            .shard_iterator(format!("it-{index}"))
+            .build()
+    });
+    let s2 = shard.clone();
+    let records = mock!(Client::get_records).then_compute_output(move |input| {
+        s2.reads.fetch_add(1, Ordering::SeqCst);
+        let index: usize = input
+            .shard_iterator()
+            .unwrap()
+            .trim_start_matches("it-")
+            .parse()
+            .unwrap();
+        let all = lock(&s2.records);
+        let limit = input.limit().unwrap_or(10_000) as usize;
+        let end = (index + limit).min(all.len());
+        let mut output = GetRecordsOutput::builder()
+            .set_records(Some(all[index.min(end)..end].to_vec()))
+            .millis_behind_latest(if end == all.len() { 0 } else { 1_000 });
+        if !(*lock(&s2.closed) && end == all.len()) {
+            output = output.next_shard_iterator(format!("it-{end}"));
+        }
+        output.build().unwrap()
+    });
+    let list = mock!(Client::list_shards).then_output(|| {
+        ListShardsOutput::builder()
+            .shards(
+                Shard::builder()
+                    .shard_id("shardId-000000000000")
+                    .build()
+                    .unwrap(),
+            )
+            .build()
+    });
+    let describe = mock!(Client::describe_stream_summary).then_output(|| {
+        DescribeStreamSummaryOutput::builder()
+            .stream_description_summary(
+                StreamDescriptionSummary::builder()
+                    .stream_name("s")
+                    .stream_arn("arn:aws:kinesis:us-east-1:0:stream/s")
+                    .stream_status(StreamStatus::Active)
+                    .stream_mode_details(
+                        StreamModeDetails::builder()
+                            .stream_mode(StreamMode::Provisioned)
+                            .build()
+                            .unwrap(),
+                    )
+                    .retention_period_hours(24)
+                    .stream_creation_timestamp(aws_smithy_types::DateTime::from_secs(0))
+                    .enhanced_monitoring(aws_sdk_kinesis::types::EnhancedMetrics::builder().build())
+                    .open_shard_count(1)
+                    .build()
+                    .unwrap(),
+            )
+            .build()
+    });
+    mock_client!(
+        aws_sdk_kinesis,
+        RuleMode::MatchAny,
+        [&iterator, &records, &list, &describe],
+        |c| c.retry_config(aws_smithy_types::retry::RetryConfig::disabled())
+    )
+}
+
+fn s3_client(bucket: Arc<FakeBucket>) -> aws_sdk_s3::Client {
+    use aws_sdk_s3::Client;
+    use aws_sdk_s3::operation::get_object::GetObjectOutput;
+    use aws_sdk_s3::operation::head_bucket::HeadBucketOutput;
+    use aws_sdk_s3::operation::list_objects_v2::ListObjectsV2Output;
+    use aws_sdk_s3::operation::put_object::PutObjectOutput;
+    use aws_sdk_s3::primitives::ByteStream;
+    use aws_sdk_s3::types::Object;
+
+    let b1 = bucket.clone();
+    let put = mock!(Client::put_object).then_compute_response(move |input| {
+        let key = input.key().unwrap().to_owned();
+        lock(&b1.put_attempts).push(key.clone());
+        if b1
+            .failing_puts
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return MockResponse::Http(s3_error(503, "SlowDown"));
+        }
+        if let Some(hook) = lock(&b1.on_put).as_ref() {
+            hook(&key);
+        }
+        let mut objects = lock(&b1.objects);
+        if input.if_none_match() == Some("*") && objects.contains_key(&key) {
+            return MockResponse::Http(s3_error(412, "PreconditionFailed"));
+        }
+        let body = Bytes::copy_from_slice(input.body().bytes().expect("in-memory body"));
+        objects.insert(key, body);
+        MockResponse::Output(PutObjectOutput::builder().build())
+    });
+    let b2 = bucket.clone();
+    let get = mock!(Client::get_object).then_compute_response(move |input| {
+        match lock(&b2.objects).get(input.key().unwrap()) {
+            Some(body) => MockResponse::Output(
+                GetObjectOutput::builder()
+                    .body(ByteStream::from(body.clone()))
+                    .build(),
+            ),
+            None => MockResponse::Http(s3_error(404, "NoSuchKey")),
+        }
+    });
+    let b3 = bucket.clone();
+    let list = mock!(Client::list_objects_v2).then_compute_output(move |input| {
+        let prefix = input.prefix().unwrap_or("");
+        let after = input.continuation_token().unwrap_or("");
+        let objects = lock(&b3.objects);
+        let keys: Vec<&String> = objects
+            .keys()
+            .filter(|k| k.starts_with(prefix) && k.as_str() > after)
+            .take(1000)
+            .collect();
+        let truncated = keys.len() == 1000;
+        let mut output = ListObjectsV2Output::builder().is_truncated(truncated);
+        if truncated {
+            output = output.next_continuation_token(keys[keys.len() - 1].clone());
+        }
+        for key in keys {
+            output = output.contents(Object::builder().key(key).build());
+        }
+        output.build()
+    });
+    let head = mock!(Client::head_bucket).then_output(|| HeadBucketOutput::builder().build());
+    mock_client!(
+        aws_sdk_s3,
+        RuleMode::MatchAny,
+        [&put, &get, &list, &head],
+        |c| c.retry_config(aws_smithy_types::retry::RetryConfig::disabled())
+    )
+}
+
+fn dynamodb_client(table: Arc<FakeTable>) -> aws_sdk_dynamodb::Client {
+    use aws_sdk_dynamodb::Client;
+    use aws_sdk_dynamodb::operation::describe_table::DescribeTableOutput;
+    use aws_sdk_dynamodb::operation::get_item::GetItemOutput;
+    use aws_sdk_dynamodb::operation::put_item::PutItemOutput;
+    use aws_sdk_dynamodb::operation::scan::ScanOutput;
+    use aws_sdk_dynamodb::operation::update_item::UpdateItemOutput;
+    use aws_sdk_dynamodb::types::{TableDescription, TableStatus};
+
+    let t1 = table.clone();
+    let get = mock!(Client::get_item).then_compute_output(move |input| {
+        let key = input.key().unwrap()["leaseKey"].as_s().unwrap().clone();
+        GetItemOutput::builder()
+            .set_item(lock(&t1.items).get(&key).cloned())
+            .build()
+    });
+    let t2 = table.clone();
+    let put = mock!(Client::put_item).then_compute_response(move |input| {
+        let item = input.item().unwrap().clone();
+        let key = item["leaseKey"].as_s().unwrap().clone();
+        let mut items = lock(&t2.items);
+        let current = items.get(&key);
+        if let Some(condition) = input.condition_expression() {
+            if !evaluate(
+                condition,
+                current,
+                input.expression_attribute_names(),
+                input.expression_attribute_values(),
+            ) {
+                return MockResponse::Http(dynamo_error("ConditionalCheckFailedException"));
+            }
+        }
+        items.insert(key, item);
+        MockResponse::Output(PutItemOutput::builder().build())
+    });
+    let t3 = table.clone();
+    let update = mock!(Client::update_item).then_compute_response(move |input| {
+        let key = input.key().unwrap()["leaseKey"].as_s().unwrap().clone();
+        let mut items = lock(&t3.items);
+        let names = input.expression_attribute_names();
+        let values = input.expression_attribute_values();
+        if let Some(condition) = input.condition_expression() {
+            if !evaluate(condition, items.get(&key), names, values) {
+                return MockResponse::Http(dynamo_error("ConditionalCheckFailedException"));
+            }
+        }
+        let item = items.entry(key.clone()).or_insert_with(|| {
+            HashMap::from([("leaseKey".to_owned(), AttributeValue::S(key.clone()))])
+        });
+        apply_update(input.update_expression().unwrap(), item, names, values);
+        MockResponse::Output(
+            UpdateItemOutput::builder()
+                .set_attributes(Some(item.clone()))
+                .build(),
+        )
+    });
+    let t4 = table.clone();
+    let scan = mock!(Client::scan).then_compute_output(move |_| {
+        ScanOutput::builder()
+            .set_items(Some(lock(&t4.items).values().cloned().collect()))
+            .build()
+    });
+    let describe = mock!(Client::describe_table).then_output(|| {
+        DescribeTableOutput::builder()
+            .table(
+                TableDescription::builder()
+                    .table_status(TableStatus::Active)
+                    .build(),
+            )
+            .build()
+    });
+    mock_client!(
+        aws_sdk_dynamodb,
+        RuleMode::MatchAny,
+        [&get, &put, &update, &scan, &describe],
+        |c| c.retry_config(aws_smithy_types::retry::RetryConfig::disabled())
+    )
+}
+
+fn resolve_name<'a>(token: &'a str, names: &'a HashMap<String, String>) -> &'a str {
+    names.get(token).map_or(token, String::as_str)
+}
+
+/// Evaluates `a = b AND attribute_not_exists(c) AND …`.
+fn evaluate(
+    condition: &str,
+    item: Option<&HashMap<String, AttributeValue>>,
+    names: Option<&HashMap<String, String>>,
+    values: Option<&HashMap<String, AttributeValue>>,
+) -> bool {
+    let empty_names = HashMap::new();
+    let empty_values = HashMap::new();
+    let names = names.unwrap_or(&empty_names);
+    let values = values.unwrap_or(&empty_values);
+    condition.split(" AND ").all(|clause| {
+        let clause = clause.trim();
+        if let Some(inner) = clause
+            .strip_prefix("attribute_not_exists(")
+            .and_then(|c| c.strip_suffix(')'))
+        {
+            let name = resolve_name(inner, names);
+            return item.is_none_or(|item| !item.contains_key(name));
+        }
+        let (left, right) = clause.split_once(" = ").expect("only = comparisons");
+        let name = resolve_name(left.trim(), names);
+        let expected = &values[right.trim()];
+        item.and_then(|item| item.get(name)) == Some(expected)
+    })
+}
+
+fn number(value: &AttributeValue) -> u64 {
+    value.as_n().unwrap().parse().unwrap()
+}
+
+/// Applies `SET a = :v, b = b + :v, c = if_not_exists(c, :z) + :v REMOVE d, e`.
+fn apply_update(
+    update: &str,
+    item: &mut HashMap<String, AttributeValue>,
+    names: Option<&HashMap<String, String>>,
+    values: Option<&HashMap<String, AttributeValue>>,
+) {
+    let empty_names = HashMap::new();
+    let names = names.unwrap_or(&empty_names);
+    let values = values.cloned().unwrap_or_default();
+    let (set_part, remove_part) = match update.split_once(" REMOVE ") {
+        Some((set, remove)) => (set, Some(remove)),
+        None if update.starts_with("REMOVE ") => ("", update.strip_prefix("REMOVE ")),
+        None => (update, None),
+    };
+    for assignment in split_top_level(set_part.trim().trim_start_matches("SET ")) {
+        let (left, right) = assignment.split_once(" = ").expect("assignment");
+        let name = resolve_name(left.trim(), names).to_owned();
+        let value = if let Some((base, increment)) = right.split_once(" + ") {
+            let base = base.trim();
+            let base_value = if let Some(args) = base
+                .strip_prefix("if_not_exists(")
+                .and_then(|b| b.strip_suffix(')'))
+            {
+                let (attr, default) = args.split_once(", ").unwrap();
+                item.get(resolve_name(attr, names))
+                    .map_or_else(|| number(&values[default]), number)
+            } else {
+                item.get(resolve_name(base, names)).map_or(0, number)
+            };
+            AttributeValue::N((base_value + number(&values[increment.trim()])).to_string())
+        } else {
+            values[right.trim()].clone()
+        };
+        item.insert(name, value);
+    }
+    if let Some(remove) = remove_part {
+        for attr in remove.split(',') {
+            item.remove(resolve_name(attr.trim(), names));
+        }
+    }
+}
+
+/// Splits on `, ` outside parentheses.
+fn split_top_level(text: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0i32, 0usize);
+    let bytes = text.as_bytes();
+    for (i, b) in bytes.iter().enumerate() {
+        match b {
+            b'(' => depth += 1,
+            b')' => depth -= 1,
+            b',' if depth == 0 => {
+                parts.push(text[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if start < text.len() {
+        parts.push(text[start..].trim());
+    }
+    parts.retain(|p| !p.is_empty());
+    parts
+}
