@@ -95,7 +95,14 @@ impl Batch {
             self.first = Some(record.sequence_number.clone());
             self.opened_at = Instant::now();
         }
-        self.last = Some(record.sequence_number.clone());
+        // Reuse the buffer: no allocation per record.
+        match &mut self.last {
+            Some(last) => {
+                last.clear();
+                last.push_str(&record.sequence_number);
+            }
+            None => self.last = Some(record.sequence_number.clone()),
+        }
         self.encoder.encode(record, &mut self.lines);
         self.kinesis_records += 1;
         self.user_records += record.user_record_count();

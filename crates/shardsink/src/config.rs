@@ -12,13 +12,21 @@ use clap::{Parser, ValueEnum};
 /// GetRecords `Limit`: 1 to 10,000).
 pub const MAX_GET_RECORDS_LIMIT: i32 = 10_000;
 
-/// shardsink: copies every record of a Kinesis data stream to S3 exactly once.
+/// Copies every record of a Kinesis data stream to S3 exactly once.
 ///
 /// AWS credentials, region and endpoints come from the standard sources:
 /// AWS_REGION, AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE, the ECS
 /// task role, AWS_ENDPOINT_URL and AWS_ENDPOINT_URL_{KINESIS,S3,DYNAMODB}.
+/// Logs go to stderr; SHARDSINK_LOG (or RUST_LOG) sets the filter, e.g.
+/// SHARDSINK_LOG=debug. Exit codes: 0 after a clean shutdown, 1 when start-up
+/// fails, 2 for a bad setting. See docs/CONFIGURATION.md.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "shardsink", version, about, long_about = None, max_term_width = 100, args_override_self = true)]
+#[command(
+    name = "shardsink",
+    version,
+    max_term_width = 100,
+    args_override_self = true
+)]
 pub struct Config {
     /// Kinesis data stream to read: a stream name or a stream ARN
     /// (arn:aws:kinesis:REGION:ACCOUNT:stream/NAME).
@@ -697,6 +705,33 @@ mod tests {
         let line = one_line_error(&err);
         assert!(line.starts_with("invalid setting --buffer-max-age (SHARDSINK_BUFFER_MAX_AGE): invalid value \"soon\""), "{line}");
         assert!(!line.contains('\n'));
+    }
+
+    #[test]
+    fn configuration_reference_names_every_setting() {
+        use clap::CommandFactory as _;
+        let reference = include_str!("../../../docs/CONFIGURATION.md");
+        for arg in Config::command().get_arguments() {
+            let Some(flag) = arg.get_long() else { continue };
+            if matches!(flag, "help" | "version") {
+                continue;
+            }
+            assert!(
+                reference.contains(&format!("`--{flag}`")),
+                "docs/CONFIGURATION.md lacks --{flag}"
+            );
+            let env = arg.get_env().and_then(|e| e.to_str()).unwrap_or_default();
+            assert!(
+                env.starts_with("SHARDSINK_") && reference.contains(&format!("`{env}`")),
+                "docs/CONFIGURATION.md lacks {env} for --{flag}"
+            );
+            if let Some(default) = arg.get_default_values().first().and_then(|d| d.to_str()) {
+                assert!(
+                    reference.contains(&format!("`{default}`")),
+                    "docs/CONFIGURATION.md lacks the default {default} of --{flag}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -282,16 +282,20 @@ impl ShardTask {
                 ReplayStep::NotPart => {}
             }
         }
-        let sequence_number = record.parsed_sequence_number();
-        if self.dedup.is_enabled() && self.is_written(&record, &sequence_number).await? {
-            if let Some(batch) = self.batch.take() {
-                self.write(batch, FlushReason::Gap).await?;
+        // The integer is only needed while dedup is on (most of the time it
+        // is off, and records are compared as text).
+        if self.dedup.is_enabled() {
+            let sequence_number = record.parsed_sequence_number();
+            if self.is_written(&record, &sequence_number).await? {
+                if let Some(batch) = self.batch.take() {
+                    self.write(batch, FlushReason::Gap).await?;
+                }
+                let excluded = record.user_record_count() as u64;
+                self.progress.duplicates_excluded += excluded;
+                Stats::add(&self.ctx.stats.duplicates_excluded, excluded);
+                self.handled_through = Some(sequence_number);
+                return Ok(());
             }
-            let excluded = record.user_record_count() as u64;
-            self.progress.duplicates_excluded += excluded;
-            Stats::add(&self.ctx.stats.duplicates_excluded, excluded);
-            self.handled_through = Some(sequence_number);
-            return Ok(());
         }
         let minute = record.minute();
         if self

@@ -1,0 +1,69 @@
+//! End-to-end test harness for shardsink: the real `shardsink` process
+//! against real local S3, DynamoDB and Kinesis servers (moto, or LocalStack
+//! plus moto; see `scripts/local-servers`).
+//!
+//! # Layout
+//! - [`env`](mod@env): [`TestEnv`] (clients from the `AWS_ENDPOINT_URL_*` variables),
+//!   [`unique_name`], the skip rule ([`require_env!`]) and seeds.
+//! - [`fixtures`]: streams, buckets (optionally versioned), the lease table
+//!   (read rows, delete, empty).
+//! - [`producer`]: `PutRecords` with per-entry retries, the record
+//!   generators, the [`BackgroundProducer`], KPL-aggregated records;
+//!   [`kpl`] builds aggregates independently of the daemon's code.
+//! - [`daemon`]: starting the binary with [`Settings`], signals, logs.
+//! - [`archive`]: listing, fetching, decompressing and strictly parsing the
+//!   objects and their keys; [`seq`]: sequence numbers and key encodings,
+//!   written independently of the `sequence-range` crate.
+//! - [`stream`]: the ground truth, every record read back from the stream.
+//! - [`check`]: the exactly-once [`Report`], arrival times, checkpoints.
+//! - [`wait`]: polling ([`wait_until`]); [`scenario`]: the common test flow.
+//!
+//! Data flows: generators → [`producer`] → `Vec<ProducedRecord>` (expected);
+//! daemon → S3 → [`archive`] → [`Archive`] (actual); [`check::exactly_once`]
+//! compares the two, [`stream::read_stream`] adds the arrival times.
+//!
+//! # Running
+//! ```text
+//! scripts/local-servers start moto
+//! source "$(scripts/local-servers env moto)"
+//! cargo build -p shardsink --features failpoints
+//! SHARDSINK_E2E_REQUIRED=1 cargo test -p shardsink-e2e
+//! ```
+//! Without endpoint variables every test prints
+//! `skipping: no local servers (set AWS_ENDPOINT_URL_*)` and passes, so a
+//! plain `cargo test --workspace` needs no servers.
+//!
+//! The tests do not build the daemon: rebuild it (with the `failpoints`
+//! feature) after changing it. Knobs:
+//! - `SHARDSINK_BIN`: the binary to test (default `<target>/debug/shardsink`);
+//! - `SHARDSINK_E2E_REQUIRED=1`: no servers is a failure, not a skip;
+//! - `SHARDSINK_E2E_SEED`: repeat a run's random choices (printed by each test);
+//! - `SHARDSINK_E2E_TIMEOUT_SCALE`: multiply every timeout (slow machines);
+//! - `SHARDSINK_LOG` / `RUST_LOG`: the daemon's log filter.
+//!
+//! Daemon logs go to `<target>/e2e-logs/<stream>/daemon-NN.log`; a failing
+//! test prints the tail of the running daemon's log and every log's path.
+#![deny(missing_docs)]
+// Test code: `expect` states harness invariants.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+pub mod archive;
+pub mod check;
+pub mod daemon;
+pub mod env;
+pub mod fixtures;
+pub mod kpl;
+pub mod producer;
+pub mod scenario;
+pub mod seq;
+pub mod stream;
+pub mod wait;
+
+pub use archive::{Archive, ArchiveReader, ArchivedRecord, Compression, ObjectKey};
+pub use check::{Report, exactly_once};
+pub use daemon::{Daemon, Settings};
+pub use env::{TestEnv, unique_name};
+pub use fixtures::{LeaseRow, Versioning};
+pub use producer::{BackgroundProducer, ProducedRecord, RecordSpec};
+pub use scenario::{Scenario, stop_gracefully, wait_for_archive};
+pub use wait::{scaled, wait_until};

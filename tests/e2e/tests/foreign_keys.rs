@@ -1,0 +1,96 @@
+//! Keys in the bucket that do not parse are logged and ignored, never read
+//! as ranges: objects planted in the very minute prefixes the daemon lists
+//! for dedup must neither hide records (a parser that reads `9-1-99999999`
+//! as the range 1..99999999 would skip everything) nor be touched.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use shardsink_e2e::archive::{get_object, put_object, truncate_to_minute};
+use shardsink_e2e::check::exactly_once;
+use shardsink_e2e::producer::small_record_specs;
+use shardsink_e2e::stream::read_stream;
+use shardsink_e2e::{
+    Daemon, Scenario, Versioning, require_env, scaled, stop_gracefully, wait_for_archive,
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unparsable_keys_are_ignored() {
+    let env = require_env!();
+    let scenario = Scenario::create(&env, "foreign", 2, Versioning::Off)
+        .await
+        .unwrap();
+    let produced = scenario
+        .put(&small_record_specs(500, 6, "foreign"))
+        .await
+        .unwrap();
+
+    // Plant foreign objects in every (minute, shard) prefix the records use.
+    let truth = read_stream(&env, &scenario.stream).await.unwrap();
+    let prefixes: BTreeSet<String> = truth
+        .records
+        .iter()
+        .map(|r| {
+            format!(
+                "{}/{}/{}",
+                scenario.settings.prefix(),
+                truncate_to_minute(r.approximate_arrival_timestamp).format("%Y/%m/%d/%H/%M"),
+                r.shard_id
+            )
+        })
+        .collect();
+    let mut planted = Vec::new();
+    for prefix in &prefixes {
+        for name in [
+            "notes.txt",
+            "9-1-99999999.jsonl",
+            "998-0011-0029.jsonl",
+            "0011-00899999999.jsonl",
+            "-.jsonl",
+            "sub/dir/99789-00210-00210.jsonl",
+        ] {
+            let key = format!("{prefix}/{name}");
+            put_object(&env, &scenario.bucket, &key, b"not a batch\n".to_vec())
+                .await
+                .unwrap();
+            planted.push(key);
+        }
+    }
+
+    let settings = scenario
+        .settings
+        .clone()
+        .set("buffer-max-records", "100")
+        .set("buffer-max-age", "2s");
+    let mut daemon = Daemon::spawn(&settings).unwrap();
+    let mut reader = scenario.archive_reader();
+    wait_for_archive(
+        &mut reader,
+        &produced,
+        &mut daemon,
+        scaled(Duration::from_secs(90)),
+    )
+    .await
+    .unwrap();
+    stop_gracefully(&mut daemon, scaled(Duration::from_secs(40)))
+        .await
+        .unwrap();
+
+    let archive = reader.read().await.unwrap();
+    let mut report = exactly_once(&produced, &archive);
+    report
+        .archive_problems
+        .retain(|p| !planted.contains(&p.object_key));
+    report.assert_exact();
+    for key in &planted {
+        let body = get_object(&env, &scenario.bucket, key).await.unwrap();
+        assert_eq!(
+            body.as_deref(),
+            Some(&b"not a batch\n"[..]),
+            "{key} was changed or removed"
+        );
+    }
+    scenario.cleanup().await;
+}

@@ -1,0 +1,126 @@
+//! Contract lines 1, 2 and 3 under SIGKILL: while a background producer
+//! writes, the daemon is killed at six random moments and restarted each
+//! time. After each kill, every record at or below a shard's checkpoint
+//! must already be in S3 (line 3). At the end every record is in exactly one
+//! object (line 1), and in a versioned bucket every key has exactly one
+//! version: nothing was ever overwritten (line 2).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{RngExt as _, SeedableRng as _};
+use shardsink_e2e::archive::{list_object_versions, overwritten_keys};
+use shardsink_e2e::check::{checkpoint_problems, exactly_once};
+use shardsink_e2e::producer::{BackgroundOptions, BackgroundProducer};
+use shardsink_e2e::{
+    Daemon, Scenario, Versioning, require_env, scaled, stop_gracefully, wait_for_archive,
+};
+
+const KILLS: usize = 6;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn survives_repeated_sigkill() {
+    let env = require_env!();
+    let scenario = Scenario::create(&env, "kill-restart", 3, Versioning::Enabled)
+        .await
+        .unwrap();
+    let seed = shardsink_e2e::env::seed("kill_restart kill delays", None);
+    let mut rng = StdRng::seed_from_u64(seed);
+
+    let settings = scenario
+        .settings
+        .clone()
+        .set("buffer-max-records", "100")
+        .set("buffer-max-age", "2s")
+        .set("compression", "gzip");
+    let producer = BackgroundProducer::start(
+        &env,
+        &scenario.stream,
+        BackgroundOptions {
+            records_per_second: 100,
+            seed,
+            label: "kill-restart".to_owned(),
+            ..BackgroundOptions::default()
+        },
+    );
+    let mut reader = scenario.archive_reader();
+    let mut daemon = Daemon::spawn(&settings).unwrap();
+    let mut archived_before = 0;
+    let mut intervals_with_progress = 0;
+    for kill in 1..=KILLS {
+        let delay = Duration::from_millis(rng.random_range(1_000..=6_000));
+        // Sleeping is the point here: the kill lands at a random moment.
+        tokio::time::sleep(delay).await;
+        assert!(
+            daemon.is_running(),
+            "shardsink exited on its own before kill {kill}: {:?}\n{}",
+            daemon.exit_status(),
+            daemon.log_tail(60)
+        );
+        daemon.kill().unwrap();
+        println!(
+            "kill {kill}/{KILLS} after {delay:?}; {} records produced",
+            producer.count()
+        );
+
+        // Contract line 3, right at the crash: rows first, then the archive.
+        let rows = scenario.lease_rows().await.unwrap();
+        let archive = reader.read().await.unwrap();
+        let problems = checkpoint_problems(&rows, &producer.produced(), &archive);
+        assert!(problems.is_empty(), "after kill {kill}: {problems:#?}");
+        let archived = archive.record_count();
+        println!(
+            "  {archived} lines archived in {} objects",
+            archive.objects.len()
+        );
+        if archived > archived_before {
+            intervals_with_progress += 1;
+        }
+        archived_before = archived;
+
+        daemon = Daemon::spawn(&settings).unwrap();
+    }
+    let produced = producer.stop().await.unwrap();
+    println!("stopped producing: {} records", produced.len());
+    // The kills must land on a daemon at work, not on one still starting.
+    assert!(
+        intervals_with_progress * 2 >= KILLS,
+        "the archive grew in only {intervals_with_progress} of {KILLS} runs between kills"
+    );
+
+    wait_for_archive(
+        &mut reader,
+        &produced,
+        &mut daemon,
+        scaled(Duration::from_secs(120)),
+    )
+    .await
+    .unwrap();
+    stop_gracefully(&mut daemon, scaled(Duration::from_secs(40)))
+        .await
+        .unwrap();
+
+    let archive = reader.read().await.unwrap();
+    exactly_once(&produced, &archive).assert_exact();
+
+    let versions = list_object_versions(
+        &env,
+        &scenario.bucket,
+        &format!("{}/", scenario.settings.prefix()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        versions.len(),
+        archive.objects.len(),
+        "versions listed vs objects: {versions:#?}"
+    );
+    let overwritten = overwritten_keys(&versions);
+    assert!(
+        overwritten.is_empty(),
+        "objects overwritten or deleted: {overwritten:#?}"
+    );
+    scenario.cleanup().await;
+}
