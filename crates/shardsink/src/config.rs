@@ -559,10 +559,15 @@ fn first_line(text: &str) -> String {
 mod tests {
     use super::*;
 
+    /// Parses flags only: environment lookup is switched off so that a
+    /// developer's `SHARDSINK_*` variables cannot change the outcome (the
+    /// end-to-end `bad_config` tests cover the variables).
     fn parse(args: &[&str]) -> Result<Config, clap::Error> {
+        use clap::{CommandFactory as _, FromArgMatches as _};
         let mut argv = vec!["shardsink"];
         argv.extend_from_slice(args);
-        Config::try_parse_from(argv)
+        let command = Config::command().mut_args(|arg| arg.env(None::<&str>));
+        Config::from_arg_matches(&command.try_get_matches_from(argv)?)
     }
 
     fn valid(args: &[&str]) -> Result<Settings, ConfigError> {
