@@ -43,9 +43,21 @@ pub struct Config {
     #[arg(long, env = "SHARDSINK_PREFIX", value_name = "PREFIX")]
     pub prefix: Option<String>,
 
+    /// Name of this shardsink application, as the KCL's applicationName: the
+    /// default lease table is <application name>-<stream name>. Two
+    /// applications archiving one stream (to different prefixes) keep
+    /// separate leases.
+    #[arg(
+        long,
+        env = "SHARDSINK_APPLICATION_NAME",
+        default_value = "shardsink",
+        value_name = "NAME"
+    )]
+    pub application_name: String,
+
     /// DynamoDB table holding the leases and checkpoints, one row per shard;
     /// created (on-demand billing) if missing. One table serves one stream.
-    /// [default: shardsink-<stream name>]
+    /// [default: <application name>-<stream name>]
     #[arg(long, env = "SHARDSINK_LEASE_TABLE", value_name = "TABLE")]
     pub lease_table: Option<String>,
 
@@ -287,9 +299,18 @@ impl Config {
             Some(prefix) => validate_prefix(prefix)?,
             None => stream.name().to_owned(),
         };
+        if !is_stream_name(&self.application_name) {
+            return Err(ConfigError::new(
+                "application-name",
+                format!(
+                    "{:?} is not a name (1-128 of a-z A-Z 0-9 _ . -)",
+                    self.application_name
+                ),
+            ));
+        }
         let lease_table = match &self.lease_table {
             Some(table) => table.clone(),
-            None => format!("shardsink-{}", stream.name()),
+            None => format!("{}-{}", self.application_name, stream.name()),
         };
         validate_table_name(&lease_table)?;
         let worker_id = match &self.worker_id {
@@ -594,6 +615,8 @@ mod tests {
         assert_eq!(config.initial_position, InitialPosition::TrimHorizon);
         assert_eq!(settings.prefix, "orders");
         assert_eq!(settings.lease_table, "shardsink-orders");
+        let named = valid(&["--application-name", "audit"]).unwrap();
+        assert_eq!(named.lease_table, "audit-orders");
         assert!(!config.s3_force_path_style);
     }
 
@@ -635,7 +658,7 @@ mod tests {
 
     #[test]
     fn validation_names_the_setting() {
-        let cases: [(&[&str], &str); 9] = [
+        let cases: [(&[&str], &str); 10] = [
             (
                 &["--initial-position", "AT_TIMESTAMP"],
                 "--initial-timestamp",
@@ -657,6 +680,7 @@ mod tests {
                 "--max-records-per-read",
             ),
             (&["--lease-table", "x"], "--lease-table"),
+            (&["--application-name", "my app"], "--application-name"),
         ];
         for (args, flag) in cases {
             let err = valid(args).unwrap_err();

@@ -37,6 +37,9 @@ pub struct FakeShard {
     closed: Mutex<bool>,
     /// GetRecords calls served.
     pub reads: AtomicUsize,
+    /// The next this-many GetRecords calls fail with
+    /// `ProvisionedThroughputExceededException`.
+    pub failing_reads: AtomicUsize,
 }
 
 impl FakeShard {
@@ -128,6 +131,16 @@ impl std::fmt::Debug for FakeBucket {
 pub struct FakeTable {
     /// leaseKey → item.
     pub items: Mutex<HashMap<String, HashMap<String, AttributeValue>>>,
+    /// The next this-many UpdateItem calls fail with
+    /// `ProvisionedThroughputExceededException`.
+    pub failing_updates: AtomicUsize,
+}
+
+/// Takes one from `counter` if it is above zero.
+fn take_one(counter: &AtomicUsize) -> bool {
+    counter
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
 }
 
 fn http(status: u16, body: &str) -> HttpResponse {
@@ -187,8 +200,14 @@ fn kinesis_client(shard: Arc<FakeShard>) -> aws_sdk_kinesis::Client {
             .build()
     });
     let s2 = shard.clone();
-    let records = mock!(Client::get_records).then_compute_output(move |input| {
+    let records = mock!(Client::get_records).then_compute_response(move |input| {
         s2.reads.fetch_add(1, Ordering::SeqCst);
+        if take_one(&s2.failing_reads) {
+            return MockResponse::Http(http(
+                400,
+                r#"{"__type":"ProvisionedThroughputExceededException","message":"Rate exceeded for shard"}"#,
+            ));
+        }
         let index: usize = input
             .shard_iterator()
             .unwrap()
@@ -204,7 +223,7 @@ fn kinesis_client(shard: Arc<FakeShard>) -> aws_sdk_kinesis::Client {
         if !(*lock(&s2.closed) && end == all.len()) {
             output = output.next_shard_iterator(format!("it-{end}"));
         }
-        output.build().unwrap()
+        MockResponse::Output(output.build().unwrap())
     });
     let list = mock!(Client::list_shards).then_output(|| {
         ListShardsOutput::builder()
@@ -259,11 +278,7 @@ fn s3_client(bucket: Arc<FakeBucket>) -> aws_sdk_s3::Client {
     let put = mock!(Client::put_object).then_compute_response(move |input| {
         let key = input.key().unwrap().to_owned();
         lock(&b1.put_attempts).push(key.clone());
-        if b1
-            .failing_puts
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-        {
+        if take_one(&b1.failing_puts) {
             return MockResponse::Http(s3_error(503, "SlowDown"));
         }
         if let Some(hook) = lock(&b1.on_put).as_ref() {
@@ -354,6 +369,9 @@ fn dynamodb_client(table: Arc<FakeTable>) -> aws_sdk_dynamodb::Client {
     });
     let t3 = table.clone();
     let update = mock!(Client::update_item).then_compute_response(move |input| {
+        if take_one(&t3.failing_updates) {
+            return MockResponse::Http(dynamo_error("ProvisionedThroughputExceededException"));
+        }
         let key = input.key().unwrap()["leaseKey"].as_s().unwrap().clone();
         let mut items = lock(&t3.items);
         let names = input.expression_attribute_names();

@@ -929,6 +929,41 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn throttled_reads_back_off_and_lose_nothing() {
+        let h = harness(1_000);
+        let future = Utc::now().timestamp_millis() + 3_600_000;
+        for i in 1..=5 {
+            h.shard.push(&seq(i), future, b"t");
+        }
+        h.shard.failing_reads.store(6, Ordering::SeqCst);
+        let lease = h.lease(Checkpoint::TrimHorizon, None).await;
+        let exit = h
+            .run_until(lease, |h| h.shard.reads.load(Ordering::SeqCst) >= 8)
+            .await
+            .unwrap();
+        assert_eq!(exit, ShardExit::Shutdown, "throttling never ends the task");
+        assert_eq!(h.shard.failing_reads.load(Ordering::SeqCst), 0);
+        assert_eq!(h.written(), (1..=5).map(seq).collect::<Vec<_>>());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn throttled_lease_writes_are_retried() {
+        let h = harness(2);
+        for i in 1..=6 {
+            h.shard.push(&seq(i), PAST + 1_000 * i as i64, b"d");
+        }
+        let lease = h.lease(Checkpoint::TrimHorizon, None).await;
+        // Every pending-batch and checkpoint write meets throttling first.
+        h.table.failing_updates.store(5, Ordering::SeqCst);
+        h.run_until(lease, |h| h.row_checkpoint_is(6))
+            .await
+            .unwrap();
+        assert_eq!(h.table.failing_updates.load(Ordering::SeqCst), 0);
+        assert_eq!(sorted(h.written()), (1..=6).map(seq).collect::<Vec<_>>());
+        assert!(h.row().await.pending_batch.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_lost_lease_stops_all_writes() {
         let h = harness(2);
         for i in 1..=6 {

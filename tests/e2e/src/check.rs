@@ -1,6 +1,7 @@
 //! The exactly-once check: what was produced against what is in S3, record
 //! by record, plus the arrival-time and checkpoint checks.
 
+use std::collections::BTreeMap;
 use std::collections::{HashMap, HashSet};
 use std::fmt::{self, Write as _};
 
@@ -436,6 +437,50 @@ pub fn checkpoint_problems(
                     "checkpoint {checkpoint} of {} passes {} which is not in S3",
                     row.lease_key,
                     RecordId::of_produced(record)
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// Contract line 4 (batches of a shard written in sequence order, one after
+/// the other), checked on a frozen archive — right after a SIGKILL, when
+/// nothing more can land: for every shard, the archived records must be all
+/// of the shard's produced records up to the newest archived one. A batch
+/// written before an earlier one, or two written at once, leaves a gap.
+///
+/// Only records that `produced` knows are considered, so a producer still
+/// running does not matter. Returns one line per gap.
+pub fn prefix_problems(produced: &[ProducedRecord], archive: &Archive) -> Vec<String> {
+    let archived: HashSet<RecordId> = archive.records().map(RecordId::of_archived).collect();
+    let mut by_shard: BTreeMap<&str, Vec<(Seq, &ProducedRecord)>> = BTreeMap::new();
+    for record in produced {
+        if let Ok(seq) = Seq::parse(&record.sequence_number) {
+            by_shard
+                .entry(record.shard_id.as_str())
+                .or_default()
+                .push((seq, record));
+        }
+    }
+    let mut problems = Vec::new();
+    for (shard, mut records) in by_shard {
+        records.sort_by(|a, b| {
+            a.0.cmp(&b.0)
+                .then(a.1.sub_sequence_number.cmp(&b.1.sub_sequence_number))
+        });
+        let Some(newest) = records
+            .iter()
+            .rposition(|(_, record)| archived.contains(&RecordId::of_produced(record)))
+        else {
+            continue;
+        };
+        for (_, record) in &records[..newest] {
+            let id = RecordId::of_produced(record);
+            if !archived.contains(&id) {
+                problems.push(format!(
+                    "{shard}: {id} is missing below archived {}",
+                    RecordId::of_produced(records[newest].1)
                 ));
             }
         }

@@ -187,3 +187,20 @@ pub async fn stop_gracefully(daemon: &mut Daemon, timeout: Duration) -> Result<(
     }
     Ok(())
 }
+
+/// The usual end of a run: [`wait_for_archive`], then [`stop_gracefully`]
+/// (exit code 0 within 40 s, scaled), then a last read of the archive, which
+/// is returned for the test's own checks.
+///
+/// # Errors
+/// As the two functions, or an AWS error on the last read.
+pub async fn archive_then_stop(
+    reader: &mut ArchiveReader,
+    produced: &[ProducedRecord],
+    daemon: &mut Daemon,
+    timeout: Duration,
+) -> Result<Archive> {
+    wait_for_archive(reader, produced, daemon, timeout).await?;
+    stop_gracefully(daemon, crate::scaled(Duration::from_secs(40))).await?;
+    reader.read().await
+}

@@ -24,13 +24,14 @@
 use std::time::Duration;
 
 use shardsink_e2e::archive::{delete_object, get_object, list_object_versions, overwritten_keys};
-use shardsink_e2e::check::{checkpoint_problems, clean_shutdown_problems, exactly_once};
+use shardsink_e2e::check::{
+    checkpoint_problems, clean_shutdown_problems, exactly_once, prefix_problems,
+};
 use shardsink_e2e::fixtures::PendingBatch;
 use shardsink_e2e::producer::small_record_specs;
 use shardsink_e2e::seq::Seq;
 use shardsink_e2e::{
-    Daemon, ObjectKey, Scenario, TestEnv, Versioning, require_env, scaled, stop_gracefully,
-    wait_for_archive,
+    Daemon, ObjectKey, Scenario, TestEnv, Versioning, archive_then_stop, require_env, scaled,
 };
 
 /// Passes before the failpoint fires.
@@ -122,6 +123,11 @@ async fn crash_and_recover(env: &TestEnv, failpoint: &str) {
         problems.is_empty(),
         "after the crash at {failpoint}: {problems:#?}"
     );
+    let gaps = prefix_problems(&produced, &archive);
+    assert!(
+        gaps.is_empty(),
+        "line 4 after the {failpoint} crash: {gaps:#?}"
+    );
     let pending: Vec<PendingBatch> = rows.iter().filter_map(|r| r.pending_batch()).collect();
     println!("pending batches at the crash: {pending:#?}");
     for batch in &pending {
@@ -165,7 +171,7 @@ async fn crash_and_recover(env: &TestEnv, failpoint: &str) {
     );
     // Different batch boundaries from the first run (see the module docs).
     let mut daemon = Daemon::spawn(&settings.clone().set("buffer-max-records", "70")).unwrap();
-    wait_for_archive(
+    let archive = archive_then_stop(
         &mut reader,
         &produced,
         &mut daemon,
@@ -173,11 +179,6 @@ async fn crash_and_recover(env: &TestEnv, failpoint: &str) {
     )
     .await
     .unwrap();
-    stop_gracefully(&mut daemon, scaled(Duration::from_secs(40)))
-        .await
-        .unwrap();
-
-    let archive = reader.read().await.unwrap();
     exactly_once(&produced, &archive).assert_exact();
 
     // Line 6: the recorded batch was written as recorded.

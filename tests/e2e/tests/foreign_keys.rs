@@ -12,9 +12,7 @@ use shardsink_e2e::archive::{get_object, put_object, truncate_to_minute};
 use shardsink_e2e::check::exactly_once;
 use shardsink_e2e::producer::small_record_specs;
 use shardsink_e2e::stream::read_stream;
-use shardsink_e2e::{
-    Daemon, Scenario, Versioning, require_env, scaled, stop_gracefully, wait_for_archive,
-};
+use shardsink_e2e::{Daemon, Scenario, Versioning, archive_then_stop, require_env, scaled};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unparsable_keys_are_ignored() {
@@ -66,7 +64,7 @@ async fn unparsable_keys_are_ignored() {
         .set("buffer-max-age", "2s");
     let mut daemon = Daemon::spawn(&settings).unwrap();
     let mut reader = scenario.archive_reader();
-    wait_for_archive(
+    let archive = archive_then_stop(
         &mut reader,
         &produced,
         &mut daemon,
@@ -74,11 +72,6 @@ async fn unparsable_keys_are_ignored() {
     )
     .await
     .unwrap();
-    stop_gracefully(&mut daemon, scaled(Duration::from_secs(40)))
-        .await
-        .unwrap();
-
-    let archive = reader.read().await.unwrap();
     let mut report = exactly_once(&produced, &archive);
     report
         .archive_problems

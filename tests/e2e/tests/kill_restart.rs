@@ -1,7 +1,8 @@
-//! Contract lines 1, 2 and 3 under SIGKILL: while a background producer
+//! Contract lines 1, 2, 3 and 4 under SIGKILL: while a background producer
 //! writes, the daemon is killed at six random moments and restarted each
 //! time. After each kill, every record at or below a shard's checkpoint
-//! must already be in S3 (line 3). At the end every record is in exactly one
+//! must already be in S3 (line 3), and each shard's archived records must be
+//! a gap-free prefix of what was produced (line 4: batches in order). At the end every record is in exactly one
 //! object (line 1), and in a versioned bucket every key has exactly one
 //! version: nothing was ever overwritten (line 2).
 
@@ -12,11 +13,9 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{RngExt as _, SeedableRng as _};
 use shardsink_e2e::archive::{list_object_versions, overwritten_keys};
-use shardsink_e2e::check::{checkpoint_problems, exactly_once};
+use shardsink_e2e::check::{checkpoint_problems, exactly_once, prefix_problems};
 use shardsink_e2e::producer::{BackgroundOptions, BackgroundProducer};
-use shardsink_e2e::{
-    Daemon, Scenario, Versioning, require_env, scaled, stop_gracefully, wait_for_archive,
-};
+use shardsink_e2e::{Daemon, Scenario, Versioning, archive_then_stop, require_env, scaled};
 
 const KILLS: usize = 6;
 
@@ -68,8 +67,12 @@ async fn survives_repeated_sigkill() {
         // Contract line 3, right at the crash: rows first, then the archive.
         let rows = scenario.lease_rows().await.unwrap();
         let archive = reader.read().await.unwrap();
-        let problems = checkpoint_problems(&rows, &producer.produced(), &archive);
+        let produced_so_far = producer.produced();
+        let problems = checkpoint_problems(&rows, &produced_so_far, &archive);
         assert!(problems.is_empty(), "after kill {kill}: {problems:#?}");
+        // Contract line 4: frozen by the kill, each shard's archive has no gap.
+        let gaps = prefix_problems(&produced_so_far, &archive);
+        assert!(gaps.is_empty(), "after kill {kill}: {gaps:#?}");
         let archived = archive.record_count();
         println!(
             "  {archived} lines archived in {} objects",
@@ -90,7 +93,7 @@ async fn survives_repeated_sigkill() {
         "the archive grew in only {intervals_with_progress} of {KILLS} runs between kills"
     );
 
-    wait_for_archive(
+    let archive = archive_then_stop(
         &mut reader,
         &produced,
         &mut daemon,
@@ -98,11 +101,6 @@ async fn survives_repeated_sigkill() {
     )
     .await
     .unwrap();
-    stop_gracefully(&mut daemon, scaled(Duration::from_secs(40)))
-        .await
-        .unwrap();
-
-    let archive = reader.read().await.unwrap();
     exactly_once(&produced, &archive).assert_exact();
 
     let versions = list_object_versions(

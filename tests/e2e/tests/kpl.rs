@@ -11,9 +11,7 @@ use std::time::Duration;
 use shardsink_e2e::check::{clean_shutdown_problems, exactly_once};
 use shardsink_e2e::producer::{kpl_record_specs, put_kpl_records, small_record_specs};
 use shardsink_e2e::stream::read_stream;
-use shardsink_e2e::{
-    Daemon, Scenario, Versioning, require_env, scaled, stop_gracefully, wait_for_archive,
-};
+use shardsink_e2e::{Daemon, Scenario, Versioning, archive_then_stop, require_env, scaled};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kpl_aggregates_are_unpacked() {
@@ -53,7 +51,7 @@ async fn kpl_aggregates_are_unpacked() {
         .set("compression", "gzip");
     let mut daemon = Daemon::spawn(&settings).unwrap();
     let mut reader = scenario.archive_reader();
-    wait_for_archive(
+    let archive = archive_then_stop(
         &mut reader,
         &produced,
         &mut daemon,
@@ -61,11 +59,6 @@ async fn kpl_aggregates_are_unpacked() {
     )
     .await
     .unwrap();
-    stop_gracefully(&mut daemon, scaled(Duration::from_secs(40)))
-        .await
-        .unwrap();
-
-    let archive = reader.read().await.unwrap();
     let truth = read_stream(&env, &scenario.stream).await.unwrap();
     let mut report = exactly_once(&produced, &archive);
     report.check_arrival_times(&archive, &truth);

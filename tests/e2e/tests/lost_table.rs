@@ -16,7 +16,7 @@ use shardsink_e2e::check::{clean_shutdown_problems, exactly_once};
 use shardsink_e2e::fixtures::{clear_lease_table, delete_lease_table};
 use shardsink_e2e::producer::small_record_specs;
 use shardsink_e2e::{
-    Daemon, Scenario, TestEnv, Versioning, require_env, scaled, stop_gracefully, wait_for_archive,
+    Daemon, Scenario, TestEnv, Versioning, archive_then_stop, require_env, scaled,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,7 +53,7 @@ async fn lose_the_table(env: &TestEnv, loss: Loss) {
 
     let mut daemon = Daemon::spawn(&settings).unwrap();
     let mut reader = scenario.archive_reader();
-    wait_for_archive(
+    let before = archive_then_stop(
         &mut reader,
         &produced,
         &mut daemon,
@@ -61,10 +61,6 @@ async fn lose_the_table(env: &TestEnv, loss: Loss) {
     )
     .await
     .unwrap();
-    stop_gracefully(&mut daemon, scaled(Duration::from_secs(40)))
-        .await
-        .unwrap();
-    let before = reader.read().await.unwrap();
     exactly_once(&produced, &before).assert_exact();
 
     let table = settings.lease_table();
@@ -88,7 +84,7 @@ async fn lose_the_table(env: &TestEnv, loss: Loss) {
     );
     // Different batch boundaries from the first run (see the module docs).
     let mut daemon = Daemon::spawn(&settings.clone().set("buffer-max-records", "70")).unwrap();
-    wait_for_archive(
+    let after = archive_then_stop(
         &mut reader,
         &produced,
         &mut daemon,
@@ -96,11 +92,6 @@ async fn lose_the_table(env: &TestEnv, loss: Loss) {
     )
     .await
     .unwrap();
-    stop_gracefully(&mut daemon, scaled(Duration::from_secs(40)))
-        .await
-        .unwrap();
-
-    let after = reader.read().await.unwrap();
     exactly_once(&produced, &after).assert_exact();
     // The first run's objects are untouched.
     for object in &before.objects {

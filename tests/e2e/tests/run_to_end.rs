@@ -13,9 +13,7 @@ use std::time::Duration;
 use shardsink_e2e::check::{clean_shutdown_problems, exactly_once};
 use shardsink_e2e::producer::{kpl_record_specs, mixed_record_specs, put_kpl_records};
 use shardsink_e2e::stream::read_stream;
-use shardsink_e2e::{
-    Daemon, Scenario, Versioning, require_env, scaled, stop_gracefully, wait_for_archive,
-};
+use shardsink_e2e::{Daemon, Scenario, Versioning, archive_then_stop, require_env, scaled};
 
 const RECORDS: usize = 20_000;
 const BUFFER_MAX_RECORDS: usize = 500;
@@ -44,7 +42,7 @@ async fn run_to_end() {
         .set("buffer-max-age", "5s");
     let mut daemon = Daemon::spawn(&settings).unwrap();
     let mut reader = scenario.archive_reader();
-    wait_for_archive(
+    let archive = archive_then_stop(
         &mut reader,
         &produced,
         &mut daemon,
@@ -52,11 +50,6 @@ async fn run_to_end() {
     )
     .await
     .unwrap();
-    stop_gracefully(&mut daemon, scaled(Duration::from_secs(40)))
-        .await
-        .unwrap();
-
-    let archive = reader.read().await.unwrap();
     let truth = read_stream(&env, &scenario.stream).await.unwrap();
     let harness = truth.check_produced(&produced);
     assert!(
