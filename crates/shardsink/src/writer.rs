@@ -192,8 +192,7 @@ impl BatchWriter {
         reason: FlushReason,
     ) -> Result<WrittenBatch, ShardError> {
         let records = batch.user_records();
-        let lines = Bytes::copy_from_slice(batch.lines());
-        drop(batch);
+        let lines = Bytes::from(batch.into_lines());
         let body = compress(compression, lines.clone())
             .await
             .map_err(|source| ShardError::Compression {
