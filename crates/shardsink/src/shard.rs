@@ -963,6 +963,51 @@ mod tests {
         assert!(h.row().await.pending_batch.is_none());
     }
 
+    /// GetRecords calls the task makes in `span` of (paused) time.
+    async fn reads_during(h: &Harness, lease: Arc<HeldLease>, span: Duration) -> usize {
+        let token = CancellationToken::new();
+        let task = tokio::spawn(ShardTask::new(h.ctx.clone(), lease).run(token.clone()));
+        tokio::time::sleep(span).await;
+        let reads = h.shard.reads.load(Ordering::SeqCst);
+        token.cancel();
+        task.await.unwrap().unwrap();
+        reads
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_shard_is_read_at_most_five_times_a_second() {
+        let h = harness(1_000_000);
+        let future = Utc::now().timestamp_millis() + 3_600_000;
+        for i in 1..=1_000 {
+            h.shard.push(&seq(i), future, b"b");
+        }
+        // One record a call keeps the shard behind for the whole test.
+        let h = Harness {
+            ctx: Arc::new(ShardContext {
+                max_records_per_read: 1,
+                ..clone_ctx(&h.ctx)
+            }),
+            ..h
+        };
+        let lease = h.lease(Checkpoint::TrimHorizon, None).await;
+        let reads = reads_during(&h, lease, Duration::from_secs(10)).await;
+        assert!(
+            (45..=51).contains(&reads),
+            "{reads} GetRecords calls in 10 s; Kinesis allows 5 a second"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_caught_up_shard_is_read_once_per_idle_interval() {
+        let h = harness(1_000);
+        let lease = h.lease(Checkpoint::TrimHorizon, None).await;
+        let reads = reads_during(&h, lease, Duration::from_secs(10)).await;
+        assert!(
+            (9..=11).contains(&reads),
+            "{reads} GetRecords calls in 10 s with a 1 s idle time"
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_lost_lease_stops_all_writes() {
         let h = harness(2);

@@ -50,6 +50,19 @@ async fn run_to_end() {
     )
     .await
     .unwrap();
+    // The SIGTERM summary says how many records and batches were written.
+    let log = std::fs::read_to_string(daemon.log_path()).unwrap();
+    let summary = log
+        .lines()
+        .find(|line| line.contains("shutdown complete"))
+        .unwrap_or_else(|| panic!("no shutdown summary in the log:\n{}", daemon.log_tail(20)));
+    assert!(
+        summary.contains(&format!("records_written={}", produced.len()))
+            && summary.contains(&format!("batches_written={}", archive.objects.len())),
+        "summary {summary:?} does not match {} records in {} objects",
+        produced.len(),
+        archive.objects.len()
+    );
     let truth = read_stream(&env, &scenario.stream).await.unwrap();
     let harness = truth.check_produced(&produced);
     assert!(

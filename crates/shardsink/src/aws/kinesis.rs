@@ -252,3 +252,71 @@ impl Kinesis {
             })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_kinesis::operation::list_shards::ListShardsOutput;
+    use aws_sdk_kinesis::types::Shard;
+    use aws_smithy_mocks::{RuleMode, mock, mock_client};
+
+    use super::*;
+
+    fn shard(id: &str, parent: Option<&str>, adjacent: Option<&str>) -> Shard {
+        let mut shard = Shard::builder().shard_id(id);
+        if let Some(parent) = parent {
+            shard = shard.parent_shard_id(parent);
+        }
+        if let Some(adjacent) = adjacent {
+            shard = shard.adjacent_parent_shard_id(adjacent);
+        }
+        shard.build().unwrap()
+    }
+
+    #[tokio::test]
+    async fn list_shards_reads_every_page_without_naming_the_stream_after_the_first() {
+        let first = mock!(Client::list_shards)
+            .match_requests(|input| {
+                input.stream_name() == Some("orders") && input.next_token().is_none()
+            })
+            .then_output(|| {
+                ListShardsOutput::builder()
+                    .shards(shard("shardId-000000000000", None, None))
+                    .next_token("page-2")
+                    .build()
+            });
+        // The ListShards API refuses StreamName together with NextToken.
+        let second = mock!(Client::list_shards)
+            .match_requests(|input| {
+                input.stream_name().is_none() && input.next_token() == Some("page-2")
+            })
+            .then_output(|| {
+                ListShardsOutput::builder()
+                    .shards(shard(
+                        "shardId-000000000002",
+                        Some("shardId-000000000001"),
+                        Some("shardId-000000000000"),
+                    ))
+                    .build()
+            });
+        let client = mock_client!(aws_sdk_kinesis, RuleMode::Sequential, [&first, &second]);
+        let kinesis = Kinesis::new(client, StreamRef::Name("orders".to_owned()));
+        let shards = kinesis.list_shards().await.unwrap();
+        assert_eq!(
+            shards,
+            vec![
+                ShardInfo {
+                    shard_id: "shardId-000000000000".to_owned(),
+                    parent_shard_ids: vec![],
+                },
+                ShardInfo {
+                    shard_id: "shardId-000000000002".to_owned(),
+                    parent_shard_ids: vec![
+                        "shardId-000000000000".to_owned(),
+                        "shardId-000000000001".to_owned()
+                    ],
+                },
+            ]
+        );
+        assert_eq!((first.num_calls(), second.num_calls()), (1, 1));
+    }
+}
