@@ -37,18 +37,39 @@ impl LeaseExpiry {
     /// Records the leases of one table scan made at `now`, and forgets leases
     /// no longer in the table.
     pub fn observe(&mut self, leases: &[Lease], now: Instant) {
+        self.observe_counters(
+            leases.iter().map(|lease| {
+                (
+                    lease.lease_key.as_str(),
+                    lease.lease_counter,
+                    lease.lease_owner.as_deref(),
+                )
+            }),
+            now,
+        );
+    }
+
+    /// Records `(key, counter, owner)` entries of one scan made at `now` —
+    /// leases, or worker heartbeats — and forgets keys not in it.
+    pub fn observe_counters<'a>(
+        &mut self,
+        entries: impl IntoIterator<Item = (&'a str, u64, Option<&'a str>)>,
+        now: Instant,
+    ) {
+        let entries: Vec<(&str, u64, Option<&str>)> = entries.into_iter().collect();
         self.seen
-            .retain(|key, _| leases.iter().any(|lease| &lease.lease_key == key));
-        for lease in leases {
-            let changed = self.seen.get(&lease.lease_key).is_none_or(|seen| {
-                seen.counter != lease.lease_counter || seen.owner != lease.lease_owner
-            });
+            .retain(|key, _| entries.iter().any(|(k, _, _)| *k == key));
+        for (key, counter, owner) in entries {
+            let changed = self
+                .seen
+                .get(key)
+                .is_none_or(|seen| seen.counter != counter || seen.owner.as_deref() != owner);
             if changed {
                 self.seen.insert(
-                    lease.lease_key.clone(),
+                    key.to_owned(),
                     Observation {
-                        counter: lease.lease_counter,
-                        owner: lease.lease_owner.clone(),
+                        counter,
+                        owner: owner.map(str::to_owned),
                         changed_at: now,
                     },
                 );
@@ -60,11 +81,16 @@ impl LeaseExpiry {
     /// or its counter has not changed for more than `failover_time`. A lease
     /// never observed is not expired.
     pub fn is_expired(&self, lease: &Lease, now: Instant, failover_time: Duration) -> bool {
-        if lease.lease_owner.is_none() {
-            return true;
-        }
-        self.seen.get(&lease.lease_key).is_some_and(|seen| {
-            seen.counter == lease.lease_counter
+        lease.lease_owner.is_none()
+            || self.is_stale(&lease.lease_key, lease.lease_counter, now, failover_time)
+    }
+
+    /// Whether the counter of `key` has stayed at `counter` for more than
+    /// `failover_time` (an expired lease, or a worker's heartbeat gone
+    /// quiet). A key never observed is not stale.
+    pub fn is_stale(&self, key: &str, counter: u64, now: Instant, failover_time: Duration) -> bool {
+        self.seen.get(key).is_some_and(|seen| {
+            seen.counter == counter
                 && now.saturating_duration_since(seen.changed_at) > failover_time
         })
     }

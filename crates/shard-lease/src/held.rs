@@ -85,7 +85,8 @@ impl HeldLease {
     }
 
     /// Releases the lease ([`LeaseTable::release_lease`]); afterwards the lease
-    /// counts as lost for this worker.
+    /// counts as lost for this worker. A retriable failure (throttling) leaves
+    /// the lease held, so the caller can try again.
     ///
     /// # Errors
     /// As [`LeaseTable::release_lease`]; `LeaseLost` at once after a loss.
@@ -93,7 +94,9 @@ impl HeldLease {
         let result = self
             .write(|lease| async move { self.table.release_lease(&lease).await })
             .await;
-        self.lost.cancel();
+        if !matches!(&result, Err(err) if err.is_retriable()) {
+            self.lost.cancel();
+        }
         result
     }
 

@@ -35,6 +35,9 @@ pub mod attr {
     pub const PENDING_BATCH_KEY: &str = "pendingBatchKey";
     /// `S`: the first sequence number of the pending batch (shardsink).
     pub const PENDING_BATCH_FIRST: &str = "pendingBatchFirstSequenceNumber";
+    /// `S`: RFC 3339 wall-clock time the shard was checkpointed at
+    /// `SHARD_END` (shardsink); ended leases are deleted a retention after it.
+    pub const SHARD_ENDED_AT: &str = "shardEndedAt";
 }
 
 /// The batch a lease owner is about to PUT, recorded in the lease row before
@@ -69,6 +72,8 @@ pub struct Lease {
     pub owner_switches_since_checkpoint: u64,
     /// `parentShardId`: parents of this shard, sorted.
     pub parent_shard_ids: Vec<String>,
+    /// `shardEndedAt`: when `SHARD_END` was checkpointed (RFC 3339).
+    pub shard_ended_at: Option<String>,
 }
 
 impl Lease {
@@ -88,6 +93,7 @@ impl Lease {
             pending_batch: None,
             owner_switches_since_checkpoint: 0,
             parent_shard_ids,
+            shard_ended_at: None,
         }
     }
 
@@ -133,6 +139,12 @@ impl Lease {
         }
         if let Some(batch) = &self.pending_batch {
             item.extend(pending_batch_attributes(batch));
+        }
+        if let Some(ended) = &self.shard_ended_at {
+            item.insert(
+                attr::SHARD_ENDED_AT.to_owned(),
+                AttributeValue::S(ended.clone()),
+            );
         }
         item
     }
@@ -203,6 +215,7 @@ impl Lease {
             )?
             .unwrap_or(0),
             parent_shard_ids,
+            shard_ended_at: string(item, attr::SHARD_ENDED_AT, key)?,
             lease_key,
         })
     }
@@ -231,7 +244,7 @@ pub(crate) fn number(value: u64) -> AttributeValue {
     AttributeValue::N(value.to_string())
 }
 
-fn string(
+pub(crate) fn string(
     item: &HashMap<String, AttributeValue>,
     name: &str,
     key: &str,
@@ -246,7 +259,7 @@ fn string(
     }
 }
 
-fn unsigned(
+pub(crate) fn unsigned(
     item: &HashMap<String, AttributeValue>,
     name: &str,
     key: &str,

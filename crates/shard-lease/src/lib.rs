@@ -16,6 +16,9 @@
 //! - [`held`]: [`HeldLease`], a lease this worker holds; serializes writes
 //!   from the renewer and the shard task and remembers a loss.
 //! - [`expiry`]: [`LeaseExpiry`], when another worker's lease may be taken.
+//! - [`balance`]: [`plan_takes`], which leases to take or steal so they
+//!   spread evenly (the KCL's rule).
+//! - [`heartbeat`]: [`WorkerHeartbeat`], one row per live worker.
 //! - [`error`]: [`LeaseError`]; [`retry`]: which AWS errors to retry.
 //!
 //! A worker scans the table ([`LeaseTable::list_leases`]), creates rows for new
@@ -24,17 +27,21 @@
 //! then [`HeldLease::checkpoint`].
 #![deny(missing_docs)]
 
+pub mod balance;
 pub mod checkpoint;
 pub mod error;
 pub mod expiry;
+pub mod heartbeat;
 pub mod held;
 pub mod lease;
 pub mod retry;
 pub mod table;
 
+pub use balance::{TakePlan, plan_takes};
 pub use checkpoint::Checkpoint;
 pub use error::LeaseError;
 pub use expiry::LeaseExpiry;
+pub use heartbeat::WorkerHeartbeat;
 pub use held::HeldLease;
 pub use lease::{Lease, MalformedLease, PendingBatch};
-pub use table::{CreateOutcome, LeaseTable, TableCreation};
+pub use table::{CreateOutcome, LeaseTable, TableCreation, TableScan};

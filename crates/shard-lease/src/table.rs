@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::error::Error as StdError;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::client::Waiters;
@@ -24,9 +24,10 @@ use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use tracing::{debug, info, warn};
 
+use crate::heartbeat::{WORKER_KEY_PREFIX, worker_attr};
 use crate::lease::{attr, number, pending_batch_attributes};
 use crate::retry::is_retriable;
-use crate::{Checkpoint, Lease, LeaseError, PendingBatch};
+use crate::{Checkpoint, Lease, LeaseError, PendingBatch, WorkerHeartbeat};
 
 /// How long [`LeaseTable::create_table_if_missing`] waits for a new table to
 /// become `ACTIVE`.
@@ -50,11 +51,20 @@ pub enum TableCreation {
     Created,
 }
 
+/// Everything in the lease table: leases and worker heartbeats.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TableScan {
+    /// Lease rows, by `leaseKey`.
+    pub leases: Vec<Lease>,
+    /// Heartbeat rows, by worker id.
+    pub workers: Vec<WorkerHeartbeat>,
+}
+
 /// What [`LeaseTable::create_lease`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CreateOutcome {
     /// The row was written; here it is.
-    Created(Lease),
+    Created(Box<Lease>),
     /// A row for the shard already existed and was left alone.
     AlreadyExists,
 }
@@ -150,16 +160,16 @@ impl LeaseTable {
             })
     }
 
-    /// Every lease row, read with a consistent [Scan] (all pages). Rows that
-    /// do not decode are logged and skipped, so a foreign row cannot stop the
-    /// worker.
+    /// Every row, read with a consistent [Scan] (all pages): the leases and
+    /// the worker heartbeats. Rows that do not decode are logged and skipped,
+    /// so a foreign row cannot stop the worker.
     ///
     /// [Scan]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Scan.html
     ///
     /// # Errors
     /// [`LeaseError::TableMissing`], [`LeaseError::Dynamo`].
-    pub async fn list_leases(&self) -> Result<Vec<Lease>, LeaseError> {
-        let mut leases = Vec::new();
+    pub async fn scan(&self) -> Result<TableScan, LeaseError> {
+        let mut scan = TableScan::default();
         let mut start_key: Option<HashMap<String, AttributeValue>> = None;
         loop {
             let page = self
@@ -172,9 +182,17 @@ impl LeaseTable {
                 .await
                 .map_err(|err| self.sdk_error("Scan", err))?;
             for item in page.items() {
-                match Lease::from_item(item) {
-                    Ok(lease) => leases.push(lease),
-                    Err(err) => warn!(table = %self.table_name, error = %err, "skipping lease row"),
+                let is_worker = item
+                    .get(attr::LEASE_KEY)
+                    .and_then(|key| key.as_s().ok())
+                    .is_some_and(|key| key.starts_with(WORKER_KEY_PREFIX));
+                let decoded = if is_worker {
+                    WorkerHeartbeat::from_item(item).map(|worker| scan.workers.push(worker))
+                } else {
+                    Lease::from_item(item).map(|lease| scan.leases.push(lease))
+                };
+                if let Err(err) = decoded {
+                    warn!(table = %self.table_name, error = %err, "skipping lease table row");
                 }
             }
             match page.last_evaluated_key {
@@ -182,8 +200,78 @@ impl LeaseTable {
                 _ => break,
             }
         }
-        leases.sort_by(|a, b| a.lease_key.cmp(&b.lease_key));
-        Ok(leases)
+        scan.leases.sort_by(|a, b| a.lease_key.cmp(&b.lease_key));
+        scan.workers.sort_by(|a, b| a.worker_id.cmp(&b.worker_id));
+        Ok(scan)
+    }
+
+    /// Every lease row ([`scan`](Self::scan) without the heartbeats).
+    ///
+    /// # Errors
+    /// As [`scan`](Self::scan).
+    pub async fn list_leases(&self) -> Result<Vec<Lease>, LeaseError> {
+        Ok(self.scan().await?.leases)
+    }
+
+    /// Writes this worker's heartbeat row: increments `heartbeatCounter`,
+    /// stamps `lastHeartbeat` with the wall-clock time and records how many
+    /// leases it holds. Unconditional: each worker writes only its own row.
+    ///
+    /// # Errors
+    /// [`LeaseError::TableMissing`], [`LeaseError::Dynamo`].
+    pub async fn heartbeat(&self, worker_id: &str, leases_held: usize) -> Result<(), LeaseError> {
+        let mut expr = Expr::default();
+        let (id, counter, last, held) = (
+            expr.name(worker_attr::WORKER_ID),
+            expr.name(worker_attr::HEARTBEAT_COUNTER),
+            expr.name(worker_attr::LAST_HEARTBEAT),
+            expr.name(worker_attr::LEASES_HELD),
+        );
+        let (id_value, zero, one) = (
+            expr.value(AttributeValue::S(worker_id.to_owned())),
+            expr.value(number(0)),
+            expr.value(number(1)),
+        );
+        let now = expr.value(AttributeValue::S(
+            humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+        ));
+        let held_value = expr.value(number(leases_held as u64));
+        self.client
+            .update_item()
+            .table_name(&self.table_name)
+            .key(
+                attr::LEASE_KEY,
+                AttributeValue::S(WorkerHeartbeat::key(worker_id)),
+            )
+            .update_expression(format!(
+                "SET {id} = {id_value}, {counter} = if_not_exists({counter}, {zero}) + {one}, \
+                 {last} = {now}, {held} = {held_value}"
+            ))
+            .set_expression_attribute_names(Some(expr.names))
+            .set_expression_attribute_values(Some(expr.values))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|err| self.sdk_error("UpdateItem", err))
+    }
+
+    /// Deletes a worker's heartbeat row (at a clean shutdown, or a long-dead
+    /// worker's).
+    ///
+    /// # Errors
+    /// [`LeaseError::TableMissing`], [`LeaseError::Dynamo`].
+    pub async fn remove_heartbeat(&self, worker_id: &str) -> Result<(), LeaseError> {
+        self.client
+            .delete_item()
+            .table_name(&self.table_name)
+            .key(
+                attr::LEASE_KEY,
+                AttributeValue::S(WorkerHeartbeat::key(worker_id)),
+            )
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|err| self.sdk_error("DeleteItem", err))
     }
 
     /// One lease row, read with a consistent [GetItem]; `None` when absent.
@@ -227,7 +315,7 @@ impl LeaseTable {
         match result {
             Ok(_) => {
                 debug!(shard_id = %lease.lease_key, checkpoint = %lease.checkpoint, "lease created");
-                Ok(CreateOutcome::Created(lease.clone()))
+                Ok(CreateOutcome::Created(Box::new(lease.clone())))
             }
             Err(err) if error_code(&err) == Some("ConditionalCheckFailedException") => {
                 Ok(CreateOutcome::AlreadyExists)
@@ -367,8 +455,19 @@ impl LeaseTable {
         let (one, zero) = (expr.value(number(1)), expr.value(number(0)));
         let new_value = expr.value(AttributeValue::S(checkpoint.to_attribute()));
         let old_value = expr.value(AttributeValue::S(held.checkpoint.to_attribute()));
+        // SHARD_END also stamps the wall-clock time, from which the ended
+        // lease's retention is counted.
+        let ended = if checkpoint.is_shard_end() {
+            let name = expr.name(attr::SHARD_ENDED_AT);
+            let now = expr.value(AttributeValue::S(
+                humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            ));
+            format!(", {name} = {now}")
+        } else {
+            String::new()
+        };
         let update = format!(
-            "SET {counter} = {counter} + {one}, {checkpoint_name} = {new_value}, {sub} = {zero}, {switches} = {zero} \
+            "SET {counter} = {counter} + {one}, {checkpoint_name} = {new_value}, {sub} = {zero}, {switches} = {zero}{ended} \
              REMOVE {}",
             removed.join(", ")
         );
@@ -882,6 +981,45 @@ mod tests {
         let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&page1, &page2]);
         let table = LeaseTable::new(client, "leases");
         assert_eq!(table.list_leases().await.unwrap(), vec![first, second]);
+    }
+
+    #[tokio::test]
+    async fn scan_separates_heartbeats_from_leases() {
+        let lease = Lease::new("shardId-000000000000", Checkpoint::TrimHorizon, vec![]);
+        let row = lease.clone();
+        let scan = mock!(Client::scan).then_output(move || {
+            ScanOutput::builder()
+                .items(row.to_item())
+                .items(HashMap::from([
+                    (
+                        "leaseKey".to_owned(),
+                        AttributeValue::S("worker#host-a".to_owned()),
+                    ),
+                    (
+                        "workerId".to_owned(),
+                        AttributeValue::S("host-a".to_owned()),
+                    ),
+                    (
+                        "heartbeatCounter".to_owned(),
+                        AttributeValue::N("7".to_owned()),
+                    ),
+                    ("leasesHeld".to_owned(), AttributeValue::N("3".to_owned())),
+                ]))
+                .build()
+        });
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&scan]);
+        let table = LeaseTable::new(client, "leases");
+        let scanned = table.scan().await.unwrap();
+        assert_eq!(scanned.leases, vec![lease]);
+        assert_eq!(
+            scanned.workers,
+            vec![WorkerHeartbeat {
+                worker_id: "host-a".to_owned(),
+                heartbeat_counter: 7,
+                last_heartbeat: None,
+                leases_held: 3,
+            }]
+        );
     }
 
     #[tokio::test]

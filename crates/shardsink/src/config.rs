@@ -143,6 +143,12 @@ pub struct Config {
     #[arg(long, env = "SHARDSINK_FAILOVER_TIME", default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub failover_time: Duration,
 
+    /// How long the lease of a shard read to SHARD_END (after a split or
+    /// merge) is kept before it is deleted, once its children have started.
+    /// Leases of shards that left the stream are deleted at once.
+    #[arg(long, env = "SHARDSINK_ENDED_LEASE_RETENTION", default_value = "1h", value_parser = parse_duration, value_name = "DURATION")]
+    pub ended_lease_retention: Duration,
+
     /// How often the shard list is read again (ListShards) to find new shards.
     #[arg(long, env = "SHARDSINK_SHARD_SYNC_INTERVAL", default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
     pub shard_sync_interval: Duration,
@@ -576,19 +582,24 @@ fn first_line(text: &str) -> String {
         .to_owned()
 }
 
+/// Parses flags only, for tests: environment lookup is switched off so that
+/// a developer's `SHARDSINK_*` variables cannot change the outcome (the
+/// end-to-end `bad_config` tests cover the variables).
+#[cfg(test)]
+pub(crate) fn parse_flags_only(args: &[&str]) -> Result<Config, clap::Error> {
+    use clap::{CommandFactory as _, FromArgMatches as _};
+    let mut argv = vec!["shardsink"];
+    argv.extend_from_slice(args);
+    let command = Config::command().mut_args(|arg| arg.env(None::<&str>));
+    Config::from_arg_matches(&command.try_get_matches_from(argv)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Parses flags only: environment lookup is switched off so that a
-    /// developer's `SHARDSINK_*` variables cannot change the outcome (the
-    /// end-to-end `bad_config` tests cover the variables).
     fn parse(args: &[&str]) -> Result<Config, clap::Error> {
-        use clap::{CommandFactory as _, FromArgMatches as _};
-        let mut argv = vec!["shardsink"];
-        argv.extend_from_slice(args);
-        let command = Config::command().mut_args(|arg| arg.env(None::<&str>));
-        Config::from_arg_matches(&command.try_get_matches_from(argv)?)
+        parse_flags_only(args)
     }
 
     fn valid(args: &[&str]) -> Result<Settings, ConfigError> {

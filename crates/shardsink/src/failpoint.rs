@@ -1,20 +1,33 @@
-//! Crash points for tests: with the `failpoints` feature compiled in, the
-//! `FAILPOINTS` environment variable (the `fail` crate's syntax, e.g.
-//! `after-put=3*off->return`) makes the process abort at a named point — no
-//! cleanup, no flush, like SIGKILL. `sleep(ms)` delays there instead. Without
-//! the feature this compiles to nothing.
+//! Failpoints for tests: with the `failpoints` feature compiled in, the
+//! `FAILPOINTS` environment variable (the `fail` crate's syntax) acts at a
+//! named point:
+//! - `return` aborts the process on the spot — no cleanup, no flush, like
+//!   SIGKILL (e.g. `after-put=3*off->return`: the fourth time);
+//! - `return(delay:MS)` logs `failpoint reached` and waits MS milliseconds
+//!   there, asynchronously, so a test can freeze the process (SIGSTOP) at
+//!   exactly that point while other workers go on.
+//!
+//! Without the feature this compiles to nothing.
 //!
 //! Points, in the order a batch passes them: `before-pending`,
 //! `after-pending` (batch recorded in the lease row, not yet PUT),
 //! `after-put` (object written, not yet checkpointed), `after-checkpoint`.
 
-/// Aborts the process if the failpoint `name` is switched on with `return`.
+/// Acts on the failpoint `name` if `FAILPOINTS` switches it on.
 #[inline]
-pub fn crash_point(name: &'static str) {
+pub async fn failpoint(name: &'static str) {
     #[cfg(feature = "failpoints")]
-    if fail::eval(name, |_| ()).is_some() {
-        tracing::error!(failpoint = name, "failpoint triggered: aborting");
-        std::process::abort();
+    match fail::eval(name, |arg| arg) {
+        None => {}
+        Some(Some(arg)) if arg.starts_with("delay:") => {
+            let millis: u64 = arg.trim_start_matches("delay:").parse().unwrap_or(0);
+            tracing::warn!(failpoint = name, millis, "failpoint reached: waiting");
+            tokio::time::sleep(std::time::Duration::from_millis(millis)).await;
+        }
+        Some(_) => {
+            tracing::error!(failpoint = name, "failpoint reached: aborting");
+            std::process::abort();
+        }
     }
     #[cfg(not(feature = "failpoints"))]
     let _ = name;

@@ -1,6 +1,6 @@
 //! In-memory fakes of the three services for shard-task tests, served through
 //! `aws-smithy-mocks` rules so the code under test uses real SDK clients:
-//! - [`FakeShard`]: one Kinesis shard with scripted records;
+//! - [`FakeStream`] of [`FakeShard`]s: Kinesis shards with scripted records;
 //! - [`FakeBucket`]: S3 objects with `If-None-Match: *` (412), listing with
 //!   prefix and paging, and injectable PUT failures;
 //! - [`FakeTable`]: DynamoDB items with a small evaluator for the condition
@@ -85,6 +85,26 @@ impl FakeShard {
     }
 }
 
+/// A Kinesis stream: shards by id.
+#[derive(Debug, Default)]
+pub struct FakeStream {
+    shards: Mutex<BTreeMap<String, Arc<FakeShard>>>,
+}
+
+impl FakeStream {
+    /// The shard `id`, created empty on first use.
+    pub fn shard(&self, id: &str) -> Arc<FakeShard> {
+        lock(&self.shards).entry(id.to_owned()).or_default().clone()
+    }
+
+    fn get(&self, id: &str) -> Arc<FakeShard> {
+        lock(&self.shards)
+            .get(id)
+            .cloned()
+            .expect("unknown fake shard")
+    }
+}
+
 /// S3 objects.
 #[derive(Default)]
 pub struct FakeBucket {
@@ -94,9 +114,10 @@ pub struct FakeBucket {
     pub put_attempts: Mutex<Vec<String>>,
     /// The next this-many PUTs fail with 503 SlowDown.
     pub failing_puts: AtomicUsize,
-    /// Called before each PUT is applied, with the key (for invariants).
+    /// Called before each PUT is applied, with the key and whether it would
+    /// create the object (for invariants).
     #[allow(clippy::type_complexity)]
-    pub on_put: Mutex<Option<Box<dyn Fn(&str) + Send>>>,
+    pub on_put: Mutex<Option<Box<dyn Fn(&str, bool) + Send>>>,
 }
 
 impl FakeBucket {
@@ -134,6 +155,9 @@ pub struct FakeTable {
     /// The next this-many UpdateItem calls fail with
     /// `ProvisionedThroughputExceededException`.
     pub failing_updates: AtomicUsize,
+    /// When not 0: every this-many-th UpdateItem call is throttled.
+    pub throttle_every: AtomicUsize,
+    updates: AtomicUsize,
 }
 
 /// Takes one from `counter` if it is above zero.
@@ -168,18 +192,18 @@ fn dynamo_error(code: &str) -> HttpResponse {
 
 /// Clients serving the three fakes.
 pub fn clients(
-    shard: Arc<FakeShard>,
+    stream: Arc<FakeStream>,
     bucket: Arc<FakeBucket>,
     table: Arc<FakeTable>,
 ) -> AwsClients {
     AwsClients {
-        kinesis: kinesis_client(shard),
+        kinesis: kinesis_client(stream),
         s3: s3_client(bucket),
         dynamodb: dynamodb_client(table),
     }
 }
 
-fn kinesis_client(shard: Arc<FakeShard>) -> aws_sdk_kinesis::Client {
+fn kinesis_client(stream: Arc<FakeStream>) -> aws_sdk_kinesis::Client {
     use aws_sdk_kinesis::Client;
     use aws_sdk_kinesis::operation::describe_stream_summary::DescribeStreamSummaryOutput;
     use aws_sdk_kinesis::operation::get_records::GetRecordsOutput;
@@ -189,18 +213,23 @@ fn kinesis_client(shard: Arc<FakeShard>) -> aws_sdk_kinesis::Client {
         Shard, StreamDescriptionSummary, StreamMode, StreamModeDetails, StreamStatus,
     };
 
-    let s1 = shard.clone();
+    // Iterators are `it|{shard id}|{index}`.
+    let s1 = stream.clone();
     let iterator = mock!(Client::get_shard_iterator).then_compute_output(move |input| {
-        let index = s1.start_index(
+        let shard_id = input.shard_id().unwrap();
+        let index = s1.get(shard_id).start_index(
             input.shard_iterator_type().unwrap(),
             input.starting_sequence_number(),
         );
         GetShardIteratorOutput::builder()
-            .shard_iterator(format!("it-{index}"))
+            .shard_iterator(format!("it|{shard_id}|{index}"))
             .build()
     });
-    let s2 = shard.clone();
+    let s2 = stream.clone();
     let records = mock!(Client::get_records).then_compute_response(move |input| {
+        let mut parts = input.shard_iterator().unwrap().split('|').skip(1);
+        let (shard_id, index) = (parts.next().unwrap(), parts.next().unwrap());
+        let s2 = s2.get(shard_id);
         s2.reads.fetch_add(1, Ordering::SeqCst);
         if take_one(&s2.failing_reads) {
             return MockResponse::Http(http(
@@ -208,12 +237,7 @@ fn kinesis_client(shard: Arc<FakeShard>) -> aws_sdk_kinesis::Client {
                 r#"{"__type":"ProvisionedThroughputExceededException","message":"Rate exceeded for shard"}"#,
             ));
         }
-        let index: usize = input
-            .shard_iterator()
-            .unwrap()
-            .trim_start_matches("it-")
-            .parse()
-            .unwrap();
+        let index: usize = index.parse().unwrap();
         let all = lock(&s2.records);
         let limit = input.limit().unwrap_or(10_000) as usize;
         let end = (index + limit).min(all.len());
@@ -221,19 +245,17 @@ fn kinesis_client(shard: Arc<FakeShard>) -> aws_sdk_kinesis::Client {
             .set_records(Some(all[index.min(end)..end].to_vec()))
             .millis_behind_latest(if end == all.len() { 0 } else { 1_000 });
         if !(*lock(&s2.closed) && end == all.len()) {
-            output = output.next_shard_iterator(format!("it-{end}"));
+            output = output.next_shard_iterator(format!("it|{shard_id}|{end}"));
         }
         MockResponse::Output(output.build().unwrap())
     });
-    let list = mock!(Client::list_shards).then_output(|| {
-        ListShardsOutput::builder()
-            .shards(
-                Shard::builder()
-                    .shard_id("shardId-000000000000")
-                    .build()
-                    .unwrap(),
-            )
-            .build()
+    let s3 = stream.clone();
+    let list = mock!(Client::list_shards).then_compute_output(move |_| {
+        let shards = lock(&s3.shards)
+            .keys()
+            .map(|id| Shard::builder().shard_id(id).build().unwrap())
+            .collect();
+        ListShardsOutput::builder().set_shards(Some(shards)).build()
     });
     let describe = mock!(Client::describe_stream_summary).then_output(|| {
         DescribeStreamSummaryOutput::builder()
@@ -282,7 +304,8 @@ fn s3_client(bucket: Arc<FakeBucket>) -> aws_sdk_s3::Client {
             return MockResponse::Http(s3_error(503, "SlowDown"));
         }
         if let Some(hook) = lock(&b1.on_put).as_ref() {
-            hook(&key);
+            let creates = !lock(&b1.objects).contains_key(&key);
+            hook(&key, creates);
         }
         let mut objects = lock(&b1.objects);
         if input.if_none_match() == Some("*") && objects.contains_key(&key) {
@@ -334,6 +357,7 @@ fn s3_client(bucket: Arc<FakeBucket>) -> aws_sdk_s3::Client {
 
 fn dynamodb_client(table: Arc<FakeTable>) -> aws_sdk_dynamodb::Client {
     use aws_sdk_dynamodb::Client;
+    use aws_sdk_dynamodb::operation::delete_item::DeleteItemOutput;
     use aws_sdk_dynamodb::operation::describe_table::DescribeTableOutput;
     use aws_sdk_dynamodb::operation::get_item::GetItemOutput;
     use aws_sdk_dynamodb::operation::put_item::PutItemOutput;
@@ -369,7 +393,9 @@ fn dynamodb_client(table: Arc<FakeTable>) -> aws_sdk_dynamodb::Client {
     });
     let t3 = table.clone();
     let update = mock!(Client::update_item).then_compute_response(move |input| {
-        if take_one(&t3.failing_updates) {
+        let nth = t3.updates.fetch_add(1, Ordering::SeqCst) + 1;
+        let every = t3.throttle_every.load(Ordering::SeqCst);
+        if take_one(&t3.failing_updates) || (every > 0 && nth % every == 0) {
             return MockResponse::Http(dynamo_error("ProvisionedThroughputExceededException"));
         }
         let key = input.key().unwrap()["leaseKey"].as_s().unwrap().clone();
@@ -391,6 +417,23 @@ fn dynamodb_client(table: Arc<FakeTable>) -> aws_sdk_dynamodb::Client {
                 .build(),
         )
     });
+    let t5 = table.clone();
+    let delete = mock!(Client::delete_item).then_compute_response(move |input| {
+        let key = input.key().unwrap()["leaseKey"].as_s().unwrap().clone();
+        let mut items = lock(&t5.items);
+        if let Some(condition) = input.condition_expression() {
+            if !evaluate(
+                condition,
+                items.get(&key),
+                input.expression_attribute_names(),
+                input.expression_attribute_values(),
+            ) {
+                return MockResponse::Http(dynamo_error("ConditionalCheckFailedException"));
+            }
+        }
+        items.remove(&key);
+        MockResponse::Output(DeleteItemOutput::builder().build())
+    });
     let t4 = table.clone();
     let scan = mock!(Client::scan).then_compute_output(move |_| {
         ScanOutput::builder()
@@ -409,7 +452,7 @@ fn dynamodb_client(table: Arc<FakeTable>) -> aws_sdk_dynamodb::Client {
     mock_client!(
         aws_sdk_dynamodb,
         RuleMode::MatchAny,
-        [&get, &put, &update, &scan, &describe],
+        [&get, &put, &update, &delete, &scan, &describe],
         |c| c.retry_config(aws_smithy_types::retry::RetryConfig::disabled())
     )
 }

@@ -40,6 +40,7 @@ pub mod minute;
 pub mod reader;
 pub mod record;
 pub mod shard;
+pub mod shard_graph;
 pub mod shutdown;
 pub mod stats;
 pub mod worker;

@@ -3,7 +3,7 @@
 
 use tracing::error;
 
-use crate::aws::{Kinesis, KinesisError, StartingPosition};
+use crate::aws::{Kinesis, KinesisError, ShardInfo, StartingPosition};
 use crate::record::ShardRecord;
 
 /// What one GetRecords call returned.
@@ -18,6 +18,8 @@ pub struct ReadBatch {
     pub shard_end: bool,
     /// Data bytes in the response.
     pub bytes: u64,
+    /// `ChildShards` of a shard at `SHARD_END` (after a split or merge).
+    pub child_shards: Vec<ShardInfo>,
 }
 
 /// Reads one shard from a starting position, keeping its shard iterator.
@@ -89,11 +91,24 @@ impl ShardReader {
         let millis_behind_latest = output.millis_behind_latest();
         let shard_end = output.next_shard_iterator().is_none();
         self.iterator = output.next_shard_iterator.clone();
+        let child_shards = output
+            .child_shards()
+            .iter()
+            .map(|child| {
+                let mut parent_shard_ids = child.parent_shards().to_vec();
+                parent_shard_ids.sort();
+                ShardInfo {
+                    shard_id: child.shard_id().to_owned(),
+                    parent_shard_ids,
+                }
+            })
+            .collect();
         let mut batch = ReadBatch {
             millis_behind_latest,
             shard_end,
             records: Vec::with_capacity(output.records.len()),
             bytes: 0,
+            child_shards,
         };
         for record in output.records {
             batch.bytes += record.data().as_ref().len() as u64;

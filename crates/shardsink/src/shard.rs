@@ -79,10 +79,11 @@ pub struct ShardContext {
 }
 
 /// How a shard task ended, when it did not fail.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ShardExit {
     /// The shard is closed and every record is in S3; checkpoint `SHARD_END`.
-    ShardEnd,
+    /// Carries the `ChildShards` GetRecords reported, if any.
+    ShardEnd(Vec<crate::aws::ShardInfo>),
     /// The lease was lost; nothing more was written.
     LeaseLost,
     /// Shutdown requested; the buffer was written and checkpointed.
@@ -176,7 +177,7 @@ impl ShardTask {
     async fn run_inner(mut self, shutdown: CancellationToken) -> Result<ShardExit, ShardError> {
         let lease = self.lease.snapshot().await;
         if lease.checkpoint.is_shard_end() {
-            return Ok(ShardExit::ShardEnd);
+            return Ok(ShardExit::ShardEnd(Vec::new()));
         }
         self.checkpoint = lease.checkpoint.clone();
         let start = self.start_position(&lease);
@@ -212,7 +213,7 @@ impl ShardTask {
                         self.on_record(record).await?;
                     }
                     if shard_end {
-                        return self.finish_shard_end().await;
+                        return self.finish_shard_end(read.child_shards).await;
                     }
                     self.flush_if_due(caught_up).await?;
                     self.checkpoint_if_idle(false).await?;
@@ -459,7 +460,10 @@ impl ShardTask {
         Ok(())
     }
 
-    async fn finish_shard_end(mut self) -> Result<ShardExit, ShardError> {
+    async fn finish_shard_end(
+        mut self,
+        children: Vec<crate::aws::ShardInfo>,
+    ) -> Result<ShardExit, ShardError> {
         if let Some(replay) = self.replay.take() {
             warn!(key = %replay.pending.key, "shard ended before the pending batch was complete; dedup covers it");
         }
@@ -468,8 +472,8 @@ impl ShardTask {
         }
         self.writer.checkpoint(&Checkpoint::ShardEnd).await?;
         self.log_progress(true);
-        info!("shard reached SHARD_END; checkpointed");
-        Ok(ShardExit::ShardEnd)
+        info!(children = ?children.iter().map(|c| &c.shard_id).collect::<Vec<_>>(), "shard reached SHARD_END; checkpointed");
+        Ok(ShardExit::ShardEnd(children))
     }
 
     async fn finish_shutdown(mut self) -> Result<ShardExit, ShardError> {
@@ -532,7 +536,7 @@ mod tests {
 
     use super::*;
     use crate::config::CompressionCodec;
-    use crate::fake_aws::{self, FakeBucket, FakeShard, FakeTable};
+    use crate::fake_aws::{self, FakeBucket, FakeShard, FakeStream, FakeTable};
     use crate::key::object_name;
 
     const SHARD: &str = "shardId-000000000000";
@@ -556,12 +560,13 @@ mod tests {
     }
 
     fn harness(max_records: usize) -> Harness {
-        let (shard, bucket, table) = (
-            Arc::new(FakeShard::default()),
+        let (stream, bucket, table) = (
+            Arc::new(FakeStream::default()),
             Arc::new(FakeBucket::default()),
             Arc::new(FakeTable::default()),
         );
-        let clients = fake_aws::clients(shard.clone(), bucket.clone(), table.clone());
+        let shard = stream.shard(SHARD);
+        let clients = fake_aws::clients(stream, bucket.clone(), table.clone());
         let ctx = Arc::new(ShardContext {
             kinesis: Kinesis::new(
                 clients.kinesis.clone(),
@@ -873,7 +878,7 @@ mod tests {
         h.bucket.failing_puts.store(3, Ordering::SeqCst);
         // At every applied PUT, the checkpoint must be below the new batch.
         let table = h.table.clone();
-        *h.bucket.on_put.lock().unwrap() = Some(Box::new(move |key: &str| {
+        *h.bucket.on_put.lock().unwrap() = Some(Box::new(move |key: &str, _creates: bool| {
             let checkpoint = table.items.lock().unwrap()[SHARD]["checkpoint"]
                 .as_s()
                 .unwrap()
@@ -923,7 +928,7 @@ mod tests {
         h.shard.close();
         let lease = h.lease(Checkpoint::TrimHorizon, None).await;
         let exit = h.run_until(lease, |_| false).await.unwrap();
-        assert_eq!(exit, ShardExit::ShardEnd);
+        assert_eq!(exit, ShardExit::ShardEnd(Vec::new()));
         assert_eq!(h.written(), (1..=3).map(seq).collect::<Vec<_>>());
         assert_eq!(h.row().await.checkpoint, Checkpoint::ShardEnd);
     }
@@ -1016,7 +1021,7 @@ mod tests {
         }
         // Another worker takes the lease as soon as the first object lands.
         let table = h.table.clone();
-        *h.bucket.on_put.lock().unwrap() = Some(Box::new(move |_key: &str| {
+        *h.bucket.on_put.lock().unwrap() = Some(Box::new(move |_key: &str, _creates: bool| {
             let mut items = table.items.lock().unwrap();
             let row = items.get_mut(SHARD).unwrap();
             row.insert(
@@ -1055,7 +1060,7 @@ mod tests {
         let planted = Bytes::from(other);
         let planted_clone = planted.clone();
         let key_clone = key.clone();
-        *h.bucket.on_put.lock().unwrap() = Some(Box::new(move |_k: &str| {
+        *h.bucket.on_put.lock().unwrap() = Some(Box::new(move |_k: &str, _creates: bool| {
             bucket
                 .objects
                 .lock()

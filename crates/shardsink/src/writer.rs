@@ -26,7 +26,7 @@ use crate::backoff::Backoff;
 use crate::batch::{Batch, FlushReason};
 use crate::compression::{self, Compression};
 use crate::config::CompressionCodec;
-use crate::failpoint::crash_point;
+use crate::failpoint::failpoint;
 use crate::key::{KeyLayout, parse_object_name};
 use crate::stats::Stats;
 
@@ -134,12 +134,12 @@ impl BatchWriter {
         );
         let (first, last) = range.into_bounds();
         let pending = PendingBatch { key, first, last };
-        crash_point("before-pending");
+        failpoint("before-pending").await;
         self.lease_write("record pending batch", || {
             self.lease.record_pending_batch(&pending)
         })
         .await?;
-        crash_point("after-pending");
+        failpoint("after-pending").await;
         self.put_and_checkpoint(&pending, self.compression, batch, reason)
             .await
     }
@@ -202,11 +202,11 @@ impl BatchWriter {
         let outcome = self
             .put(&pending.key, body.clone(), compression.codec(), &lines)
             .await?;
-        crash_point("after-put");
+        failpoint("after-put").await;
         let checkpoint = Checkpoint::SequenceNumber(pending.last.clone());
         self.lease_write("checkpoint", || self.lease.checkpoint(&checkpoint))
             .await?;
-        crash_point("after-checkpoint");
+        failpoint("after-checkpoint").await;
         match outcome {
             PutOutcome::Created => {
                 Stats::add(&self.stats.batches_written, 1);
