@@ -143,6 +143,19 @@ pub struct Config {
     #[arg(long, env = "SHARDSINK_FAILOVER_TIME", default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub failover_time: Duration,
 
+    /// How often held leases are renewed and this worker's heartbeat is
+    /// written. Must be below --failover-time. [default: a third of
+    /// --failover-time]
+    #[arg(long, env = "SHARDSINK_LEASE_RENEWAL_INTERVAL", value_parser = parse_duration, value_name = "DURATION")]
+    pub lease_renewal_interval: Option<Duration>,
+
+    /// How often the lease table is scanned to create, take and steal leases.
+    /// Keep it below the renewal interval so that a lease released at
+    /// shutdown is taken within one renewal interval. [default: a fifth of
+    /// --failover-time]
+    #[arg(long, env = "SHARDSINK_LEASE_TAKING_INTERVAL", value_parser = parse_duration, value_name = "DURATION")]
+    pub lease_taking_interval: Option<Duration>,
+
     /// How long the lease of a shard read to SHARD_END (after a split or
     /// merge) is kept before it is deleted, once its children have started.
     /// Leases of shards that left the stream are deleted at once.
@@ -291,6 +304,10 @@ pub struct Settings {
     pub lease_table: String,
     /// Worker id.
     pub worker_id: String,
+    /// Interval between lease renewals and heartbeats.
+    pub lease_renewal_interval: Duration,
+    /// Interval between lease-table scans (create, take, steal).
+    pub lease_taking_interval: Duration,
 }
 
 impl Config {
@@ -391,6 +408,17 @@ impl Config {
         if self.failover_time < Duration::from_millis(300) {
             return Err(ConfigError::new("failover-time", "must be at least 300ms"));
         }
+        let lease_renewal_interval = self.lease_renewal_interval.unwrap_or(self.failover_time / 3);
+        if lease_renewal_interval.is_zero() || lease_renewal_interval >= self.failover_time {
+            return Err(ConfigError::new(
+                "lease-renewal-interval",
+                format!("must be above 0 and below --failover-time ({:?})", self.failover_time),
+            ));
+        }
+        let lease_taking_interval = self.lease_taking_interval.unwrap_or(self.failover_time / 5);
+        if lease_taking_interval < Duration::from_millis(50) {
+            return Err(ConfigError::new("lease-taking-interval", "must be at least 50ms"));
+        }
         if self.shard_sync_interval < Duration::from_secs(1) {
             return Err(ConfigError::new(
                 "shard-sync-interval",
@@ -412,6 +440,8 @@ impl Config {
             prefix,
             lease_table,
             worker_id,
+            lease_renewal_interval,
+            lease_taking_interval,
         })
     }
 }
@@ -629,6 +659,8 @@ mod tests {
         let named = valid(&["--application-name", "audit"]).unwrap();
         assert_eq!(named.lease_table, "audit-orders");
         assert!(!config.s3_force_path_style);
+        assert_eq!(settings.lease_renewal_interval, Duration::from_secs(10) / 3);
+        assert_eq!(settings.lease_taking_interval, Duration::from_secs(2));
     }
 
     #[test]
@@ -669,7 +701,7 @@ mod tests {
 
     #[test]
     fn validation_names_the_setting() {
-        let cases: [(&[&str], &str); 10] = [
+        let cases: [(&[&str], &str); 11] = [
             (
                 &["--initial-position", "AT_TIMESTAMP"],
                 "--initial-timestamp",
@@ -692,6 +724,7 @@ mod tests {
             ),
             (&["--lease-table", "x"], "--lease-table"),
             (&["--application-name", "my app"], "--application-name"),
+            (&["--lease-renewal-interval", "10s"], "--lease-renewal-interval"),
         ];
         for (args, flag) in cases {
             let err = valid(args).unwrap_err();

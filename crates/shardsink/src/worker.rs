@@ -2,13 +2,13 @@
 //! and graceful shutdown.
 //!
 //! Loop, until shutdown:
-//! - every `failover_time / 5`: list shards (every `shard_sync_interval`),
+//! - every `--lease-taking-interval` (a fifth of the failover time): list shards (every `shard_sync_interval`),
 //!   scan the lease table (leases and worker heartbeats), create leases for
 //!   new shards, delete ended leases past retention, and take or steal leases
 //!   per [`plan_takes`] (free, expired, or — at start — own leases whose
 //!   parents are done; at most one steal a round); start a [`ShardTask`] for
 //!   each;
-//! - every `failover_time / 3`: renew every held lease and write this
+//! - every `--lease-renewal-interval` (a third of it): renew every held lease and write this
 //!   worker's heartbeat;
 //! - when a shard task ends: release its lease (a lost lease needs nothing),
 //!   and after `SHARD_END` add its `ChildShards` and re-list shards so
@@ -195,11 +195,10 @@ impl Worker {
         if !self.start_up(&token).await? {
             return Ok(worker_summary(&self.stats));
         }
-        let failover = self.settings.config.failover_time;
         // Scanning faster than renewing means a lease released by a worker
         // that shuts down is taken within one renewal interval.
-        let mut sync_timer = tokio::time::interval(failover / 5);
-        let mut renew_timer = tokio::time::interval(failover / 3);
+        let mut sync_timer = tokio::time::interval(self.settings.lease_taking_interval);
+        let mut renew_timer = tokio::time::interval(self.settings.lease_renewal_interval);
         sync_timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
         renew_timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
