@@ -49,6 +49,8 @@ pub enum LeaseError {
         table: String,
         /// Whether a retry after a backoff may succeed.
         retriable: bool,
+        /// Whether DynamoDB throttled the call (see [`crate::retry::is_throttling`]).
+        throttled: bool,
         /// The SDK error.
         #[source]
         source: Box<dyn StdError + Send + Sync + 'static>,
@@ -64,6 +66,17 @@ impl LeaseError {
             self,
             Self::Dynamo {
                 retriable: true,
+                ..
+            }
+        )
+    }
+
+    /// Whether DynamoDB throttled the call.
+    pub fn is_throttling(&self) -> bool {
+        matches!(
+            self,
+            Self::Dynamo {
+                throttled: true,
                 ..
             }
         )

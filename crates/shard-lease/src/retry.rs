@@ -64,6 +64,33 @@ pub fn is_retriable<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) ->
     }
 }
 
+/// Error codes that mean "slow down": throttling by the service.
+const THROTTLING_CODES: &[&str] = &[
+    "ProvisionedThroughputExceededException",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "KMSThrottlingException",
+    "LimitExceededException",
+    "SlowDown",
+];
+
+/// Whether a failed AWS call was throttled (a throttling code, HTTP 429, or
+/// S3's 503 `SlowDown`), as opposed to failing for another reason. Used to
+/// label retries in metrics.
+pub fn is_throttling<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) -> bool {
+    match err {
+        SdkError::ServiceError(context) => {
+            let status = context.raw().status().as_u16();
+            status == 429
+                || context
+                    .err()
+                    .code()
+                    .is_some_and(|code| THROTTLING_CODES.contains(&code))
+        }
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use aws_sdk_dynamodb::operation::update_item::UpdateItemError;

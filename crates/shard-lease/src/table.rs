@@ -26,7 +26,7 @@ use tracing::{debug, info, warn};
 
 use crate::heartbeat::{WORKER_KEY_PREFIX, worker_attr};
 use crate::lease::{attr, number, pending_batch_attributes};
-use crate::retry::is_retriable;
+use crate::retry::{is_retriable, is_throttling};
 use crate::{Checkpoint, Lease, LeaseError, PendingBatch, WorkerHeartbeat};
 
 /// How long [`LeaseTable::create_table_if_missing`] waits for a new table to
@@ -156,6 +156,7 @@ impl LeaseTable {
                 operation: "DescribeTable",
                 table: self.table_name.clone(),
                 retriable: true,
+                throttled: false,
                 source: Box::new(err),
             })
     }
@@ -624,6 +625,7 @@ impl LeaseTable {
             operation,
             table: self.table_name.clone(),
             retriable: is_retriable(&err),
+            throttled: is_throttling(&err),
             source: Box::new(err),
         }
     }
@@ -637,6 +639,7 @@ impl LeaseTable {
             operation,
             table: self.table_name.clone(),
             retriable: false,
+            throttled: false,
             source: Box::new(err),
         }
     }

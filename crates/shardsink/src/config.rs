@@ -182,16 +182,27 @@ pub struct Config {
     #[arg(long, env = "SHARDSINK_SHUTDOWN_TIMEOUT", default_value = "25s", value_parser = parse_duration, value_name = "DURATION")]
     pub shutdown_timeout: Duration,
 
-    /// Log format: text (human-readable) or json (one JSON object a line).
+    /// Log format: text (human-readable), json (one JSON object a line), or
+    /// auto: text when stderr is a terminal, JSON otherwise (ECS, systemd).
     #[arg(
         long,
         env = "SHARDSINK_LOG_FORMAT",
         value_enum,
         ignore_case = true,
-        default_value = "text",
+        default_value = "auto",
         value_name = "FORMAT"
     )]
     pub log_format: LogFormat,
+
+    /// Address of the HTTP endpoints: GET /metrics (Prometheus), /healthz
+    /// (liveness), /readyz (readiness). "off" turns them off.
+    #[arg(
+        long,
+        env = "SHARDSINK_METRICS_ADDRESS",
+        default_value = "0.0.0.0:9898",
+        value_name = "HOST:PORT|off"
+    )]
+    pub metrics_address: String,
 }
 
 /// Where a shard without a checkpoint starts (GetShardIterator
@@ -223,6 +234,8 @@ pub enum CompressionCodec {
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
+    /// Text on a terminal, JSON otherwise.
+    Auto,
     /// Human-readable lines.
     Text,
     /// One JSON object per line.
@@ -308,6 +321,8 @@ pub struct Settings {
     pub lease_renewal_interval: Duration,
     /// Interval between lease-table scans (create, take, steal).
     pub lease_taking_interval: Duration,
+    /// Where to serve /metrics, /healthz and /readyz; `None` when off.
+    pub metrics_address: Option<std::net::SocketAddr>,
 }
 
 impl Config {
@@ -408,17 +423,36 @@ impl Config {
         if self.failover_time < Duration::from_millis(300) {
             return Err(ConfigError::new("failover-time", "must be at least 300ms"));
         }
-        let lease_renewal_interval = self.lease_renewal_interval.unwrap_or(self.failover_time / 3);
+        let lease_renewal_interval = self
+            .lease_renewal_interval
+            .unwrap_or(self.failover_time / 3);
         if lease_renewal_interval.is_zero() || lease_renewal_interval >= self.failover_time {
             return Err(ConfigError::new(
                 "lease-renewal-interval",
-                format!("must be above 0 and below --failover-time ({:?})", self.failover_time),
+                format!(
+                    "must be above 0 and below --failover-time ({:?})",
+                    self.failover_time
+                ),
             ));
         }
         let lease_taking_interval = self.lease_taking_interval.unwrap_or(self.failover_time / 5);
         if lease_taking_interval < Duration::from_millis(50) {
-            return Err(ConfigError::new("lease-taking-interval", "must be at least 50ms"));
+            return Err(ConfigError::new(
+                "lease-taking-interval",
+                "must be at least 50ms",
+            ));
         }
+        let metrics_address = match self.metrics_address.trim() {
+            "off" | "none" | "" => None,
+            address => Some(address.parse().map_err(|_| {
+                ConfigError::new(
+                    "metrics-address",
+                    format!(
+                        "{address:?} is not HOST:PORT with an IP address (e.g. 0.0.0.0:9898) or off"
+                    ),
+                )
+            })?),
+        };
         if self.shard_sync_interval < Duration::from_secs(1) {
             return Err(ConfigError::new(
                 "shard-sync-interval",
@@ -442,6 +476,7 @@ impl Config {
             worker_id,
             lease_renewal_interval,
             lease_taking_interval,
+            metrics_address,
         })
     }
 }
@@ -661,6 +696,17 @@ mod tests {
         assert!(!config.s3_force_path_style);
         assert_eq!(settings.lease_renewal_interval, Duration::from_secs(10) / 3);
         assert_eq!(settings.lease_taking_interval, Duration::from_secs(2));
+        assert_eq!(
+            settings.metrics_address,
+            Some("0.0.0.0:9898".parse().unwrap())
+        );
+        assert_eq!(config.log_format, LogFormat::Auto);
+        assert_eq!(
+            valid(&["--metrics-address", "off"])
+                .unwrap()
+                .metrics_address,
+            None
+        );
     }
 
     #[test]
@@ -701,7 +747,7 @@ mod tests {
 
     #[test]
     fn validation_names_the_setting() {
-        let cases: [(&[&str], &str); 11] = [
+        let cases: [(&[&str], &str); 12] = [
             (
                 &["--initial-position", "AT_TIMESTAMP"],
                 "--initial-timestamp",
@@ -724,7 +770,11 @@ mod tests {
             ),
             (&["--lease-table", "x"], "--lease-table"),
             (&["--application-name", "my app"], "--application-name"),
-            (&["--lease-renewal-interval", "10s"], "--lease-renewal-interval"),
+            (
+                &["--lease-renewal-interval", "10s"],
+                "--lease-renewal-interval",
+            ),
+            (&["--metrics-address", "localhost"], "--metrics-address"),
         ];
         for (args, flag) in cases {
             let err = valid(args).unwrap_err();

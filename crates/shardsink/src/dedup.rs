@@ -12,15 +12,13 @@
 //! shard was first read; past the first clean batch, nothing can be in S3
 //! yet. It is turned on again the next time the lease is taken.
 
-use std::sync::Arc;
-
 use sequence_range::{RangeSet, SequenceNumber, SequenceRange};
 use tracing::{debug, warn};
 
 use crate::aws::{ObjectStore, S3Error};
 use crate::key::{KeyLayout, parse_object_name};
+use crate::metrics::Metrics;
 use crate::minute::Minute;
-use crate::stats::Stats;
 
 /// Dedup state of one shard.
 #[derive(Debug)]
@@ -71,7 +69,7 @@ impl Dedup {
         shard_id: &str,
         minute: Minute,
         sequence_number: &SequenceNumber,
-        stats: &Arc<Stats>,
+        metrics: &Metrics,
     ) -> Result<bool, S3Error> {
         if !self.enabled {
             return Ok(false);
@@ -83,7 +81,7 @@ impl Dedup {
         if stale {
             let prefix = layout.shard_minute_prefix(minute, shard_id);
             let listing = list_written(store, &prefix, sequence_number).await?;
-            Stats::add(&stats.dedup_list_requests, listing.requests);
+            metrics.dedup_list_requests.inc_by(listing.requests);
             debug!(
                 shard_id,
                 prefix,
@@ -273,23 +271,19 @@ mod tests {
         let keys = vec![key(10, 20)];
         let list = mock!(Client::list_objects_v2).then_output(move || page(&keys, None));
         let client = mock_client!(aws_sdk_s3, RuleMode::MatchAny, [&list]);
-        let (store, layout, stats) = (
-            store(client),
-            KeyLayout::new("p"),
-            Arc::new(Stats::default()),
-        );
+        let (store, layout, metrics) = (store(client), KeyLayout::new("p"), Metrics::new());
         let minute = Minute::from_millis(1_795_238_823_045);
         let mut dedup = Dedup::enabled();
         let shard = "shardId-000000000000";
         assert!(
             dedup
-                .is_written(&store, &layout, shard, minute, &15u64.into(), &stats)
+                .is_written(&store, &layout, shard, minute, &15u64.into(), &metrics)
                 .await
                 .unwrap()
         );
         assert!(
             !dedup
-                .is_written(&store, &layout, shard, minute, &21u64.into(), &stats)
+                .is_written(&store, &layout, shard, minute, &21u64.into(), &metrics)
                 .await
                 .unwrap()
         );
@@ -300,7 +294,7 @@ mod tests {
         assert!(!dedup.is_enabled(), "a clean batch turns it off");
         assert!(
             !dedup
-                .is_written(&store, &layout, shard, minute, &15u64.into(), &stats)
+                .is_written(&store, &layout, shard, minute, &15u64.into(), &metrics)
                 .await
                 .unwrap()
         );

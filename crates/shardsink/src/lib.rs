@@ -17,7 +17,9 @@
 //!   [`encode`]: JSON Lines; [`compression`]; [`key`]: the object key layout.
 //! - [`aws`]: one thin function per Kinesis and S3 call; leases live in the
 //!   `shard-lease` crate, sequence arithmetic in `sequence-range`.
-//! - [`backoff`], [`stats`], [`shutdown`], [`failpoint`]: plumbing.
+//! - [`metrics`]: Prometheus metrics; [`health`] and [`http`]: `/metrics`,
+//!   `/healthz`, `/readyz`; [`systemd`]: sd_notify readiness and watchdog.
+//! - [`backoff`], [`shutdown`], [`failpoint`]: plumbing.
 //!
 //! Data flows: GetRecords → [`record::ShardRecord`] → dedup → [`batch::Batch`]
 //! (encoded lines) → compressed body → pending batch in the lease row → PUT →
@@ -34,15 +36,19 @@ pub mod encode;
 pub mod failpoint;
 #[cfg(test)]
 mod fake_aws;
+pub mod health;
+pub mod http;
 pub mod key;
 pub mod kpl;
+pub mod metrics;
 pub mod minute;
 pub mod reader;
 pub mod record;
 pub mod shard;
 pub mod shard_graph;
 pub mod shutdown;
-pub mod stats;
+pub mod systemd;
+pub mod verify;
 pub mod worker;
 pub mod writer;
 

@@ -1,8 +1,15 @@
-//! The `shardsink` daemon. Exit codes: 0 after a clean shutdown, 1 when
-//! start-up fails, 2 for a bad or missing setting (one line on stderr naming
-//! it).
+//! The `shardsink` binary.
+//!
+//! - `shardsink [SETTINGS]` runs the daemon. Exit codes: 0 after a clean
+//!   shutdown, 1 when start-up fails, 2 for a bad or missing setting (one line
+//!   on stderr naming it).
+//! - `shardsink verify …` audits an archive (exit 0 exact, 1 not, 2 bad
+//!   arguments); see `shardsink verify --help`.
+//! - `shardsink health [--ready]` probes a running shardsink's `/healthz`
+//!   (or `/readyz`), for container health checks (exit 0 healthy, 1 not).
 
 use std::io::IsTerminal as _;
+use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use clap::Parser as _;
@@ -15,8 +22,19 @@ use tracing_subscriber::EnvFilter;
 const DEFAULT_LOG_FILTER: &str = "warn,shardsink=info,shard_lease=info";
 
 fn main() -> ExitCode {
-    let config = match Config::try_parse() {
-        Ok(config) => config,
+    let args: Vec<String> = std::env::args().collect();
+    match args.get(1).map(String::as_str) {
+        Some("health") => health_main(&args[1..]),
+        Some("verify") => verify_main(&args[1..]),
+        _ => daemon_main(),
+    }
+}
+
+/// Parses with `parse`, or prints clap's help/version, or one line naming the
+/// bad argument and returns exit code 2.
+fn parse_or_exit<T>(parse: impl FnOnce() -> Result<T, clap::Error>) -> Result<T, ExitCode> {
+    match parse() {
+        Ok(value) => Ok(value),
         Err(err)
             if matches!(
                 err.kind(),
@@ -27,8 +45,25 @@ fn main() -> ExitCode {
         }
         Err(err) => {
             eprintln!("shardsink: {}", one_line_error(&err));
-            return ExitCode::from(2);
+            Err(ExitCode::from(2))
         }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|err| {
+            eprintln!("shardsink: failed to start the async runtime: {err}");
+            ExitCode::from(1)
+        })
+}
+
+fn daemon_main() -> ExitCode {
+    let config = match parse_or_exit(Config::try_parse) {
+        Ok(config) => config,
+        Err(code) => return code,
     };
     let settings = match config.validate() {
         Ok(settings) => settings,
@@ -41,20 +76,15 @@ fn main() -> ExitCode {
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
 
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime() {
         Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("shardsink: failed to start the async runtime: {err}");
-            return ExitCode::from(1);
-        }
+        Err(code) => return code,
     };
     match runtime.block_on(shardsink::run(settings, shardsink::shutdown::signal())) {
         Ok(_) => ExitCode::SUCCESS,
         Err(err) => match err.downcast_ref::<ConfigError>() {
             Some(config_error) => {
+                tracing::error!(error = %config_error, "bad setting");
                 eprintln!("shardsink: {config_error}");
                 ExitCode::from(2)
             }
@@ -66,6 +96,67 @@ fn main() -> ExitCode {
     }
 }
 
+/// Probes a running shardsink's health endpoint: exit 0 when it answers 200.
+#[derive(Debug, clap::Parser)]
+#[command(name = "shardsink health")]
+struct HealthArgs {
+    /// Address of the running shardsink's endpoints (its --metrics-address,
+    /// reached locally).
+    #[arg(
+        long,
+        env = "SHARDSINK_HEALTH_ADDRESS",
+        default_value = "127.0.0.1:9898",
+        value_name = "HOST:PORT"
+    )]
+    address: SocketAddr,
+    /// Ask /readyz (ready to work) instead of /healthz (alive).
+    #[arg(long)]
+    ready: bool,
+}
+
+fn health_main(args: &[String]) -> ExitCode {
+    let args = match parse_or_exit(|| HealthArgs::try_parse_from(args)) {
+        Ok(args) => args,
+        Err(code) => return code,
+    };
+    let path = if args.ready { "/readyz" } else { "/healthz" };
+    match shardsink::http::probe(args.address, path) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!(
+                "shardsink: {path} on {} says not {}",
+                args.address,
+                if args.ready { "ready" } else { "healthy" }
+            );
+            ExitCode::from(1)
+        }
+        Err(err) => {
+            eprintln!("shardsink: {err}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn verify_main(args: &[String]) -> ExitCode {
+    let args = match parse_or_exit(|| shardsink::verify::VerifyArgs::try_parse_from(args)) {
+        Ok(args) => args,
+        Err(code) => return code,
+    };
+    init_tracing(LogFormat::Text);
+    let runtime = match runtime() {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    match runtime.block_on(shardsink::verify::run(args)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(err) => {
+            eprintln!("shardsink verify: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn init_tracing(format: LogFormat) {
     let filter = EnvFilter::try_from_env("SHARDSINK_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
@@ -74,12 +165,18 @@ fn init_tracing(format: LogFormat) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal());
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder
+    let json = match format {
+        LogFormat::Json => true,
+        LogFormat::Text => false,
+        LogFormat::Auto => !std::io::stderr().is_terminal(),
+    };
+    if json {
+        builder
             .json()
             .flatten_event(true)
             .with_current_span(true)
-            .init(),
+            .init();
+    } else {
+        builder.init();
     }
 }

@@ -30,9 +30,9 @@ use crate::compression::Compression;
 use crate::config::InitialPosition;
 use crate::dedup::Dedup;
 use crate::key::KeyLayout;
+use crate::metrics::{Metrics, RetryCause};
 use crate::reader::{ReadBatch, ShardReader};
 use crate::record::ShardRecord;
-use crate::stats::Stats;
 use crate::writer::{BatchWriter, ShardError, error_chain};
 
 /// Kinesis allows 5 GetRecords calls a second per shard (GetRecords API
@@ -66,8 +66,8 @@ pub struct ShardContext {
     pub limits: BufferLimits,
     /// Process-wide buffer budget.
     pub budget: Arc<MemoryBudget>,
-    /// Process-wide counters.
-    pub stats: Arc<Stats>,
+    /// Process-wide metrics.
+    pub metrics: Arc<Metrics>,
     /// Start of a shard without a checkpoint.
     pub initial_position: InitialPosition,
     /// Start time for `AT_TIMESTAMP`.
@@ -134,7 +134,7 @@ impl ShardTask {
             ctx.layout.clone(),
             ctx.compression,
             lease.clone(),
-            ctx.stats.clone(),
+            ctx.metrics.clone(),
         );
         Self {
             shard_id: lease.shard_id().to_owned(),
@@ -224,11 +224,16 @@ impl ShardTask {
                     }
                 }
                 Err(KinesisError::ExpiredIterator) => {
+                    self.ctx.metrics.retry(RetryCause::kinesis_expired_iterator);
                     info!("shard iterator expired; getting a new one");
                     reader.reset_iterator();
                     Duration::ZERO
                 }
                 Err(err) => {
+                    self.ctx.metrics.retry(match err {
+                        KinesisError::Throttled(_) => RetryCause::kinesis_throttled,
+                        _ => RetryCause::kinesis_error,
+                    });
                     let delay = if err.is_retriable() {
                         transient.next_delay()
                     } else {
@@ -293,7 +298,7 @@ impl ShardTask {
                 }
                 let excluded = record.user_record_count() as u64;
                 self.progress.duplicates_excluded += excluded;
-                Stats::add(&self.ctx.stats.duplicates_excluded, excluded);
+                self.ctx.metrics.duplicates_excluded.inc_by(excluded);
                 self.handled_through = Some(sequence_number);
                 return Ok(());
             }
@@ -377,7 +382,7 @@ impl ShardTask {
                     &self.shard_id,
                     record.minute(),
                     sequence_number,
-                    &self.ctx.stats,
+                    &self.ctx.metrics,
                 )
                 .await;
             match result {
@@ -388,6 +393,11 @@ impl ShardTask {
                             shard_id: self.shard_id.clone(),
                         });
                     }
+                    self.ctx.metrics.retry(if err.is_throttling() {
+                        RetryCause::s3_throttled
+                    } else {
+                        RetryCause::s3_error
+                    });
                     let delay = backoff.next_delay();
                     warn!(error = %error_chain(&err), ?delay, "dedup listing failed; retrying");
                     tokio::time::sleep(delay).await;
@@ -501,9 +511,13 @@ impl ShardTask {
         self.progress.millis_behind_latest = read
             .millis_behind_latest
             .or(self.progress.millis_behind_latest);
-        Stats::add(&self.ctx.stats.kinesis_records_read, kinesis_records);
-        Stats::add(&self.ctx.stats.records_read, user_records);
-        Stats::add(&self.ctx.stats.bytes_read, read.bytes);
+        let metrics = &self.ctx.metrics;
+        metrics.kinesis_records_read.inc_by(kinesis_records);
+        metrics.records_read.inc_by(user_records);
+        metrics.bytes_read.inc_by(read.bytes);
+        if let Some(behind) = read.millis_behind_latest {
+            metrics.behind(&self.shard_id, behind);
+        }
     }
 
     fn log_progress(&mut self, force: bool) {
@@ -581,7 +595,7 @@ mod tests {
                 max_age: Duration::from_secs(3_600),
             },
             budget: MemoryBudget::new(1 << 30),
-            stats: Arc::new(Stats::default()),
+            metrics: Arc::new(Metrics::new()),
             initial_position: InitialPosition::TrimHorizon,
             initial_timestamp: None,
             idle_time_between_reads: Duration::from_secs(1),
@@ -758,7 +772,7 @@ mod tests {
             sorted_keys(keys),
             sorted_keys(vec![key_for(1, 2, PAST), key_for(6, 10, PAST)])
         );
-        assert_eq!(Stats::get(&h.ctx.stats.duplicates_excluded), 3);
+        assert_eq!(h.ctx.metrics.duplicates_excluded.get(), 3);
     }
 
     #[tokio::test(start_paused = true)]
@@ -834,7 +848,9 @@ mod tests {
             .unwrap();
         assert_eq!(h.bucket.objects.lock().unwrap()[&key], original);
         assert_eq!(
-            Stats::get(&h.ctx.stats.batches_already_present),
+            h.ctx
+                .metrics
+                .batches(crate::metrics::Outcome::already_present),
             1,
             "412, then verified"
         );
@@ -861,7 +877,7 @@ mod tests {
             compression: ctx.compression,
             limits: ctx.limits,
             budget: ctx.budget.clone(),
-            stats: ctx.stats.clone(),
+            metrics: ctx.metrics.clone(),
             initial_position: ctx.initial_position,
             initial_timestamp: ctx.initial_timestamp,
             idle_time_between_reads: ctx.idle_time_between_reads,

@@ -37,11 +37,13 @@ use crate::backoff::Backoff;
 use crate::batch::{BufferLimits, MemoryBudget};
 use crate::compression::Compression;
 use crate::config::{ConfigError, InitialPosition, Settings};
+use crate::health::Health;
 use crate::key::KeyLayout;
+use crate::metrics::{Metrics, Outcome};
 use crate::shard::{ShardContext, ShardExit, ShardTask};
 use crate::shard_graph::{NewLease, ShardGraph};
-use crate::stats::Stats;
 use crate::writer::{ShardError, error_chain};
+use crate::{http, systemd};
 
 /// What a run did, logged at exit.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -81,11 +83,48 @@ pub async fn run_with_clients(
     clients: AwsClients,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<Summary> {
+    let metrics = Arc::new(Metrics::new());
+    let health = Arc::new(Health::new(settings.lease_taking_interval));
+    // The endpoints outlive the worker loop: health checks keep answering
+    // while shard tasks finish during a shutdown.
+    let endpoints_token = CancellationToken::new();
+    let server = match settings.metrics_address {
+        Some(address) => Some(
+            http::serve(
+                address,
+                metrics.clone(),
+                health.clone(),
+                endpoints_token.clone(),
+            )
+            .await
+            .map_err(|err| ConfigError {
+                flag: "--metrics-address".to_owned(),
+                env: "SHARDSINK_METRICS_ADDRESS".to_owned(),
+                message: format!("cannot listen on {address}: {err}"),
+            })?,
+        ),
+        None => None,
+    };
+    systemd::spawn_watchdog(health.clone(), endpoints_token.clone());
+    let result = run_worker(settings, clients, metrics, health, shutdown).await;
+    endpoints_token.cancel();
+    if let Some(server) = server {
+        let _ = server.await;
+    }
+    result
+}
+
+async fn run_worker(
+    settings: Settings,
+    clients: AwsClients,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<Summary> {
     let token = CancellationToken::new();
     let shutdown_token = token.clone();
     let shutdown_timeout = settings.config.shutdown_timeout;
-    let mut worker = Worker::new(settings, clients);
-    let stats = worker.stats.clone();
+    let mut worker = Worker::new(settings, clients, metrics.clone(), health);
     let run = worker.run(token.clone());
     tokio::pin!(run);
     tokio::pin!(shutdown);
@@ -93,6 +132,7 @@ pub async fn run_with_clients(
         result = &mut run => return result,
         () = &mut shutdown => {
             info!(timeout = ?shutdown_timeout, "shutting down: writing buffered records, checkpointing, releasing leases");
+            systemd::stopping();
             shutdown_token.cancel();
         }
     }
@@ -102,18 +142,18 @@ pub async fn run_with_clients(
         Ok(result) => result,
         Err(_) => {
             warn!(timeout = ?shutdown_timeout, "shutdown timed out; unfinished batches are replayed on the next start");
-            Ok(worker_summary(&stats))
+            Ok(worker_summary(&metrics))
         }
     }
 }
 
-fn worker_summary(stats: &Stats) -> Summary {
+fn worker_summary(metrics: &Metrics) -> Summary {
     Summary {
-        records_read: Stats::get(&stats.records_read),
-        batches_written: Stats::get(&stats.batches_written),
-        batches_already_present: Stats::get(&stats.batches_already_present),
-        records_written: Stats::get(&stats.records_written),
-        duplicates_excluded: Stats::get(&stats.duplicates_excluded),
+        records_read: metrics.records_read.get(),
+        batches_written: metrics.batches(Outcome::created),
+        batches_already_present: metrics.batches(Outcome::already_present),
+        records_written: metrics.records_written.get(),
+        duplicates_excluded: metrics.duplicates_excluded.get(),
     }
 }
 
@@ -132,7 +172,8 @@ struct Worker {
     store: ObjectStore,
     table: LeaseTable,
     ctx: Arc<ShardContext>,
-    stats: Arc<Stats>,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
     shards: Vec<ShardInfo>,
     shards_listed_at: Option<Instant>,
     held: HashMap<String, HeldShard>,
@@ -149,9 +190,13 @@ struct Worker {
 }
 
 impl Worker {
-    fn new(settings: Settings, clients: AwsClients) -> Self {
+    fn new(
+        settings: Settings,
+        clients: AwsClients,
+        metrics: Arc<Metrics>,
+        health: Arc<Health>,
+    ) -> Self {
         let config = &settings.config;
-        let stats = Arc::new(Stats::default());
         let kinesis = Kinesis::new(clients.kinesis, settings.stream.clone());
         let store = ObjectStore::new(clients.s3, config.bucket.clone());
         let ctx = Arc::new(ShardContext {
@@ -165,7 +210,7 @@ impl Worker {
                 max_age: config.buffer_max_age,
             },
             budget: MemoryBudget::new(config.buffer_memory_limit),
-            stats: stats.clone(),
+            metrics: metrics.clone(),
             initial_position: config.initial_position,
             initial_timestamp: config.initial_timestamp,
             idle_time_between_reads: config.idle_time_between_reads,
@@ -177,7 +222,8 @@ impl Worker {
             kinesis,
             store,
             ctx,
-            stats,
+            metrics,
+            health,
             shards: Vec::new(),
             shards_listed_at: None,
             held: HashMap::new(),
@@ -193,7 +239,7 @@ impl Worker {
 
     async fn run(&mut self, token: CancellationToken) -> anyhow::Result<Summary> {
         if !self.start_up(&token).await? {
-            return Ok(worker_summary(&self.stats));
+            return Ok(worker_summary(&self.metrics));
         }
         // Scanning faster than renewing means a lease released by a worker
         // that shuts down is taken within one renewal interval.
@@ -205,11 +251,15 @@ impl Worker {
             tokio::select! {
                 () = token.cancelled() => break,
                 _ = sync_timer.tick() => {
+                    self.health.tick();
                     if let Err(err) = self.sync(&token).await {
                         warn!(error = format!("{err:#}"), "lease sync failed; retrying next round");
                     }
                 }
-                _ = renew_timer.tick() => self.renew_all().await,
+                _ = renew_timer.tick() => {
+                    self.health.tick();
+                    self.renew_all().await;
+                }
                 Some(joined) = self.tasks.join_next_with_id() => {
                     if let Some(children) = self.on_task_end(joined).await {
                         // Children may now start; look at once.
@@ -221,7 +271,7 @@ impl Worker {
             }
         }
         self.shut_down().await;
-        Ok(worker_summary(&self.stats))
+        Ok(worker_summary(&self.metrics))
     }
 
     /// Checks the stream and bucket and creates the lease table if missing.
@@ -294,6 +344,8 @@ impl Worker {
             compression = ?self.ctx.compression,
             "shardsink started"
         );
+        self.health.started();
+        systemd::ready();
         Ok(true)
     }
 
@@ -364,6 +416,9 @@ impl Worker {
                     || self.expiry.is_expired(lease, now, failover))
         });
         self.first_sync_done = true;
+        let settled = plan.take.is_empty() && plan.steal.is_none();
+        self.health
+            .scan_succeeded(self.held.len() + plan.take.len(), settled);
         if plan.take.len() + usize::from(plan.steal.is_some()) > 0
             || self.last_plan != (plan.target, plan.workers)
         {
@@ -517,6 +572,7 @@ impl Worker {
             .tasks
             .spawn(async move { (id_for_task, task.run(child).await) });
         self.task_shards.insert(handle.id(), shard_id.clone());
+        self.metrics.shard_started(&shard_id);
         self.held.insert(
             shard_id,
             HeldShard {
@@ -524,6 +580,7 @@ impl Worker {
                 task: handle.id(),
             },
         );
+        self.metrics.leases_held.set(self.held.len() as i64);
     }
 
     /// Handles a finished shard task; returns whether the shard ended.
@@ -546,6 +603,8 @@ impl Worker {
             }
         };
         let held = self.held.remove(&shard_id)?;
+        self.metrics.leases_held.set(self.held.len() as i64);
+        self.metrics.shard_stopped(&shard_id);
         debug_assert!(!self.task_shards.contains_key(&held.task));
         let mut ended = None;
         match outcome {
@@ -609,7 +668,7 @@ impl Worker {
         if let Err(err) = self.table.remove_heartbeat(&self.settings.worker_id).await {
             debug!(error = %error_chain(&err), "removing the heartbeat failed; it goes stale instead");
         }
-        let summary = worker_summary(&self.stats);
+        let summary = worker_summary(&self.metrics);
         info!(
             records_read = summary.records_read,
             batches_written = summary.batches_written,
@@ -710,6 +769,8 @@ mod tests {
             "5",
             "--idle-time-between-reads",
             "200ms",
+            "--metrics-address",
+            "off",
         ])
         .unwrap()
         .validate()

@@ -28,7 +28,7 @@ use crate::compression::{self, Compression};
 use crate::config::CompressionCodec;
 use crate::failpoint::failpoint;
 use crate::key::{KeyLayout, parse_object_name};
-use crate::stats::Stats;
+use crate::metrics::{Metrics, Outcome, RetryCause};
 
 /// Why a shard task stopped other than by reaching `SHARD_END` or shutdown.
 #[derive(Debug, thiserror::Error)]
@@ -88,7 +88,7 @@ pub struct BatchWriter {
     layout: KeyLayout,
     compression: Compression,
     lease: Arc<HeldLease>,
-    stats: Arc<Stats>,
+    metrics: Arc<Metrics>,
 }
 
 impl BatchWriter {
@@ -98,14 +98,14 @@ impl BatchWriter {
         layout: KeyLayout,
         compression: Compression,
         lease: Arc<HeldLease>,
-        stats: Arc<Stats>,
+        metrics: Arc<Metrics>,
     ) -> Self {
         Self {
             store,
             layout,
             compression,
             lease,
-            stats,
+            metrics,
         }
     }
 
@@ -209,12 +209,12 @@ impl BatchWriter {
         failpoint("after-checkpoint").await;
         match outcome {
             PutOutcome::Created => {
-                Stats::add(&self.stats.batches_written, 1);
-                Stats::add(&self.stats.bytes_written, body.len() as u64);
+                self.metrics.batch_written(Outcome::created);
+                self.metrics.bytes_written.inc_by(body.len() as u64);
             }
-            PutOutcome::AlreadyExists => Stats::add(&self.stats.batches_already_present, 1),
+            PutOutcome::AlreadyExists => self.metrics.batch_written(Outcome::already_present),
         }
-        Stats::add(&self.stats.records_written, records as u64);
+        self.metrics.records_written.inc_by(records as u64);
         info!(
             key = %pending.key,
             first = %pending.first,
@@ -248,6 +248,9 @@ impl BatchWriter {
                 .store
                 .put_if_absent(key, body.clone(), compression::content_type(codec))
                 .await;
+            if matches!(attempt, Ok(PutOutcome::AlreadyExists)) {
+                self.metrics.conditional_write_conflicts.inc();
+            }
             let err = match attempt {
                 Ok(PutOutcome::Created) => return Ok(PutOutcome::Created),
                 Ok(PutOutcome::AlreadyExists) => match self.same_records(key, codec, lines).await {
@@ -269,6 +272,11 @@ impl BatchWriter {
                     shard_id: self.shard_id().to_owned(),
                 });
             }
+            self.metrics.retry(if err.is_throttling() {
+                RetryCause::s3_throttled
+            } else {
+                RetryCause::s3_error
+            });
             let delay = retry_delay(&err, &mut backoff, &mut persistent);
             warn!(key, error = %error_chain(&err), ?delay, "s3 write failed; retrying");
             tokio::time::sleep(delay).await;
@@ -331,8 +339,13 @@ impl BatchWriter {
     {
         let mut backoff = Backoff::transient();
         let mut persistent = Backoff::persistent();
+        let is_checkpoint = what == "checkpoint";
         loop {
-            match op().await {
+            let result = op().await;
+            if is_checkpoint {
+                self.metrics.checkpoint(self.shard_id(), result.is_ok());
+            }
+            match result {
                 Ok(()) => return Ok(()),
                 Err(err) if err.is_lease_lost() => {
                     return Err(ShardError::LeaseLost {
@@ -343,6 +356,11 @@ impl BatchWriter {
                     return Err(ShardError::TableMissing(err));
                 }
                 Err(err) => {
+                    self.metrics.retry(if err.is_throttling() {
+                        RetryCause::dynamodb_throttled
+                    } else {
+                        RetryCause::dynamodb_error
+                    });
                     let delay = if err.is_retriable() {
                         backoff.next_delay()
                     } else {

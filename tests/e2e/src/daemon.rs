@@ -57,6 +57,8 @@ impl Settings {
             .set("idle-time-between-reads", "250ms")
             .set("shard-sync-interval", "10s")
             .set("shutdown-timeout", "20s")
+            // Many daemons run at once: each serves its endpoints on a free port.
+            .set("metrics-address", "127.0.0.1:0")
     }
 
     /// Sets `--flag value` (flag without the leading dashes).

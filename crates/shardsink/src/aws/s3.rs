@@ -7,7 +7,7 @@ use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use bytes::Bytes;
-use shard_lease::retry::is_retriable;
+use shard_lease::retry::{is_retriable, is_throttling};
 
 use super::BoxError;
 
@@ -31,6 +31,8 @@ pub enum S3Error {
         key: String,
         /// Whether a retry after a backoff may succeed.
         retriable: bool,
+        /// Whether S3 throttled the call (`SlowDown`).
+        throttled: bool,
         /// The SDK error.
         #[source]
         source: BoxError,
@@ -44,6 +46,16 @@ impl S3Error {
             self,
             Self::Other {
                 retriable: true,
+                ..
+            }
+        )
+    }
+    /// Whether S3 throttled the call.
+    pub fn is_throttling(&self) -> bool {
+        matches!(
+            self,
+            Self::Other {
+                throttled: true,
                 ..
             }
         )
@@ -159,6 +171,7 @@ impl ObjectStore {
             bucket: self.bucket.clone(),
             key: key.to_owned(),
             retriable: true,
+            throttled: false,
             source: Box::new(err),
         })?;
         Ok(body.into_bytes())
@@ -225,6 +238,7 @@ impl ObjectStore {
             bucket: self.bucket.clone(),
             key: key.to_owned(),
             retriable: is_retriable(&err),
+            throttled: is_throttling(&err) || http_status(&err) == Some(503),
             source: Box::new(err),
         }
     }

@@ -1,0 +1,382 @@
+//! [`Metrics`]: the process's counters and gauges, in a Prometheus registry
+//! (`prometheus-client`), served at `/metrics` and read for the shutdown
+//! summary. Names follow the Prometheus conventions (`_total` counters, base
+//! units: seconds, bytes).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, EncodeMetric,
+};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::registry::Registry;
+
+/// How a batch's PUT ended.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Outcome {
+    /// The object was created.
+    #[allow(non_camel_case_types)]
+    created,
+    /// The object existed (412) with the same records: a replay.
+    #[allow(non_camel_case_types)]
+    already_present,
+}
+
+/// Label set with `outcome`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    /// The outcome.
+    pub outcome: Outcome,
+}
+
+/// Label set with `result`: `ok` or `failed`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    /// `ok` or `failed`.
+    pub result: &'static str,
+}
+
+/// Why a call was retried.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum RetryCause {
+    /// Kinesis `ProvisionedThroughputExceededException` and other throttling.
+    kinesis_throttled,
+    /// Kinesis `ExpiredIteratorException`.
+    kinesis_expired_iterator,
+    /// Any other Kinesis failure.
+    kinesis_error,
+    /// S3 `SlowDown` / 503.
+    s3_throttled,
+    /// Any other S3 failure.
+    s3_error,
+    /// DynamoDB throttling.
+    dynamodb_throttled,
+    /// Any other DynamoDB failure.
+    dynamodb_error,
+}
+
+/// Label set with `cause`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CauseLabel {
+    /// The cause.
+    pub cause: RetryCause,
+}
+
+/// Label set with `shard_id`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShardLabel {
+    /// The shard id.
+    pub shard_id: String,
+}
+
+/// Every metric shardsink exports.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// `shardsink_kinesis_records_read_total`: Kinesis records returned by GetRecords.
+    pub kinesis_records_read: Counter,
+    /// `shardsink_records_read_total`: user records read (KPL aggregates count each).
+    pub records_read: Counter,
+    /// `shardsink_read_bytes_total`: data bytes read.
+    pub bytes_read: Counter,
+    /// `shardsink_records_written_total`: user records in written or already present objects.
+    pub records_written: Counter,
+    /// `shardsink_written_bytes_total`: compressed bytes PUT.
+    pub bytes_written: Counter,
+    /// `shardsink_batches_written_total{outcome}`.
+    pub batches_written: Family<OutcomeLabel, Counter>,
+    /// `shardsink_duplicates_excluded_total`: user records skipped by dedup.
+    pub duplicates_excluded: Counter,
+    /// `shardsink_conditional_write_conflicts_total`: PUTs answered 412.
+    pub conditional_write_conflicts: Counter,
+    /// `shardsink_checkpoints_total{result}`.
+    pub checkpoints: Family<ResultLabel, Counter>,
+    /// `shardsink_retries_total{cause}`.
+    pub retries: Family<CauseLabel, Counter>,
+    /// `shardsink_dedup_list_requests_total`.
+    pub dedup_list_requests: Counter,
+    /// `shardsink_millis_behind_latest{shard_id}`: GetRecords `MillisBehindLatest`.
+    pub millis_behind_latest: Family<ShardLabel, Gauge>,
+    /// `shardsink_leases_held`.
+    pub leases_held: Gauge,
+    last_checkpoint: std::sync::Arc<CheckpointAges>,
+}
+
+impl Metrics {
+    /// A fresh registry with every metric registered.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("shardsink");
+        let metrics_last_checkpoint = std::sync::Arc::new(CheckpointAges::default());
+        let metrics = Self {
+            kinesis_records_read: Counter::default(),
+            records_read: Counter::default(),
+            bytes_read: Counter::default(),
+            records_written: Counter::default(),
+            bytes_written: Counter::default(),
+            batches_written: Family::default(),
+            duplicates_excluded: Counter::default(),
+            conditional_write_conflicts: Counter::default(),
+            checkpoints: Family::default(),
+            retries: Family::default(),
+            dedup_list_requests: Counter::default(),
+            millis_behind_latest: Family::default(),
+            leases_held: Gauge::default(),
+            last_checkpoint: metrics_last_checkpoint.clone(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "kinesis_records_read",
+            "Kinesis records returned by GetRecords",
+            metrics.kinesis_records_read.clone(),
+        );
+        registry.register(
+            "records_read",
+            "User records read (each user record of a KPL aggregate counts)",
+            metrics.records_read.clone(),
+        );
+        registry.register(
+            "read_bytes",
+            "Data bytes read from Kinesis",
+            metrics.bytes_read.clone(),
+        );
+        registry.register(
+            "records_written",
+            "User records in objects written or found already written",
+            metrics.records_written.clone(),
+        );
+        registry.register(
+            "written_bytes",
+            "Compressed bytes written to S3",
+            metrics.bytes_written.clone(),
+        );
+        registry.register(
+            "batches_written",
+            "Batches written to S3, by outcome (created, or already present from an earlier attempt)",
+            metrics.batches_written.clone(),
+        );
+        registry.register(
+            "duplicates_excluded",
+            "User records skipped because dedup found them already in S3",
+            metrics.duplicates_excluded.clone(),
+        );
+        registry.register(
+            "conditional_write_conflicts",
+            "PUTs answered 412 Precondition Failed (If-None-Match): the object already existed",
+            metrics.conditional_write_conflicts.clone(),
+        );
+        registry.register(
+            "checkpoints",
+            "Checkpoint writes to the lease table, by result",
+            metrics.checkpoints.clone(),
+        );
+        registry.register(
+            "retries",
+            "AWS calls retried after a backoff, by cause",
+            metrics.retries.clone(),
+        );
+        registry.register(
+            "dedup_list_requests",
+            "ListObjectsV2 requests made by dedup",
+            metrics.dedup_list_requests.clone(),
+        );
+        registry.register(
+            "millis_behind_latest",
+            "MillisBehindLatest of the last GetRecords call, per held shard",
+            metrics.millis_behind_latest.clone(),
+        );
+        registry.register(
+            "leases_held",
+            "Leases this worker holds",
+            metrics.leases_held.clone(),
+        );
+        registry.register_collector(Box::new(BuildInfo));
+        registry.register_collector(Box::new(metrics_last_checkpoint));
+        Self {
+            registry,
+            ..metrics
+        }
+    }
+
+    /// The text exposition format (`/metrics`).
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Encoding into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+
+    /// Counts one retry.
+    pub fn retry(&self, cause: RetryCause) {
+        self.retries.get_or_create(&CauseLabel { cause }).inc();
+    }
+
+    /// Counts a batch write.
+    pub fn batch_written(&self, outcome: Outcome) {
+        self.batches_written
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
+    }
+
+    /// Batches written with `outcome` so far.
+    pub fn batches(&self, outcome: Outcome) -> u64 {
+        self.batches_written
+            .get_or_create(&OutcomeLabel { outcome })
+            .get()
+    }
+
+    /// Counts a checkpoint write; a success also restarts the shard's
+    /// "seconds since checkpoint" clock.
+    pub fn checkpoint(&self, shard_id: &str, ok: bool) {
+        let result = if ok { "ok" } else { "failed" };
+        self.checkpoints
+            .get_or_create(&ResultLabel { result })
+            .inc();
+        if ok {
+            self.last_checkpoint.set(shard_id, Instant::now());
+        }
+    }
+
+    /// Starts tracking a shard this worker now holds.
+    pub fn shard_started(&self, shard_id: &str) {
+        self.last_checkpoint.set(shard_id, Instant::now());
+    }
+
+    /// Forgets the per-shard series of a shard this worker no longer holds.
+    pub fn shard_stopped(&self, shard_id: &str) {
+        let label = ShardLabel {
+            shard_id: shard_id.to_owned(),
+        };
+        self.millis_behind_latest.remove(&label);
+        self.last_checkpoint.remove(shard_id);
+    }
+
+    /// Records `MillisBehindLatest` for a shard.
+    pub fn behind(&self, shard_id: &str, millis: i64) {
+        self.millis_behind_latest
+            .get_or_create(&ShardLabel {
+                shard_id: shard_id.to_owned(),
+            })
+            .set(millis);
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// `shardsink_seconds_since_checkpoint{shard_id}`, computed at scrape time
+/// from the last successful checkpoint (or the start of the shard task).
+#[derive(Debug, Default)]
+struct CheckpointAges {
+    at: Mutex<HashMap<String, Instant>>,
+}
+
+impl CheckpointAges {
+    fn set(&self, shard_id: &str, at: Instant) {
+        self.at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(shard_id.to_owned(), at);
+    }
+
+    fn remove(&self, shard_id: &str) {
+        self.at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(shard_id);
+    }
+}
+
+impl Collector for CheckpointAges {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let ages: Vec<(String, f64)> = self
+            .at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|(shard, at)| (shard.clone(), at.elapsed().as_secs_f64()))
+            .collect();
+        let mut family = encoder.encode_descriptor(
+            "shardsink_seconds_since_checkpoint",
+            "Seconds since the last successful checkpoint (or since the shard was taken), per held shard",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (shard_id, age) in ages {
+            let gauge = ConstGauge::new(age);
+            gauge.encode(family.encode_family(&ShardLabel { shard_id })?)?;
+        }
+        Ok(())
+    }
+}
+
+/// `shardsink_build_info{version}` = 1.
+#[derive(Debug)]
+struct BuildInfo;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabel {
+    version: &'static str,
+}
+
+impl Collector for BuildInfo {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let mut family = encoder.encode_descriptor(
+            "shardsink_build_info",
+            "shardsink version; always 1",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(1_i64).encode(family.encode_family(&VersionLabel {
+            version: env!("CARGO_PKG_VERSION"),
+        })?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposes_the_documented_names() {
+        let metrics = Metrics::new();
+        metrics.records_read.inc_by(5);
+        metrics.batch_written(Outcome::created);
+        metrics.batch_written(Outcome::already_present);
+        metrics.retry(RetryCause::s3_throttled);
+        metrics.behind("shardId-000000000001", 1_500);
+        metrics.checkpoint("shardId-000000000001", true);
+        metrics.leases_held.set(3);
+        let text = metrics.encode();
+        for line in [
+            "shardsink_records_read_total 5",
+            "shardsink_batches_written_total{outcome=\"created\"} 1",
+            "shardsink_batches_written_total{outcome=\"already_present\"} 1",
+            "shardsink_retries_total{cause=\"s3_throttled\"} 1",
+            "shardsink_millis_behind_latest{shard_id=\"shardId-000000000001\"} 1500",
+            "shardsink_checkpoints_total{result=\"ok\"} 1",
+            "shardsink_leases_held 3",
+            "shardsink_build_info{version=\"",
+            "shardsink_seconds_since_checkpoint{shard_id=\"shardId-000000000001\"} ",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+        metrics.shard_stopped("shardId-000000000001");
+        let text = metrics.encode();
+        assert!(
+            !text.contains("shard_id=\"shardId-000000000001\""),
+            "per-shard series are removed:\n{text}"
+        );
+        assert_eq!(metrics.batches(Outcome::created), 1);
+    }
+}
