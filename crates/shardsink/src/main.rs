@@ -84,7 +84,7 @@ fn daemon_main() -> ExitCode {
         Ok(_) => ExitCode::SUCCESS,
         Err(err) => match err.downcast_ref::<ConfigError>() {
             Some(config_error) => {
-                tracing::error!(error = %config_error, "bad setting");
+                // One line naming the setting, as for settings refused at parse time.
                 eprintln!("shardsink: {config_error}");
                 ExitCode::from(2)
             }
@@ -100,15 +100,10 @@ fn daemon_main() -> ExitCode {
 #[derive(Debug, clap::Parser)]
 #[command(name = "shardsink health")]
 struct HealthArgs {
-    /// Address of the running shardsink's endpoints (its --metrics-address,
-    /// reached locally).
-    #[arg(
-        long,
-        env = "SHARDSINK_HEALTH_ADDRESS",
-        default_value = "127.0.0.1:9898",
-        value_name = "HOST:PORT"
-    )]
-    address: SocketAddr,
+    /// Address of the running shardsink's endpoints. [default: the port of
+    /// SHARDSINK_METRICS_ADDRESS on 127.0.0.1, else 127.0.0.1:9898]
+    #[arg(long, env = "SHARDSINK_HEALTH_ADDRESS", value_name = "HOST:PORT")]
+    address: Option<SocketAddr>,
     /// Ask /readyz (ready to work) instead of /healthz (alive).
     #[arg(long)]
     ready: bool,
@@ -120,12 +115,20 @@ fn health_main(args: &[String]) -> ExitCode {
         Err(code) => return code,
     };
     let path = if args.ready { "/readyz" } else { "/healthz" };
-    match shardsink::http::probe(args.address, path) {
+    // Follow the daemon's own setting, so moving the port moves the probe.
+    let address = args.address.unwrap_or_else(|| {
+        let port = std::env::var("SHARDSINK_METRICS_ADDRESS")
+            .ok()
+            .and_then(|address| address.parse::<SocketAddr>().ok())
+            .map_or(9898, |address| address.port());
+        SocketAddr::from(([127, 0, 0, 1], port))
+    });
+    match shardsink::http::probe(address, path) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {
             eprintln!(
                 "shardsink: {path} on {} says not {}",
-                args.address,
+                address,
                 if args.ready { "ready" } else { "healthy" }
             );
             ExitCode::from(1)

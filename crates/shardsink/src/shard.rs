@@ -217,6 +217,9 @@ impl ShardTask {
                     }
                     self.flush_if_due(caught_up).await?;
                     self.checkpoint_if_idle(false).await?;
+                    if caught_up && self.is_fully_checkpointed() {
+                        self.ctx.metrics.checkpoint_current(&self.shard_id);
+                    }
                     if caught_up {
                         self.ctx.idle_time_between_reads
                     } else {
@@ -468,6 +471,18 @@ impl ShardTask {
             self.last_checkpoint_at = Instant::now();
         }
         Ok(())
+    }
+
+    /// Nothing buffered, nothing being replayed, and the checkpoint covers
+    /// every record handled.
+    fn is_fully_checkpointed(&self) -> bool {
+        self.batch.is_none()
+            && self.replay.is_none()
+            && self.handled_through.as_ref().is_none_or(|handled| {
+                self.checkpoint
+                    .sequence_number()
+                    .is_some_and(|c| c >= handled)
+            })
     }
 
     async fn finish_shard_end(

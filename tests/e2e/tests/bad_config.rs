@@ -118,3 +118,88 @@ async fn at_timestamp_without_a_timestamp() {
     )
     .await;
 }
+
+/// A stream or bucket that does not exist is a bad setting too, found by the
+/// first AWS call: exit code 2 and one `invalid setting` line naming it
+/// (progress lines logged before the call may precede it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_or_bucket_that_does_not_exist() {
+    let env = require_env!();
+    let scenario =
+        shardsink_e2e::Scenario::create(&env, "missing", 1, shardsink_e2e::Versioning::Off)
+            .await
+            .unwrap();
+    let endpoints: Vec<(String, String)> = [
+        "AWS_ENDPOINT_URL_S3",
+        "AWS_ENDPOINT_URL_KINESIS",
+        "AWS_ENDPOINT_URL_DYNAMODB",
+    ]
+    .iter()
+    .filter_map(|name| {
+        std::env::var(name)
+            .ok()
+            .map(|value| ((*name).to_owned(), value))
+    })
+    .collect();
+    let envs: Vec<(&str, &str)> = endpoints
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let cases = [
+        (
+            [
+                "--stream",
+                "no-such-stream-e2e",
+                "--bucket",
+                scenario.bucket.as_str(),
+            ],
+            "--stream",
+        ),
+        (
+            [
+                "--stream",
+                scenario.stream.as_str(),
+                "--bucket",
+                "no-such-bucket-e2e",
+            ],
+            "--bucket",
+        ),
+    ];
+    for (names, flag) in cases {
+        let mut args = names.to_vec();
+        args.extend([
+            "--s3-force-path-style",
+            "--metrics-address",
+            "off",
+            "--worker-id",
+            "e2e-missing",
+        ]);
+        let run = run_to_exit(&args, &envs, Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(
+            run.status.code(),
+            Some(2),
+            "{args:?}: {}\n{}",
+            run.status,
+            run.stderr
+        );
+        let errors: Vec<&str> = run
+            .stderr
+            .lines()
+            .filter(|line| line.contains("invalid setting"))
+            .collect();
+        assert_eq!(
+            errors.len(),
+            1,
+            "{args:?} must print one error line:\n{}",
+            run.stderr
+        );
+        assert!(
+            errors[0].starts_with(&format!("shardsink: invalid setting {flag} ")),
+            "{}",
+            errors[0]
+        );
+    }
+    scenario.cleanup().await;
+}

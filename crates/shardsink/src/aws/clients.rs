@@ -57,12 +57,24 @@ impl AwsClients {
                     .connect_timeout(CONNECT_TIMEOUT)
                     .operation_attempt_timeout(S3_ATTEMPT_TIMEOUT)
                     .build(),
-            )
-            .build();
+            );
+        let kinesis_config = aws_sdk_kinesis::config::Builder::from(&shared);
+        let dynamodb_config = aws_sdk_dynamodb::config::Builder::from(&shared);
+        // Test builds can record every call (see `recorder`).
+        #[cfg(feature = "failpoints")]
+        let (s3_config, kinesis_config, dynamodb_config) =
+            match super::recorder::OperationRecorder::from_env() {
+                Some(recorder) => (
+                    s3_config.interceptor(recorder.clone()),
+                    kinesis_config.interceptor(recorder.clone()),
+                    dynamodb_config.interceptor(recorder),
+                ),
+                None => (s3_config, kinesis_config, dynamodb_config),
+            };
         Self {
-            kinesis: aws_sdk_kinesis::Client::new(&shared),
-            s3: aws_sdk_s3::Client::from_conf(s3_config),
-            dynamodb: aws_sdk_dynamodb::Client::new(&shared),
+            kinesis: aws_sdk_kinesis::Client::from_conf(kinesis_config.build()),
+            s3: aws_sdk_s3::Client::from_conf(s3_config.build()),
+            dynamodb: aws_sdk_dynamodb::Client::from_conf(dynamodb_config.build()),
         }
     }
 }

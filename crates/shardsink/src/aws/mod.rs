@@ -4,6 +4,8 @@
 
 pub mod clients;
 pub mod kinesis;
+#[cfg(feature = "failpoints")]
+pub mod recorder;
 pub mod s3;
 
 /// An SDK error, boxed.

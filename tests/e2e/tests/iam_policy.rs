@@ -1,0 +1,148 @@
+//! `deploy/iam-policy.json` grants exactly what shardsink uses (issue 4).
+//!
+//! The daemon records every AWS operation it performs
+//! (`SHARDSINK_RECORD_AWS_OPERATIONS`, test builds) through a run that takes
+//! every path: first start (the lease table is created), a crash after a PUT
+//! and its replay (the object is read back after 412), a second worker that
+//! steals a lease (the loser re-reads its row after a failed condition),
+//! clean stops (heartbeat rows deleted), and a restart after the lease table
+//! was deleted. The test fails if an operation needs an IAM action the policy
+//! lacks, or if the policy grants an action nothing used.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::Value;
+use shardsink_e2e::fixtures::delete_lease_table;
+use shardsink_e2e::producer::small_record_specs;
+use shardsink_e2e::{
+    Daemon, Scenario, Versioning, archive_then_stop, require_env, scaled, stop_gracefully,
+    wait_for_archive, wait_until,
+};
+
+/// The IAM action an SDK operation needs (Service Authorization Reference:
+/// HeadBucket and ListObjectsV2 are authorized by `s3:ListBucket`; the others
+/// by the same-named action).
+fn iam_action(service: &str, operation: &str) -> String {
+    match (service, operation) {
+        ("s3", "HeadBucket" | "ListObjectsV2") => "s3:ListBucket".to_owned(),
+        (service, operation) => format!("{service}:{operation}"),
+    }
+}
+
+fn policy_actions() -> BTreeSet<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/iam-policy.json");
+    let policy: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut actions = BTreeSet::new();
+    for statement in policy["Statement"].as_array().unwrap() {
+        match &statement["Action"] {
+            Value::String(action) => {
+                actions.insert(action.clone());
+            }
+            Value::Array(list) => {
+                actions.extend(list.iter().map(|a| a.as_str().unwrap().to_owned()))
+            }
+            other => panic!("unexpected Action {other}"),
+        }
+    }
+    actions
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_iam_policy_grants_exactly_the_operations_used() {
+    let env = require_env!();
+    let scenario = Scenario::create(&env, "iam", 2, Versioning::Off)
+        .await
+        .unwrap();
+    let log_dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let operations = log_dir.join(format!("aws-operations-{}.txt", scenario.stream));
+    let _ = std::fs::remove_file(&operations);
+    let base = scenario
+        .settings
+        .clone()
+        .set("buffer-max-records", "30")
+        .set("record-aws-operations", operations.display().to_string());
+    let worker_a = base.clone().set("worker-id", "iam-a");
+    let worker_b = base.clone().set("worker-id", "iam-b");
+    let mut produced = scenario
+        .put(&small_record_specs(200, 2, "iam"))
+        .await
+        .unwrap();
+
+    // 1. First start creates the table; crash right after the third PUT.
+    let mut a = Daemon::spawn(&worker_a.clone().failpoints("after-put=2*off->return")).unwrap();
+    let status = a.wait_exit(scaled(Duration::from_secs(60))).await.unwrap();
+    assert!(!status.success(), "the failpoint aborts the daemon");
+
+    // 2. Restart: the pending batch is replayed and meets its object (412 →
+    //    GetObject). A second worker steals a lease; the loser's next
+    //    conditional write fails and it re-reads its row (GetItem).
+    let mut a = Daemon::spawn(&worker_a).unwrap();
+    let mut reader = scenario.archive_reader();
+    wait_for_archive(
+        &mut reader,
+        &produced,
+        &mut a,
+        scaled(Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    let mut b = Daemon::spawn(&worker_b).unwrap();
+    wait_until(
+        scaled(Duration::from_secs(60)),
+        "the second worker steals a lease",
+        || {
+            let log = a.log();
+            async move { log.contains("lease lost") }
+        },
+    )
+    .await
+    .unwrap();
+    stop_gracefully(&mut b, scaled(Duration::from_secs(40)))
+        .await
+        .unwrap();
+    stop_gracefully(&mut a, scaled(Duration::from_secs(40)))
+        .await
+        .unwrap();
+
+    // 3. The lease table is lost; the next start creates it again.
+    delete_lease_table(&env, &base.lease_table()).await.unwrap();
+    produced.extend(
+        scenario
+            .put(&small_record_specs(40, 2, "iam after"))
+            .await
+            .unwrap(),
+    );
+    let mut a = Daemon::spawn(&worker_a).unwrap();
+    let archive = archive_then_stop(
+        &mut reader,
+        &produced,
+        &mut a,
+        scaled(Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    shardsink_e2e::exactly_once(&produced, &archive).assert_exact();
+
+    let recorded = std::fs::read_to_string(&operations).unwrap();
+    let used: BTreeSet<String> = recorded
+        .lines()
+        .filter_map(|line| line.split_once(':'))
+        .map(|(service, operation)| iam_action(service, operation))
+        .collect();
+    let granted = policy_actions();
+    let missing: Vec<&String> = used.difference(&granted).collect();
+    let unused: Vec<&String> = granted.difference(&used).collect();
+    println!("used: {used:?}");
+    assert!(
+        missing.is_empty(),
+        "deploy/iam-policy.json lacks {missing:?} (used: {used:?})"
+    );
+    assert!(
+        unused.is_empty(),
+        "deploy/iam-policy.json grants {unused:?}, which no run used (used: {used:?})"
+    );
+    scenario.cleanup().await;
+}
