@@ -1,0 +1,371 @@
+//! The arguments of `shardsink verify` ([`VerifyArgs`]) and their
+//! validation into a [`Plan`]: defaults resolved, names checked as the daemon
+//! checks them.
+
+use std::fmt::Write as _;
+
+use crate::config::{ConfigError, InitialPosition, StreamRef};
+
+/// Audits the archive of one stream: lists every object under the prefix,
+/// checks that no two objects of a shard share a sequence number, optionally
+/// reads every line (--deep), and, given the stream, that no record up to
+/// the checkpoints is missing.
+///
+/// AWS credentials, region and endpoints come from the standard sources, as
+/// for the daemon. Progress goes to stderr, the summary to stdout. Exit
+/// codes: 0 exact, 1 not exact (the summary lists the offending keys and
+/// records), 2 when the audit cannot run (bad argument, bucket unreachable).
+#[derive(Debug, Clone, clap::Parser)]
+#[command(
+    name = "shardsink verify",
+    bin_name = "shardsink verify",
+    max_term_width = 100,
+    args_override_self = true
+)]
+pub struct VerifyArgs {
+    /// S3 bucket holding the archive.
+    #[arg(long, env = "SHARDSINK_BUCKET", value_name = "BUCKET")]
+    pub bucket: String,
+
+    /// Key prefix of the archive, as the daemon's --prefix. [default: the
+    /// stream name when --stream is given; required otherwise]
+    #[arg(long, env = "SHARDSINK_PREFIX", value_name = "PREFIX")]
+    pub prefix: Option<String>,
+
+    /// Kinesis data stream the archive is of (name or ARN). Enables the gap
+    /// check: every shard is read from its oldest retained record up to its
+    /// checkpoint, and each record must be in some object's range.
+    #[arg(long, env = "SHARDSINK_STREAM", value_name = "NAME|ARN")]
+    pub stream: Option<String>,
+
+    /// Application name, as the daemon's: the default lease table is
+    /// <application name>-<stream name>.
+    #[arg(
+        long,
+        env = "SHARDSINK_APPLICATION_NAME",
+        default_value = "shardsink",
+        value_name = "NAME"
+    )]
+    pub application_name: String,
+
+    /// Lease table holding the checkpoints (read only; used with --stream).
+    /// [default: <application name>-<stream name>]
+    #[arg(long, env = "SHARDSINK_LEASE_TABLE", value_name = "TABLE")]
+    pub lease_table: Option<String>,
+
+    /// Where the daemon starts a shard without a checkpoint, as its
+    /// --initial-position: TRIM_HORIZON, LATEST or AT_TIMESTAMP
+    /// (case-insensitive). With TRIM_HORIZON the gap check of each shard
+    /// starts at its oldest retained record. With LATEST or AT_TIMESTAMP the
+    /// records before a shard's first archived record were never meant to be
+    /// archived, so the gap check of each shard starts at its first archived
+    /// record (a lost first object then goes unnoticed); the daemon's
+    /// timestamp is not needed.
+    // The values are listed above, not by clap: the daemon's descriptions of
+    // them are about where it starts reading (AT_TIMESTAMP names
+    // --initial-timestamp, which verify does not have).
+    #[arg(
+        long,
+        env = "SHARDSINK_INITIAL_POSITION",
+        value_enum,
+        ignore_case = true,
+        hide_possible_values = true,
+        default_value = "TRIM_HORIZON",
+        value_name = "POSITION"
+    )]
+    pub initial_position: InitialPosition,
+
+    /// Also fetch every object and check every line: decompresses, parses,
+    /// belongs to the key's shard, range and minute, and no record twice.
+    #[arg(long)]
+    pub deep: bool,
+
+    /// Address S3 buckets by path (http://host/bucket/key) instead of by
+    /// virtual host; needed by most local S3 servers.
+    #[arg(long, env = "SHARDSINK_S3_FORCE_PATH_STYLE", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub s3_force_path_style: bool,
+}
+
+/// The arguments, validated, with defaults resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Plan {
+    pub(super) bucket: String,
+    /// The prefix as given (no trailing slash; may be empty).
+    pub(super) prefix: String,
+    /// What is listed: `{prefix}/`, or everything for an empty prefix.
+    pub(super) list_prefix: String,
+    pub(super) stream: Option<StreamRef>,
+    /// Set when `stream` is.
+    pub(super) lease_table: Option<String>,
+    pub(super) deep: bool,
+    /// Whether each shard's gap check starts at its first archived record
+    /// (initial position LATEST or AT_TIMESTAMP) instead of the oldest
+    /// retained one.
+    pub(super) from_first_archived: bool,
+}
+
+impl Plan {
+    pub(super) fn from_args(args: &VerifyArgs) -> Result<Self, ConfigError> {
+        validate_bucket(&args.bucket)?;
+        let stream = args.stream.as_deref().map(parse_stream).transpose()?;
+        let prefix = match (&args.prefix, &stream) {
+            (Some(prefix), _) => validate_prefix(prefix)?,
+            (None, Some(stream)) => stream.name().to_owned(),
+            (None, None) => {
+                return Err(setting_error(
+                    "prefix",
+                    "required when --stream is not given (the daemon's default prefix is the stream name)",
+                ));
+            }
+        };
+        let lease_table = match &stream {
+            None => None,
+            Some(stream) => {
+                let table = args
+                    .lease_table
+                    .clone()
+                    .unwrap_or_else(|| format!("{}-{}", args.application_name, stream.name()));
+                validate_table_name(&table)?;
+                Some(table)
+            }
+        };
+        let list_prefix = if prefix.is_empty() {
+            String::new()
+        } else {
+            format!("{prefix}/")
+        };
+        Ok(Self {
+            bucket: args.bucket.clone(),
+            prefix,
+            list_prefix,
+            stream,
+            lease_table,
+            deep: args.deep,
+            from_first_archived: args.initial_position != InitialPosition::TrimHorizon,
+        })
+    }
+
+    /// `s3://bucket/prefix/ (stream …, lease table …)`, for the summary.
+    pub(super) fn target(&self) -> String {
+        let mut target = format!("s3://{}/{}", self.bucket, self.list_prefix);
+        if let (Some(stream), Some(table)) = (&self.stream, &self.lease_table) {
+            let _ = write!(
+                target,
+                " (stream {}, lease table {table})",
+                stream_label(stream)
+            );
+        }
+        target
+    }
+}
+
+fn stream_label(stream: &StreamRef) -> &str {
+    match stream {
+        StreamRef::Name(name) => name,
+        StreamRef::Arn { arn, .. } => arn,
+    }
+}
+
+/// A [`ConfigError`] for `--{flag}` / `SHARDSINK_{FLAG}`.
+fn setting_error(flag: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError {
+        flag: format!("--{flag}"),
+        env: format!("SHARDSINK_{}", flag.replace('-', "_").to_uppercase()),
+        message: message.into(),
+    }
+}
+
+/// A stream name or ARN, as the daemon accepts it.
+fn parse_stream(stream: &str) -> Result<StreamRef, ConfigError> {
+    if let Some(rest) = stream.strip_prefix("arn:") {
+        // arn:PARTITION:kinesis:REGION:ACCOUNT:stream/NAME
+        let parts: Vec<&str> = rest.splitn(5, ':').collect();
+        let name = match parts.as_slice() {
+            [_, "kinesis", _, _, resource] => resource.strip_prefix("stream/"),
+            _ => None,
+        };
+        return match name {
+            Some(name) if is_aws_name(name, 1, 128) => Ok(StreamRef::Arn {
+                arn: stream.to_owned(),
+                name: name.to_owned(),
+            }),
+            _ => Err(setting_error(
+                "stream",
+                format!(
+                    "{stream:?} is not a Kinesis stream ARN (arn:aws:kinesis:REGION:ACCOUNT:stream/NAME)"
+                ),
+            )),
+        };
+    }
+    if !is_aws_name(stream, 1, 128) {
+        return Err(setting_error(
+            "stream",
+            format!("{stream:?} is not a stream name (1-128 of a-z A-Z 0-9 _ . -)"),
+        ));
+    }
+    Ok(StreamRef::Name(stream.to_owned()))
+}
+
+/// `min..=max` bytes of `a-z A-Z 0-9 _ . -`: Kinesis stream names and shard
+/// ids, DynamoDB table names.
+pub(super) fn is_aws_name(name: &str, min: usize, max: usize) -> bool {
+    (min..=max).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+fn validate_bucket(bucket: &str) -> Result<(), ConfigError> {
+    let ok = (3..=63).contains(&bucket.len())
+        && bucket
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(setting_error(
+            "bucket",
+            format!("{bucket:?} is not a bucket name (3-63 of a-z 0-9 . -)"),
+        ))
+    }
+}
+
+/// As the daemon: trailing slashes dropped; no leading slash, no `//`.
+fn validate_prefix(prefix: &str) -> Result<String, ConfigError> {
+    let trimmed = prefix.trim_end_matches('/');
+    if trimmed.starts_with('/') || trimmed.contains("//") {
+        return Err(setting_error(
+            "prefix",
+            format!("{prefix:?} must not start with / or contain //"),
+        ));
+    }
+    Ok(trimmed.to_owned())
+}
+
+fn validate_table_name(table: &str) -> Result<(), ConfigError> {
+    if is_aws_name(table, 3, 255) {
+        Ok(())
+    } else {
+        Err(setting_error(
+            "lease-table",
+            format!("{table:?} is not a DynamoDB table name (3-255 of a-z A-Z 0-9 _ . -)"),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory as _, FromArgMatches as _};
+
+    use super::*;
+
+    fn parse_args(args: &[&str]) -> Result<VerifyArgs, clap::Error> {
+        let mut argv = vec!["shardsink verify"];
+        argv.extend_from_slice(args);
+        // No environment: a developer's SHARDSINK_* must not change the outcome.
+        let command = VerifyArgs::command().mut_args(|arg| arg.env(None::<&str>));
+        VerifyArgs::from_arg_matches(&command.try_get_matches_from(argv)?)
+    }
+
+    fn plan(args: &[&str]) -> Result<Plan, ConfigError> {
+        Plan::from_args(&parse_args(args).unwrap())
+    }
+
+    #[test]
+    fn prefix_and_lease_table_default_as_in_the_daemon() {
+        let p = plan(&["--bucket", "archive", "--stream", "orders"]).unwrap();
+        assert_eq!(p.prefix, "orders");
+        assert_eq!(p.list_prefix, "orders/");
+        assert_eq!(p.lease_table.as_deref(), Some("shardsink-orders"));
+        assert!(!p.deep && !p.from_first_archived);
+
+        let p = plan(&[
+            "--bucket",
+            "archive",
+            "--stream",
+            "arn:aws:kinesis:eu-west-1:123456789012:stream/clicks",
+            "--application-name",
+            "audit",
+            "--prefix",
+            "raw/clicks/",
+            "--deep",
+            "--initial-position",
+            "latest",
+        ])
+        .unwrap();
+        assert_eq!(p.prefix, "raw/clicks");
+        assert_eq!(p.lease_table.as_deref(), Some("audit-clicks"));
+        assert!(p.deep && p.from_first_archived);
+
+        let p = plan(&["--bucket", "archive", "--prefix", ""]).unwrap();
+        assert_eq!(
+            (p.list_prefix.as_str(), p.stream, p.lease_table),
+            ("", None, None)
+        );
+    }
+
+    #[test]
+    fn bad_arguments_name_the_setting() {
+        let err = plan(&["--bucket", "archive"]).unwrap_err();
+        assert_eq!(err.flag, "--prefix");
+        assert!(
+            err.to_string()
+                .starts_with("invalid setting --prefix (SHARDSINK_PREFIX)")
+        );
+        for (args, flag) in [
+            (&["--bucket", "Bad_Bucket", "--prefix", "p"][..], "--bucket"),
+            (&["--bucket", "archive", "--stream", "a b"][..], "--stream"),
+            (&["--bucket", "archive", "--prefix", "/abs"][..], "--prefix"),
+            (
+                &["--bucket", "archive", "--stream", "s", "--lease-table", "x"][..],
+                "--lease-table",
+            ),
+        ] {
+            assert_eq!(plan(args).unwrap_err().flag, flag, "{args:?}");
+        }
+        assert!(
+            parse_args(&["--prefix", "p"]).is_err(),
+            "--bucket is required"
+        );
+    }
+
+    #[test]
+    fn initial_position_help_is_verify_s_own() {
+        let mut command = VerifyArgs::command().mut_args(|arg| arg.env(None::<&str>));
+        for help in [
+            command.render_help().to_string(),
+            command.render_long_help().to_string(),
+        ] {
+            let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+            assert!(!help.contains("--initial-timestamp"), "{help}");
+            assert!(
+                help.contains("--initial-position: TRIM_HORIZON, LATEST or AT_TIMESTAMP"),
+                "{help}"
+            );
+        }
+        for value in ["TRIM_HORIZON", "latest", "at_timestamp"] {
+            let p = plan(&[
+                "--bucket",
+                "archive",
+                "--prefix",
+                "p",
+                "--initial-position",
+                value,
+            ])
+            .unwrap();
+            assert_eq!(p.from_first_archived, value != "TRIM_HORIZON", "{value}");
+        }
+    }
+
+    #[test]
+    fn path_style_reads_a_bare_flag_or_a_value() {
+        let base = ["--bucket", "b", "--prefix", "p"];
+        assert!(!parse_args(&base).unwrap().s3_force_path_style);
+        let mut on = base.to_vec();
+        on.push("--s3-force-path-style");
+        assert!(parse_args(&on).unwrap().s3_force_path_style);
+        let mut off = base.to_vec();
+        off.extend(["--s3-force-path-style", "false"]);
+        assert!(!parse_args(&off).unwrap().s3_force_path_style);
+    }
+}

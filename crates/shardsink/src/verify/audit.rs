@@ -1,0 +1,180 @@
+//! The audit: the checks in order, from a [`Plan`] to an [`Audit`].
+
+use std::collections::HashSet;
+
+use super::args::Plan;
+use super::body::read_objects;
+use super::keys::{classify, list_keys};
+use super::overlaps::overlaps;
+use super::report::Audit;
+use super::stream::{GapOutcome, check_gaps, read_checkpoints};
+use crate::aws::{AwsClients, Kinesis, ObjectStore};
+
+/// The checks, in order; progress on stderr (a bar when `tty`).
+pub(super) async fn audit(plan: &Plan, clients: &AwsClients, tty: bool) -> anyhow::Result<Audit> {
+    let store = ObjectStore::new(clients.s3.clone(), &plan.bucket);
+
+    // Checkpoints first, then the listing (see the `verify` module documentation).
+    let checkpoints = match (&plan.stream, &plan.lease_table) {
+        (Some(_), Some(table)) => Some(read_checkpoints(clients, table).await),
+        _ => None,
+    };
+
+    let keys = list_keys(&store, &plan.list_prefix, tty).await?;
+    let (objects, foreign) = classify(&plan.list_prefix, keys);
+    let overlaps = overlaps(&objects);
+
+    let deep = if plan.deep {
+        Some(read_objects(&store, &objects, tty).await)
+    } else {
+        None
+    };
+
+    let gaps = match &plan.stream {
+        None => GapOutcome::NotRequested,
+        Some(stream) => {
+            let kinesis = Kinesis::new(clients.kinesis.clone(), stream.clone());
+            check_gaps(&kinesis, &objects, checkpoints, plan, tty).await
+        }
+    };
+
+    Ok(Audit {
+        target: plan.target(),
+        objects: objects.len(),
+        shards_in_archive: objects
+            .iter()
+            .map(|o| o.shard_id.as_str())
+            .collect::<HashSet<_>>()
+            .len(),
+        foreign,
+        overlaps,
+        deep,
+        gaps,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use shard_lease::{Checkpoint, LeaseTable};
+
+    use super::*;
+    use crate::compression::Compression;
+    use crate::config::{CompressionCodec, StreamRef};
+    use crate::minute::Minute;
+    use crate::verify::test_support::{MINUTE_MILLIS, SHARD, missing, n, object_in};
+
+    /// The whole audit against in-memory S3, DynamoDB and Kinesis: a gap, an
+    /// overlap, an unreadable object, a foreign key, a shard with nothing
+    /// archived, and GetRecords throttled twice on the way.
+    #[tokio::test(start_paused = true)]
+    async fn audits_an_archive_through_the_sdk() {
+        use std::sync::Arc;
+        use std::sync::atomic::Ordering;
+
+        use shard_lease::Lease;
+
+        use crate::encode::LineEncoder;
+        use crate::fake_aws::{self, FakeBucket, FakeStream, FakeTable};
+        use crate::record::ShardRecord;
+
+        let (stream, bucket, table) = (
+            Arc::new(FakeStream::default()),
+            Arc::new(FakeBucket::default()),
+            Arc::new(FakeTable::default()),
+        );
+        let shard = stream.shard(SHARD);
+        for i in 1..=9 {
+            shard.push(&i.to_string(), MINUTE_MILLIS + i * 1_000, b"x");
+        }
+        shard.failing_reads.store(2, Ordering::SeqCst);
+        stream
+            .shard("shardId-000000000002")
+            .push("1", MINUTE_MILLIS, b"y");
+        let minute = Minute::from_millis(MINUTE_MILLIS);
+        let batch = |shard_id: &str, first: u64, last: u64, codec| {
+            let mut lines = Vec::new();
+            for i in first..=last {
+                let record = ShardRecord {
+                    sequence_number: i.to_string(),
+                    arrival_millis: MINUTE_MILLIS + i as i64 * 1_000,
+                    partition_key: format!("pk-{i}"),
+                    data: bytes::Bytes::from_static(b"x"),
+                    user_records: None,
+                };
+                LineEncoder::new(shard_id, minute).encode(&record, &mut lines);
+            }
+            let object = object_in(SHARD, MINUTE_MILLIS, first, last, codec);
+            let body = Compression::new(codec, None).compress(&lines).unwrap();
+            (object.key, bytes::Bytes::from(body))
+        };
+        let (first, first_body) = batch(SHARD, 1, 3, CompressionCodec::Zstd);
+        let (newest, newest_body) = batch(SHARD, 6, 9, CompressionCodec::Gzip);
+        // Lines of another shard under this shard's key, overlapping `newest`.
+        let (stray, stray_body) = batch("shardId-000000000002", 8, 8, CompressionCodec::None);
+        {
+            let mut objects = bucket.objects.lock().unwrap();
+            objects.insert(first.clone(), first_body);
+            objects.insert(newest.clone(), newest_body);
+            objects.insert(stray.clone(), stray_body);
+            objects.insert("p/README".to_owned(), bytes::Bytes::from_static(b"hi"));
+        }
+        let clients = fake_aws::clients(stream, bucket, table);
+        LeaseTable::new(clients.dynamodb.clone(), "leases")
+            .create_lease(&Lease::new(SHARD, Checkpoint::SequenceNumber(n(9)), vec![]))
+            .await
+            .unwrap();
+        let plan = Plan {
+            bucket: "bucket".to_owned(),
+            prefix: "p".to_owned(),
+            list_prefix: "p/".to_owned(),
+            stream: Some(StreamRef::Name("s".to_owned())),
+            lease_table: Some("leases".to_owned()),
+            deep: true,
+            from_first_archived: false,
+        };
+
+        let audit = audit(&plan, &clients, false).await.unwrap();
+        let text = audit.render();
+        assert!(!audit.is_exact(), "{text}");
+        assert_eq!((audit.objects, audit.foreign.len()), (3, 1), "{text}");
+        assert_eq!(
+            overlap_keys_of(&audit),
+            vec![(newest.clone(), stray.clone())]
+        );
+        let deep = audit.deep.clone().unwrap();
+        assert_eq!((deep.lines, deep.unreadable.len()), (8, 1), "{text}");
+        assert_eq!(deep.unreadable[0].key, stray);
+        assert!(
+            deep.unreadable[0].reason.contains("is not the key's shard"),
+            "{text}"
+        );
+        let GapOutcome::Checked { shards, notes } = &audit.gaps else {
+            panic!("gaps not checked:\n{text}");
+        };
+        assert_eq!(shards.len(), 1, "{text}");
+        assert_eq!(missing(&shards[0]), vec![(4, 5, 2)], "{text}");
+        assert_eq!(shards[0].checked, 9, "{text}");
+        assert!(shards[0].notes.is_empty(), "{text}");
+        assert_eq!(shards[0].gaps[0].before.as_ref().unwrap().0, first);
+        assert_eq!(shards[0].gaps[0].after.as_ref().unwrap().0, newest);
+        assert_eq!(
+            notes,
+            &vec![
+                "shardId-000000000002: nothing archived or checkpointed yet: not checked"
+                    .to_owned()
+            ]
+        );
+        assert!(
+            shard.reads.load(Ordering::SeqCst) >= 3,
+            "throttled reads are retried"
+        );
+    }
+
+    fn overlap_keys_of(audit: &Audit) -> Vec<(String, String)> {
+        audit
+            .overlaps
+            .iter()
+            .map(|o| (o.earlier.0.clone(), o.later.0.clone()))
+            .collect()
+    }
+}

@@ -1,0 +1,419 @@
+//! Check 3, unreadable objects (`--deep`): every object fetched (GetObject),
+//! decompressed and read line by line against its key.
+
+use std::borrow::Cow;
+use std::cmp::Ordering;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use bytes::Bytes;
+use chrono::DateTime;
+use futures::StreamExt as _;
+use sequence_range::SequenceNumber;
+
+use super::MAX_FAILURES;
+use super::keys::ArchivedKey;
+use super::progress::Phase;
+use super::report::{error_chain, minute_text};
+use crate::aws::{ObjectStore, S3Error};
+use crate::backoff::Backoff;
+use crate::compression::{decompress, extension};
+use crate::minute::Minute;
+
+/// Objects fetched and checked at once with `--deep`.
+const DEEP_CONCURRENCY: usize = 8;
+
+/// One JSON line as shardsink writes it (`encode.rs`); any other field is an
+/// error.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Line<'a> {
+    #[serde(borrow)]
+    shard_id: Cow<'a, str>,
+    #[serde(borrow)]
+    sequence_number: Cow<'a, str>,
+    sub_sequence_number: Option<u64>,
+    #[serde(borrow)]
+    #[allow(dead_code)] // read for its type only
+    partition_key: Cow<'a, str>,
+    #[serde(borrow)]
+    approximate_arrival_timestamp: Cow<'a, str>,
+    #[serde(borrow)]
+    data: Cow<'a, str>,
+}
+
+/// What reading one object found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct BodyCheck {
+    /// Lines that parsed (user records).
+    lines: u64,
+    /// Distinct sequence numbers among them (Kinesis records).
+    kinesis_records: u64,
+    /// The first problem found.
+    first_problem: Option<String>,
+    /// How many problems were found.
+    problems: u64,
+}
+
+impl BodyCheck {
+    fn failed(reason: String) -> Self {
+        Self {
+            first_problem: Some(reason),
+            problems: 1,
+            ..Self::default()
+        }
+    }
+
+    fn problem(&mut self, reason: impl FnOnce() -> String) {
+        if self.first_problem.is_none() {
+            self.first_problem = Some(reason());
+        }
+        self.problems += 1;
+    }
+}
+
+/// Checks an object's body against its key (check 3 of the `verify` module
+/// documentation).
+fn check_body(object: &ArchivedKey, body: &[u8]) -> BodyCheck {
+    let text = match decompress(object.codec, body) {
+        Ok(text) => text,
+        Err(err) => {
+            return BodyCheck::failed(format!(
+                "does not decompress as {}: {err}",
+                extension(object.codec)
+            ));
+        }
+    };
+    let mut check = BodyCheck::default();
+    let first = object.range.first().to_string();
+    let last = object.range.last().to_string();
+    let mut seen: HashSet<(String, Option<u64>)> = HashSet::new();
+    let mut records: HashSet<String> = HashSet::new();
+    let mut data = Vec::new();
+    let pieces: Vec<&[u8]> = text.split(|&b| b == b'\n').collect();
+    for (index, raw) in pieces.iter().enumerate() {
+        let n = index + 1;
+        if raw.is_empty() {
+            // The piece after the final newline is empty; any other is not.
+            if index + 1 < pieces.len() {
+                check.problem(|| format!("line {n} is empty"));
+            }
+            continue;
+        }
+        let line: Line<'_> = match serde_json::from_slice(raw) {
+            Ok(line) => line,
+            Err(err) => {
+                check.problem(|| format!("line {n} is not a shardsink JSON line: {err}"));
+                continue;
+            }
+        };
+        check.lines += 1;
+        if line.shard_id != object.shard_id {
+            check.problem(|| {
+                format!(
+                    "line {n}: shardId {:?} is not the key's shard {:?}",
+                    line.shard_id, object.shard_id
+                )
+            });
+        }
+        let sequence_number = line.sequence_number.as_ref();
+        if SequenceNumber::validate_text(sequence_number).is_err() {
+            check.problem(|| format!("line {n}: sequenceNumber {sequence_number:?} is not one"));
+        } else {
+            if SequenceNumber::cmp_text(sequence_number, &first) == Ordering::Less
+                || SequenceNumber::cmp_text(sequence_number, &last) == Ordering::Greater
+            {
+                check.problem(|| {
+                    format!(
+                        "line {n}: sequenceNumber {sequence_number} is outside the key's range {first}-{last}"
+                    )
+                });
+            }
+            if !seen.insert((sequence_number.to_owned(), line.sub_sequence_number)) {
+                check.problem(|| {
+                    format!(
+                        "line {n}: record ({sequence_number}, {:?}) appears twice",
+                        line.sub_sequence_number
+                    )
+                });
+            }
+            if !records.contains(sequence_number) {
+                records.insert(sequence_number.to_owned());
+            }
+        }
+        let timestamp = line.approximate_arrival_timestamp.as_ref();
+        match DateTime::parse_from_rfc3339(timestamp) {
+            Ok(time) if Minute::from_millis(time.timestamp_millis()) == object.minute => {}
+            Ok(_) => check.problem(|| {
+                format!(
+                    "line {n}: approximateArrivalTimestamp {timestamp} is not in the key's minute {}",
+                    minute_text(object.minute)
+                )
+            }),
+            Err(err) => check.problem(|| {
+                format!("line {n}: approximateArrivalTimestamp {timestamp:?}: {err}")
+            }),
+        }
+        data.clear();
+        if let Err(err) = STANDARD.decode_vec(line.data.as_bytes(), &mut data) {
+            check.problem(|| format!("line {n}: data is not base64: {err}"));
+        }
+    }
+    check.kinesis_records = records.len() as u64;
+    if check.lines == 0 && check.problems == 0 {
+        check.problem(|| "object has no lines".to_owned());
+    }
+    if check.lines > 0 {
+        for (end, name) in [(&first, "first"), (&last, "last")] {
+            if !records.contains(end.as_str()) {
+                check.problem(|| format!("no line has the key's {name} sequence number {end}"));
+            }
+        }
+    }
+    check
+}
+
+/// An object `--deep` could not read as a batch of its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Unreadable {
+    pub(super) key: String,
+    pub(super) reason: String,
+    /// Problems found besides `reason`.
+    pub(super) more: u64,
+}
+
+/// What `--deep` found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct DeepSummary {
+    pub(super) lines: u64,
+    pub(super) kinesis_records: u64,
+    pub(super) unreadable: Vec<Unreadable>,
+}
+
+/// `--deep`: fetches and checks every object, a few at a time.
+pub(super) async fn read_objects(
+    store: &ObjectStore,
+    objects: &[ArchivedKey],
+    tty: bool,
+) -> DeepSummary {
+    let total = objects.len() as u64;
+    let phase = Phase::start(tty, Some(total), "reading objects");
+    let done = AtomicU64::new(0);
+    let mut checks: Vec<(usize, BodyCheck)> = futures::stream::iter(objects.iter().enumerate())
+        .map(|(index, object)| {
+            let (phase, done) = (&phase, &done);
+            async move {
+                let check = match get_object(store, &object.key).await {
+                    Ok(body) => {
+                        let object = object.clone();
+                        tokio::task::spawn_blocking(move || check_body(&object, &body))
+                            .await
+                            .unwrap_or_else(|err| {
+                                BodyCheck::failed(format!("the check did not finish: {err}"))
+                            })
+                    }
+                    Err(err) => BodyCheck::failed(format!("GET failed: {}", error_chain(&err))),
+                };
+                let n = done.fetch_add(1, AtomicOrdering::Relaxed) + 1;
+                phase.update(n, || format!("read {n} of {total} objects"));
+                (index, check)
+            }
+        })
+        .buffer_unordered(DEEP_CONCURRENCY)
+        .collect()
+        .await;
+    checks.sort_by_key(|(index, _)| *index);
+    let mut summary = DeepSummary::default();
+    for (index, check) in checks {
+        summary.lines += check.lines;
+        summary.kinesis_records += check.kinesis_records;
+        if let Some(reason) = check.first_problem {
+            summary.unreadable.push(Unreadable {
+                key: objects[index].key.clone(),
+                reason,
+                more: check.problems.saturating_sub(1),
+            });
+        }
+    }
+    phase.finish(Some(format!(
+        "read {total} objects: {} lines, {} unreadable",
+        summary.lines,
+        summary.unreadable.len()
+    )));
+    summary
+}
+
+/// GetObject with retries of transient failures.
+async fn get_object(store: &ObjectStore, key: &str) -> Result<Bytes, S3Error> {
+    let mut backoff = Backoff::transient();
+    let mut failures = 0;
+    loop {
+        match store.get(key).await {
+            Ok(body) => return Ok(body),
+            Err(err) if err.is_retriable() && failures < MAX_FAILURES => {
+                failures += 1;
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+            Err(err) => return Err(err),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compression::Compression;
+    use crate::config::CompressionCodec;
+    use crate::verify::test_support::{MINUTE_MILLIS, SHARD, object, object_in};
+
+    fn line(shard: &str, sequence_number: &str, sub: Option<u64>, timestamp: &str) -> String {
+        let sub = sub
+            .map(|s| format!(",\"subSequenceNumber\":{s}"))
+            .unwrap_or_default();
+        format!(
+            "{{\"shardId\":\"{shard}\",\"sequenceNumber\":\"{sequence_number}\"{sub},\"partitionKey\":\"k\",\"approximateArrivalTimestamp\":\"{timestamp}\",\"data\":\"aGk=\"}}\n"
+        )
+    }
+
+    const IN_MINUTE: &str = "2026-11-21T05:27:03.045Z";
+
+    fn body(lines: &[String]) -> Vec<u8> {
+        lines.concat().into_bytes()
+    }
+
+    #[test]
+    fn a_batch_written_by_shardsink_reads_clean() {
+        use crate::encode::LineEncoder;
+        use crate::record::ShardRecord;
+        let minute = Minute::from_millis(MINUTE_MILLIS);
+        let encoder = LineEncoder::new(SHARD, minute);
+        let mut lines = Vec::new();
+        for (i, sequence_number) in ["9", "10", "12"].into_iter().enumerate() {
+            let record = ShardRecord {
+                sequence_number: sequence_number.to_owned(),
+                arrival_millis: MINUTE_MILLIS + 1_000 * i as i64,
+                partition_key: "pk \"quoted\"".to_owned(),
+                data: bytes::Bytes::from_static(b"\x00\xffdata"),
+                user_records: None,
+            };
+            encoder.encode(&record, &mut lines);
+        }
+        for compression in [
+            Compression::None,
+            Compression::Gzip(6),
+            Compression::Zstd(3),
+        ] {
+            let object = object_in(SHARD, MINUTE_MILLIS, 9, 12, compression.codec());
+            let check = check_body(&object, &compression.compress(&lines).unwrap());
+            assert_eq!(
+                check,
+                BodyCheck {
+                    lines: 3,
+                    kinesis_records: 3,
+                    first_problem: None,
+                    problems: 0
+                },
+                "{compression:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn kpl_user_records_share_a_sequence_number() {
+        let object = object(7, 7);
+        let check = check_body(
+            &object,
+            &body(&[
+                line(SHARD, "7", Some(0), IN_MINUTE),
+                line(SHARD, "7", Some(1), IN_MINUTE),
+            ]),
+        );
+        assert_eq!(
+            (check.lines, check.kinesis_records, check.problems),
+            (2, 1, 0)
+        );
+    }
+
+    #[test]
+    fn unreadable_bodies_say_why() {
+        let ok = |seq: &str| line(SHARD, seq, None, IN_MINUTE);
+        let cases: Vec<(ArchivedKey, Vec<u8>, &str)> = vec![
+            (
+                object_in(SHARD, MINUTE_MILLIS, 1, 2, CompressionCodec::Zstd),
+                b"not zstd".to_vec(),
+                "does not decompress as .jsonl.zst",
+            ),
+            (object(1, 2), Vec::new(), "object has no lines"),
+            (
+                object(1, 2),
+                body(&[ok("1"), "{}\n".to_owned(), ok("2")]),
+                "line 2 is not a shardsink JSON line",
+            ),
+            (
+                object(1, 2),
+                body(&[ok("1"), "\n".to_owned(), ok("2")]),
+                "line 2 is empty",
+            ),
+            (
+                object(1, 2),
+                body(&[ok("1"), ok("2").replace("\"data\"", "\"extra\":1,\"data\"")]),
+                "line 2 is not a shardsink JSON line: unknown field `extra`",
+            ),
+            (
+                object(1, 2),
+                body(&[ok("1"), line("shardId-000000000002", "2", None, IN_MINUTE)]),
+                "line 2: shardId \"shardId-000000000002\" is not the key's shard",
+            ),
+            (
+                object(1, 2),
+                body(&[ok("1"), ok("2"), ok("3")]),
+                "line 3: sequenceNumber 3 is outside the key's range 1-2",
+            ),
+            (
+                object(1, 2),
+                body(&[ok("1"), ok("02")]),
+                "line 2: sequenceNumber \"02\" is not one",
+            ),
+            (
+                object(1, 2),
+                body(&[ok("1"), line(SHARD, "2", None, "2026-11-21T05:28:00.000Z")]),
+                "line 2: approximateArrivalTimestamp 2026-11-21T05:28:00.000Z is not in the key's minute 2026-11-21T05:27Z",
+            ),
+            (
+                object(1, 2),
+                body(&[ok("1"), line(SHARD, "2", None, "yesterday")]),
+                "line 2: approximateArrivalTimestamp \"yesterday\"",
+            ),
+            (
+                object(1, 2),
+                body(&[ok("1"), ok("1"), ok("2")]),
+                "line 2: record (1, None) appears twice",
+            ),
+            (
+                object(1, 2),
+                body(&[ok("1"), ok("2").replace("aGk=", "a!")]),
+                "line 2: data is not base64",
+            ),
+            (
+                object(1, 3),
+                body(&[ok("1"), ok("2")]),
+                "no line has the key's last sequence number 3",
+            ),
+            (
+                object(1, 3),
+                body(&[ok("2"), ok("3")]),
+                "no line has the key's first sequence number 1",
+            ),
+        ];
+        for (object, body, expected) in cases {
+            let check = check_body(&object, &body);
+            let problem = check.first_problem.unwrap_or_default();
+            assert!(
+                problem.starts_with(expected),
+                "{problem:?} must start with {expected:?}"
+            );
+        }
+    }
+}

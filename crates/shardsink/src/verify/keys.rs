@@ -1,0 +1,184 @@
+//! Check 1, keys: every key under the prefix (ListObjectsV2, all pages),
+//! parsed into an [`ArchivedKey`] (a shardsink object: minute, shard,
+//! sequence range, codec) or a [`ForeignKey`] (anything else: a warning).
+
+use anyhow::Context as _;
+use chrono::NaiveDate;
+use sequence_range::SequenceRange;
+
+use super::MAX_FAILURES;
+use super::args::is_aws_name;
+use super::progress::Phase;
+use crate::aws::ObjectStore;
+use crate::backoff::Backoff;
+use crate::config::CompressionCodec;
+use crate::key::parse_object_name;
+use crate::minute::Minute;
+
+/// A key that is a shardsink object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct ArchivedKey {
+    pub(super) key: String,
+    pub(super) minute: Minute,
+    pub(super) shard_id: String,
+    pub(super) range: SequenceRange,
+    pub(super) codec: CompressionCodec,
+}
+
+/// A key under the prefix that is not one shardsink writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct ForeignKey {
+    pub(super) key: String,
+    pub(super) reason: String,
+}
+
+/// Parses `{list_prefix}{yyyy}/{MM}/{dd}/{HH}/{mm}/{shardId}/{name}`.
+///
+/// # Errors
+/// Why the key is foreign.
+fn parse_archived_key(list_prefix: &str, key: &str) -> Result<ArchivedKey, String> {
+    let rest = key
+        .strip_prefix(list_prefix)
+        .ok_or_else(|| format!("not under {list_prefix:?}"))?;
+    let segments: Vec<&str> = rest.split('/').collect();
+    let [year, month, day, hour, minute, shard_id, name] = segments[..] else {
+        return Err(format!(
+            "{} path segments after the prefix, not yyyy/MM/dd/HH/mm/shardId/name",
+            segments.len()
+        ));
+    };
+    let minute = parse_minute([year, month, day, hour, minute])
+        .ok_or_else(|| format!("{year}/{month}/{day}/{hour}/{minute} is not a UTC minute"))?;
+    if !is_aws_name(shard_id, 1, 128) {
+        return Err(format!("{shard_id:?} is not a shard id"));
+    }
+    let parsed = parse_object_name(name).map_err(|err| err.to_string())?;
+    Ok(ArchivedKey {
+        key: key.to_owned(),
+        minute,
+        shard_id: shard_id.to_owned(),
+        range: parsed.range,
+        codec: parsed.codec,
+    })
+}
+
+/// `yyyy/MM/dd/HH/mm` path segments as a minute: exactly 4 and 2 digits,
+/// a real date and time.
+fn parse_minute([year, month, day, hour, minute]: [&str; 5]) -> Option<Minute> {
+    let number = |text: &str, width: usize| -> Option<u32> {
+        if text.len() == width && text.bytes().all(|b| b.is_ascii_digit()) {
+            text.parse().ok()
+        } else {
+            None
+        }
+    };
+    let date = NaiveDate::from_ymd_opt(
+        i32::try_from(number(year, 4)?).ok()?,
+        number(month, 2)?,
+        number(day, 2)?,
+    )?;
+    let time = date.and_hms_opt(number(hour, 2)?, number(minute, 2)?, 0)?;
+    Some(Minute::from_datetime(time.and_utc()))
+}
+
+/// Splits a listing into objects and foreign keys.
+pub(super) fn classify(
+    list_prefix: &str,
+    keys: Vec<String>,
+) -> (Vec<ArchivedKey>, Vec<ForeignKey>) {
+    let mut objects = Vec::with_capacity(keys.len());
+    let mut foreign = Vec::new();
+    for key in keys {
+        match parse_archived_key(list_prefix, &key) {
+            Ok(object) => objects.push(object),
+            Err(reason) => foreign.push(ForeignKey { key, reason }),
+        }
+    }
+    (objects, foreign)
+}
+
+/// Every key under `list_prefix` (ListObjectsV2, all pages).
+pub(super) async fn list_keys(
+    store: &ObjectStore,
+    list_prefix: &str,
+    tty: bool,
+) -> anyhow::Result<Vec<String>> {
+    let phase = Phase::start(tty, None, "listing keys");
+    let mut keys = Vec::new();
+    let mut token = None;
+    let mut backoff = Backoff::transient();
+    let mut failures = 0;
+    loop {
+        match store.list_page(list_prefix, token.clone()).await {
+            Ok(page) => {
+                failures = 0;
+                backoff.reset();
+                keys.extend(page.keys);
+                phase.update(keys.len() as u64, || format!("listed {} keys", keys.len()));
+                match page.next_continuation_token {
+                    Some(next) => token = Some(next),
+                    None => break,
+                }
+            }
+            Err(err) if err.is_retriable() && failures < MAX_FAILURES => {
+                failures += 1;
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+            Err(err) => {
+                phase.finish(None);
+                return Err(err).with_context(|| {
+                    format!("failed to list s3://{}/{list_prefix}", store.bucket())
+                });
+            }
+        }
+    }
+    phase.finish(Some(format!("listed {} objects", keys.len())));
+    Ok(keys)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verify::test_support::{MINUTE_MILLIS, SHARD, object};
+
+    #[test]
+    fn parses_the_keys_shardsink_writes() {
+        let written = object(9, 10);
+        assert_eq!(
+            written.key,
+            "p/2026/11/21/05/27/shardId-000000000001/9980-0019-00210.jsonl"
+        );
+        assert_eq!(parse_archived_key("p/", &written.key), Ok(written));
+        // An empty prefix lists from the bucket's root.
+        let bare = "2026/11/21/05/27/shardId-000000000001/9980-0019-00210.jsonl.zst";
+        let parsed = parse_archived_key("", bare).unwrap();
+        assert_eq!(parsed.codec, CompressionCodec::Zstd);
+        assert_eq!(parsed.minute, Minute::from_millis(MINUTE_MILLIS));
+    }
+
+    #[test]
+    fn other_keys_are_foreign() {
+        let name = "9980-0019-00210.jsonl";
+        for key in [
+            format!("p/2026/11/21/05/27/{SHARD}/notes.txt"),
+            format!("p/2026/11/21/05/27/{SHARD}/sub/{name}"),
+            format!("p/2026/11/21/05/{SHARD}/{name}"),
+            format!("p/2026/13/21/05/27/{SHARD}/{name}"),
+            format!("p/2026/11/21/24/27/{SHARD}/{name}"),
+            format!("p/2026/11/21/5/27/{SHARD}/{name}"),
+            format!("p/2026/11/21/05/27/shard id/{name}"),
+            format!("p/2026/11/21/05/27//{name}"),
+            format!("p/2026/11/21/05/27/{SHARD}/99789-0019-00210.jsonl"),
+            format!("p/2026/11/21/05/27/{SHARD}/9-1-99999999.jsonl"),
+            format!("q/2026/11/21/05/27/{SHARD}/{name}"),
+        ] {
+            assert!(
+                parse_archived_key("p/", &key).is_err(),
+                "{key} must be foreign"
+            );
+        }
+        let (objects, foreign) = classify("p/", vec![object(1, 2).key, "p/README".to_owned()]);
+        assert_eq!(objects.len(), 1);
+        assert_eq!(foreign[0].key, "p/README");
+    }
+}

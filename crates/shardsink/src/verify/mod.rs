@@ -1,0 +1,110 @@
+//! `shardsink verify`: audits what shardsink wrote for one stream under a
+//! bucket prefix and says whether it is exact — every record once, nothing
+//! missing up to the checkpoints.
+//!
+//! # Checks
+//! 1. **Keys.** Every key under `{prefix}/` is listed (all pages) and parsed
+//!    as `{prefix}/{yyyy}/{MM}/{dd}/{HH}/{mm}/{shardId}/{name}`, `name` by
+//!    [`crate::key::parse_object_name`]. A key that does not parse is
+//!    *foreign*: listed as a warning and otherwise ignored, as dedup ignores
+//!    it. Foreign keys do not make the archive inexact.
+//! 2. **Overlaps.** Two objects of one shard whose sequence ranges share a
+//!    number. An object holds every record of its shard in its range
+//!    (`docs/DESIGN.md`, I1) and a range's ends are records, so the larger of
+//!    two overlapping ranges' `first`s is a record in both objects: an
+//!    overlap is a record archived twice. Ranges of different shards never
+//!    overlap, whatever their numbers.
+//! 3. **Unreadable objects** (`--deep`). Each object is fetched, decompressed
+//!    by its extension and read line by line. It is unreadable when it does
+//!    not decompress, has no lines, a line is empty or not a JSON object with
+//!    exactly the fields shardsink writes (`shardId`, `sequenceNumber`,
+//!    optional `subSequenceNumber`, `partitionKey`,
+//!    `approximateArrivalTimestamp`, `data` in base64), a line's `shardId` is
+//!    not the key's, its `sequenceNumber` is outside the key's range, its
+//!    arrival time is outside the key's minute, a (`sequenceNumber`,
+//!    `subSequenceNumber`) pair repeats, or no line carries the key's `first`
+//!    or `last`.
+//! 4. **Gaps** (`--stream`, when Kinesis answers). For every shard of the
+//!    stream (ListShards) the *bound* is the larger of the lease row's
+//!    checkpoint and the highest archived sequence number; a `SHARD_END`
+//!    checkpoint makes it the whole shard, and a sentinel (`TRIM_HORIZON`, …)
+//!    contributes nothing. The shard is read from `TRIM_HORIZON` — the
+//!    oldest retained record — up to the bound. Every record read at or below
+//!    the bound whose sequence number is in no object range of its shard is
+//!    a gap. Records already trimmed by retention cannot be checked; the
+//!    report says where each shard's check started. Key ranges alone cannot
+//!    show a gap: Kinesis does not hand out consecutive sequence numbers, so
+//!    a hole between two ranges may hold no record at all.
+//!
+//! The lease table is read *before* the listing: a checkpoint is written
+//! only after its objects (I3), so every object a checkpoint read first
+//! vouches for is in the listing that follows, even while the daemon runs.
+//!
+//! # Output and exit
+//! Progress goes to stderr: an `indicatif` bar on a terminal, plain lines
+//! otherwise. The summary goes to stdout: counts, then up to 50 offending
+//! objects or records, up to 50 foreign keys, and `exact` or `NOT exact`.
+//! [`run`] returns `Ok(true)` when there is no overlap, no unreadable object
+//! and no gap; the binary exits 0, 1, or 2 when the audit cannot run.
+//!
+//! # Layout
+//! - `args.rs`: [`VerifyArgs`], the flags, and their validation into a
+//!   `Plan` (defaults resolved).
+//! - `audit.rs`: the checks in order, from a `Plan` to an `Audit`; the one
+//!   test of the whole audit through the SDK against in-memory fakes.
+//! - `keys.rs`: check 1 — the listing and each key parsed into an
+//!   `ArchivedKey` or a `ForeignKey`.
+//! - `overlaps.rs`: check 2 — objects of one shard sharing a sequence number.
+//! - `body.rs`: check 3 (`--deep`) — fetching each object and checking its
+//!   lines against its key.
+//! - `gaps.rs`: check 4 without I/O — a shard's bound and its records, in
+//!   order, against its objects (`ShardGapCheck`).
+//! - `stream.rs`: the I/O of check 4 — checkpoints from the lease table,
+//!   ListShards, each shard read from `TRIM_HORIZON`, paced and backing off.
+//! - `report.rs`: `Audit`, everything found, and the summary on stdout.
+//! - `progress.rs`: progress on stderr, a bar or plain lines.
+//! - `test_support.rs`: objects and records for the unit tests.
+//!
+//! Data flows: [`VerifyArgs`] → `Plan` → checkpoints (lease table) →
+//! listing → `ArchivedKey`s and `ForeignKey`s → overlaps, body checks
+//! (`--deep`) and one `ShardGapCheck` per shard fed by GetRecords → `Audit`
+//! → summary and verdict ([`run`]).
+
+mod args;
+mod audit;
+mod body;
+mod gaps;
+mod keys;
+mod overlaps;
+mod progress;
+mod report;
+mod stream;
+#[cfg(test)]
+mod test_support;
+
+use std::io::IsTerminal as _;
+
+use self::args::Plan;
+pub use self::args::VerifyArgs;
+use self::audit::audit;
+use crate::aws::AwsClients;
+
+/// Consecutive failed calls (after the SDK's own retries) before a shard's
+/// gap check, an object's GET or the listing gives up.
+const MAX_FAILURES: u32 = 10;
+
+/// Runs the audit and prints its summary; `Ok(true)` when the archive is
+/// exact: no overlap, no unreadable object (with `--deep`), no gap (with
+/// `--stream`, when Kinesis answers).
+///
+/// # Errors
+/// A bad argument (a [`ConfigError`](crate::config::ConfigError) naming it);
+/// the bucket cannot be listed.
+pub async fn run(args: VerifyArgs) -> anyhow::Result<bool> {
+    let plan = Plan::from_args(&args)?;
+    let clients = AwsClients::from_env(args.s3_force_path_style).await;
+    let audit = audit(&plan, &clients, std::io::stderr().is_terminal()).await?;
+    // Not `print!`: a closed stdout must not turn the verdict into a panic.
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), audit.render().as_bytes());
+    Ok(audit.is_exact())
+}

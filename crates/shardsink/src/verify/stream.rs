@@ -1,0 +1,259 @@
+//! The I/O of check 4: checkpoints from the lease table, the stream's shards
+//! (ListShards), and each shard read from `TRIM_HORIZON` (GetShardIterator,
+//! GetRecords) into its [`ShardGapCheck`], paced and backing off.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use sequence_range::SequenceNumber;
+use shard_lease::{Checkpoint, LeaseTable};
+
+use super::MAX_FAILURES;
+use super::args::Plan;
+use super::gaps::{Flow, ReadEnd, ShardGapCheck, ShardGapResult, shard_bound};
+use super::keys::ArchivedKey;
+use super::progress::Phase;
+use super::report::error_chain;
+use crate::aws::{AwsClients, Kinesis, KinesisError, StartingPosition};
+use crate::backoff::Backoff;
+
+/// Shards read at once for the gap check (each paced on its own).
+const SHARD_CONCURRENCY: usize = 16;
+/// Kinesis allows 5 GetRecords calls a second per shard: at least this long
+/// between two calls on one shard.
+const MIN_CALL_INTERVAL: Duration = Duration::from_millis(200);
+/// Records asked for per GetRecords call (the API's maximum).
+const GET_RECORDS_LIMIT: i32 = 10_000;
+/// Consecutive throttled calls on one shard before its gap check gives up:
+/// a running daemon shares the shard's read limit, so throttling is
+/// expected (about ten minutes at the 10 s backoff cap).
+const MAX_THROTTLED: u32 = 60;
+
+/// What became of the gap check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum GapOutcome {
+    /// No `--stream`.
+    NotRequested,
+    /// Kinesis did not answer (ListShards failed).
+    Skipped(String),
+    /// Checked shard by shard.
+    Checked {
+        shards: Vec<ShardGapResult>,
+        /// Stream-level facts: the lease table, shards not checked.
+        notes: Vec<String>,
+    },
+}
+
+/// The lease rows' checkpoints by shard id, or why they could not be read.
+pub(super) async fn read_checkpoints(
+    clients: &AwsClients,
+    table: &str,
+) -> Result<HashMap<String, Checkpoint>, String> {
+    LeaseTable::new(clients.dynamodb.clone(), table)
+        .list_leases()
+        .await
+        .map(|leases| {
+            leases
+                .into_iter()
+                .map(|lease| (lease.lease_key, lease.checkpoint))
+                .collect()
+        })
+        .map_err(|err| error_chain(&err))
+}
+
+/// The gap check: ListShards, then every shard with a bound, a few at a
+/// time.
+pub(super) async fn check_gaps(
+    kinesis: &Kinesis,
+    objects: &[ArchivedKey],
+    checkpoints: Option<Result<HashMap<String, Checkpoint>, String>>,
+    plan: &Plan,
+    tty: bool,
+) -> GapOutcome {
+    let shards = match kinesis.list_shards().await {
+        Ok(shards) => shards,
+        Err(err) => {
+            return GapOutcome::Skipped(format!("ListShards failed: {}", error_chain(&err)));
+        }
+    };
+    let mut notes = Vec::new();
+    let checkpoints = match checkpoints {
+        Some(Ok(checkpoints)) => checkpoints,
+        Some(Err(reason)) => {
+            notes.push(format!(
+                "lease table {} not read ({reason}): bounds from the archive only",
+                plan.lease_table.as_deref().unwrap_or_default()
+            ));
+            HashMap::new()
+        }
+        None => HashMap::new(),
+    };
+    let mut by_shard: HashMap<&str, Vec<&ArchivedKey>> = HashMap::new();
+    for object in objects {
+        by_shard.entry(&object.shard_id).or_default().push(object);
+    }
+    let in_stream: HashSet<&str> = shards.iter().map(|s| s.shard_id.as_str()).collect();
+    let mut gone: Vec<&str> = by_shard
+        .keys()
+        .copied()
+        .filter(|id| !in_stream.contains(id))
+        .collect();
+    gone.sort_unstable();
+    for shard_id in gone {
+        notes.push(format!(
+            "{shard_id}: in the archive but not in the stream (past retention, or another \
+             stream's): not checked"
+        ));
+    }
+
+    let mut checks = Vec::new();
+    for shard in &shards {
+        let shard_objects = by_shard.remove(shard.shard_id.as_str()).unwrap_or_default();
+        let highest = shard_objects.iter().map(|o| o.range.last()).max();
+        match shard_bound(checkpoints.get(&shard.shard_id), highest) {
+            Some(bound) => checks.push(ShardGapCheck::new(
+                &shard.shard_id,
+                bound,
+                &shard_objects,
+                plan.from_first_archived,
+            )),
+            None => notes.push(format!(
+                "{}: nothing archived or checkpointed yet: not checked",
+                shard.shard_id
+            )),
+        }
+    }
+    let total = checks.len();
+    let phase = Phase::start(tty, Some(total as u64), "reading shards");
+    let (done, read) = (AtomicU64::new(0), AtomicU64::new(0));
+    let mut results: Vec<ShardGapResult> = futures::stream::iter(checks)
+        .map(|check| {
+            let (phase, done, read) = (&phase, &done, &read);
+            let progress = move |records: u64| {
+                let read = read.fetch_add(records, AtomicOrdering::Relaxed) + records;
+                let done = done.load(AtomicOrdering::Relaxed);
+                phase.update(done, || {
+                    format!("checked {done} of {total} shards, {read} records read")
+                });
+            };
+            async move {
+                let result = read_shard(kinesis, check, progress).await;
+                done.fetch_add(1, AtomicOrdering::Relaxed);
+                phase.line(format!(
+                    "checked shard {}: {} records",
+                    result.shard_id, result.checked
+                ));
+                progress(0);
+                result
+            }
+        })
+        .buffer_unordered(SHARD_CONCURRENCY)
+        .collect()
+        .await;
+    phase.finish(None);
+    results.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
+    GapOutcome::Checked {
+        shards: results,
+        notes,
+    }
+}
+
+/// Reads a shard from `TRIM_HORIZON` into `check` until the bound, the
+/// shard's end, or caught up; at least [`MIN_CALL_INTERVAL`] between calls,
+/// backing off on throttling and transient errors. `progress` is told how
+/// many records each call returned.
+async fn read_shard(
+    kinesis: &Kinesis,
+    mut check: ShardGapCheck,
+    progress: impl Fn(u64),
+) -> ShardGapResult {
+    let shard_id = check.shard_id.clone();
+    let mut iterator: Option<String> = None;
+    let mut last: Option<String> = None;
+    let mut backoff = Backoff::transient();
+    let mut failures = 0;
+    let mut next_call = tokio::time::Instant::now();
+    let end = 'read: loop {
+        tokio::time::sleep_until(next_call).await;
+        next_call = tokio::time::Instant::now() + MIN_CALL_INTERVAL;
+        let result = match iterator.take() {
+            Some(current) => Ok(current),
+            None => {
+                let position = match &last {
+                    Some(sequence_number) => {
+                        StartingPosition::AfterSequenceNumber(sequence_number.clone())
+                    }
+                    None => StartingPosition::TrimHorizon,
+                };
+                kinesis.get_shard_iterator(&shard_id, &position).await
+            }
+        };
+        let result = match result {
+            Ok(current) => {
+                let output = kinesis.get_records(&current, GET_RECORDS_LIMIT).await;
+                if output
+                    .as_ref()
+                    .is_err_and(|err| !matches!(err, KinesisError::ExpiredIterator))
+                {
+                    // Still valid for retries within five minutes.
+                    iterator = Some(current);
+                }
+                output
+            }
+            Err(err) => Err(err),
+        };
+        let output = match result {
+            Ok(output) => output,
+            // A new iterator after the last record read, on the next turn.
+            Err(KinesisError::ExpiredIterator) => continue,
+            Err(err) => {
+                failures += 1;
+                let limit = if matches!(err, KinesisError::Throttled(_)) {
+                    MAX_THROTTLED
+                } else {
+                    MAX_FAILURES
+                };
+                if !err.is_retriable() || failures >= limit {
+                    break ReadEnd::Failed(error_chain(&err));
+                }
+                next_call =
+                    tokio::time::Instant::now() + backoff.next_delay().max(MIN_CALL_INTERVAL);
+                continue;
+            }
+        };
+        failures = 0;
+        backoff.reset();
+        let caught_up =
+            output.records.is_empty() && output.millis_behind_latest().unwrap_or(0) == 0;
+        iterator = output.next_shard_iterator.clone();
+        let shard_end = iterator.is_none();
+        progress(output.records.len() as u64);
+        for record in output.records {
+            let arrival = record
+                .approximate_arrival_timestamp
+                .and_then(|t| t.to_millis().ok())
+                .unwrap_or(0);
+            let flow = match SequenceNumber::parse(&record.sequence_number) {
+                Ok(sequence_number) => check.observe(sequence_number, arrival),
+                // Kinesis never returns one; it could not be in any range.
+                Err(err) => {
+                    tracing::warn!(shard_id = %shard_id, error = %err, "record with an invalid sequence number");
+                    Flow::Continue
+                }
+            };
+            last = Some(record.sequence_number);
+            if flow == Flow::Done {
+                break 'read ReadEnd::Bound;
+            }
+        }
+        if shard_end {
+            break ReadEnd::ShardEnd;
+        }
+        if caught_up {
+            break ReadEnd::CaughtUp;
+        }
+    };
+    check.finish(end)
+}
