@@ -77,11 +77,19 @@ impl LeaseExpiry {
         }
     }
 
-    /// Whether `lease` may be taken from its owner at `now`: it has no owner,
-    /// or its counter has not changed for more than `failover_time`. A lease
-    /// never observed is not expired.
+    /// Whether `lease` may be taken at `now`:
+    /// - released (no owner, counter above 0): at once — its last owner
+    ///   stopped working on it before releasing;
+    /// - never owned (no owner, counter 0: new, or recreated after the table
+    ///   was lost): once unchanged for more than `failover_time`, like an
+    ///   expired lease, so that a write its former owner had in flight when
+    ///   the row vanished has landed before anyone lists the shard;
+    /// - owned: once its counter has not changed for more than
+    ///   `failover_time`.
+    ///
+    /// A lease never observed is not expired.
     pub fn is_expired(&self, lease: &Lease, now: Instant, failover_time: Duration) -> bool {
-        lease.lease_owner.is_none()
+        (lease.lease_owner.is_none() && lease.lease_counter > 0)
             || self.is_stale(&lease.lease_key, lease.lease_counter, now, failover_time)
     }
 
@@ -135,9 +143,27 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_free_lease_is_always_takeable() {
+    async fn a_released_lease_is_takeable_at_once() {
         let expiry = LeaseExpiry::new();
         assert!(expiry.is_expired(&lease(3, None), Instant::now(), Duration::from_secs(10)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_never_owned_lease_waits_the_failover_time() {
+        // A row recreated after the table was lost: a former owner may still
+        // have a write in flight.
+        let failover = Duration::from_secs(10);
+        let mut expiry = LeaseExpiry::new();
+        let fresh = lease(0, None);
+        assert!(
+            !expiry.is_expired(&fresh, Instant::now(), failover),
+            "never observed"
+        );
+        expiry.observe(std::slice::from_ref(&fresh), Instant::now());
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert!(!expiry.is_expired(&fresh, Instant::now(), failover));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(expiry.is_expired(&fresh, Instant::now(), failover));
     }
 
     #[tokio::test(start_paused = true)]

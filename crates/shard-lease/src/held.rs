@@ -2,6 +2,7 @@
 //! leases and the task that reads and writes the shard.
 
 use tokio::sync::Mutex;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
@@ -22,19 +23,37 @@ pub struct HeldLease {
     shard_id: String,
     state: Mutex<Lease>,
     lost: CancellationToken,
+    /// When the last successful write to the row *started*: the row was
+    /// surely ours at that moment, and no other worker can see the lease
+    /// expire before this instant plus the failover time.
+    confirmed_at: std::sync::Mutex<Instant>,
 }
 
 impl HeldLease {
     /// Wraps a lease this worker has just taken (its `lease_owner` is this
-    /// worker).
-    pub fn new(table: LeaseTable, lease: Lease) -> Self {
+    /// worker); `taken_at` is when the take request started.
+    pub fn new(table: LeaseTable, lease: Lease, taken_at: Instant) -> Self {
         debug_assert!(lease.lease_owner.is_some(), "a held lease has an owner");
         Self {
             table,
             shard_id: lease.lease_key.clone(),
             state: Mutex::new(lease),
             lost: CancellationToken::new(),
+            confirmed_at: std::sync::Mutex::new(taken_at),
         }
+    }
+
+    /// Start of the last successful write (take, renew, pending batch,
+    /// checkpoint). A worker that lost the lease cannot see it confirmed
+    /// again; another worker takes the lease only after it has been
+    /// unchanged for the failover time, i.e. not before
+    /// `confirmed_at() + failover time`. Writes to S3 that must not outlive
+    /// the lease end before that.
+    pub fn confirmed_at(&self) -> Instant {
+        *self
+            .confirmed_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The shard id.
@@ -113,9 +132,14 @@ impl HeldLease {
                 shard_id: self.shard_id.clone(),
             });
         }
+        let started = Instant::now();
         match op(state.clone()).await {
             Ok(lease) => {
                 *state = lease;
+                *self
+                    .confirmed_at
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = started;
                 Ok(())
             }
             Err(err) => {
@@ -183,7 +207,11 @@ mod tests {
                     .build()
             });
         let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&renew, &pending]);
-        let held = HeldLease::new(LeaseTable::new(client, "leases"), lease(1, "me"));
+        let held = HeldLease::new(
+            LeaseTable::new(client, "leases"),
+            lease(1, "me"),
+            Instant::now(),
+        );
         held.renew().await.unwrap();
         held.record_pending_batch(after_pending.pending_batch.as_ref().unwrap())
             .await
@@ -211,7 +239,11 @@ mod tests {
                 .build()
         });
         let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&update, &get]);
-        let held = HeldLease::new(LeaseTable::new(client, "leases"), lease(1, "me"));
+        let held = HeldLease::new(
+            LeaseTable::new(client, "leases"),
+            lease(1, "me"),
+            Instant::now(),
+        );
         assert!(held.renew().await.unwrap_err().is_lease_lost());
         assert!(held.is_lost());
         assert!(held.lost().is_cancelled());

@@ -35,6 +35,16 @@ pub mod attr {
     pub const PENDING_BATCH_KEY: &str = "pendingBatchKey";
     /// `S`: the first sequence number of the pending batch (shardsink).
     pub const PENDING_BATCH_FIRST: &str = "pendingBatchFirstSequenceNumber";
+    /// `S`: a random token written by every conditional write (shardsink). A
+    /// writer whose write failed its condition re-reads the row and counts the
+    /// write as applied only if the row carries its own token — so a second
+    /// process with the same worker id can never adopt another's write.
+    pub const LAST_WRITE_TOKEN: &str = "lastWriteToken";
+    /// `S`: RFC 3339 start time for a lease at `AT_TIMESTAMP` (shardsink): the
+    /// configured `--initial-timestamp`, or the creation time of a lease
+    /// created for `--initial-position LATEST`, so that whoever holds the lease
+    /// starts at the same place.
+    pub const INITIAL_TIMESTAMP: &str = "initialTimestamp";
     /// `S`: RFC 3339 wall-clock time the shard was checkpointed at
     /// `SHARD_END` (shardsink); ended leases are deleted a retention after it.
     pub const SHARD_ENDED_AT: &str = "shardEndedAt";
@@ -74,6 +84,10 @@ pub struct Lease {
     pub parent_shard_ids: Vec<String>,
     /// `shardEndedAt`: when `SHARD_END` was checkpointed (RFC 3339).
     pub shard_ended_at: Option<String>,
+    /// `initialTimestamp`: where an `AT_TIMESTAMP` lease starts (RFC 3339).
+    pub initial_timestamp: Option<String>,
+    /// `lastWriteToken`: token of the last conditional write.
+    pub last_write_token: Option<String>,
 }
 
 impl Lease {
@@ -94,6 +108,8 @@ impl Lease {
             owner_switches_since_checkpoint: 0,
             parent_shard_ids,
             shard_ended_at: None,
+            initial_timestamp: None,
+            last_write_token: None,
         }
     }
 
@@ -140,11 +156,15 @@ impl Lease {
         if let Some(batch) = &self.pending_batch {
             item.extend(pending_batch_attributes(batch));
         }
-        if let Some(ended) = &self.shard_ended_at {
-            item.insert(
-                attr::SHARD_ENDED_AT.to_owned(),
-                AttributeValue::S(ended.clone()),
-            );
+        let optional = [
+            (attr::SHARD_ENDED_AT, &self.shard_ended_at),
+            (attr::INITIAL_TIMESTAMP, &self.initial_timestamp),
+            (attr::LAST_WRITE_TOKEN, &self.last_write_token),
+        ];
+        for (name, value) in optional {
+            if let Some(value) = value {
+                item.insert(name.to_owned(), AttributeValue::S(value.clone()));
+            }
         }
         item
     }
@@ -216,6 +236,8 @@ impl Lease {
             .unwrap_or(0),
             parent_shard_ids,
             shard_ended_at: string(item, attr::SHARD_ENDED_AT, key)?,
+            initial_timestamp: string(item, attr::INITIAL_TIMESTAMP, key)?,
+            last_write_token: string(item, attr::LAST_WRITE_TOKEN, key)?,
             lease_key,
         })
     }

@@ -14,10 +14,9 @@ use std::error::Error as StdError;
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::client::Waiters;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ReturnValue,
-    ScalarAttributeType,
+    ScalarAttributeType, TableStatus,
 };
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
@@ -32,6 +31,9 @@ use crate::{Checkpoint, Lease, LeaseError, PendingBatch, WorkerHeartbeat};
 /// How long [`LeaseTable::create_table_if_missing`] waits for a new table to
 /// become `ACTIVE`.
 const TABLE_ACTIVE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How often it looks.
+const TABLE_POLL_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The lease table: one row per shard, keyed by `leaseKey` (the shard id).
 ///
@@ -96,69 +98,78 @@ impl LeaseTable {
     /// # Errors
     /// [`LeaseError::Dynamo`] when a call fails.
     pub async fn create_table_if_missing(&self) -> Result<TableCreation, LeaseError> {
-        match self
-            .client
-            .describe_table()
-            .table_name(&self.table_name)
-            .send()
-            .await
-        {
-            Ok(_) => {
-                self.wait_until_active().await?;
-                return Ok(TableCreation::Existed);
+        // Polled every second, not with the SDK's waiter (which waits at
+        // least 20 s between polls): after a lost table, workers are idle
+        // until it is back.
+        let deadline = tokio::time::Instant::now() + TABLE_ACTIVE_TIMEOUT;
+        let mut outcome = TableCreation::Existed;
+        loop {
+            let described = self
+                .client
+                .describe_table()
+                .table_name(&self.table_name)
+                .send()
+                .await;
+            match described {
+                Ok(output) => {
+                    let status = output.table().and_then(|table| table.table_status());
+                    if status.is_none_or(|status| *status == TableStatus::Active) {
+                        return Ok(outcome);
+                    }
+                    debug!(table = %self.table_name, status = ?status, "waiting for the lease table");
+                }
+                Err(err) if error_code(&err) == Some("ResourceNotFoundException") => {
+                    if self.create_table().await? {
+                        info!(table = %self.table_name, "lease table created");
+                        outcome = TableCreation::Created;
+                        continue;
+                    }
+                    // Another worker is creating it, or an old one is still
+                    // being deleted: wait and look again.
+                }
+                Err(err) => return Err(self.sdk_error("DescribeTable", err)),
             }
-            Err(err) if error_code(&err) == Some("ResourceNotFoundException") => {}
-            Err(err) => return Err(self.sdk_error("DescribeTable", err)),
+            if tokio::time::Instant::now() >= deadline {
+                return Err(LeaseError::Dynamo {
+                    operation: "DescribeTable",
+                    table: self.table_name.clone(),
+                    retriable: true,
+                    throttled: false,
+                    source: format!("table not ACTIVE after {TABLE_ACTIVE_TIMEOUT:?}").into(),
+                });
+            }
+            tokio::time::sleep(TABLE_POLL_INTERVAL).await;
         }
-        let created = self
+    }
+
+    /// [CreateTable]: hash key `leaseKey` (S), on-demand billing. `false`
+    /// when the table is in use (being created by another worker, or still
+    /// being deleted).
+    async fn create_table(&self) -> Result<bool, LeaseError> {
+        let key = KeySchemaElement::builder()
+            .attribute_name(attr::LEASE_KEY)
+            .key_type(KeyType::Hash)
+            .build()
+            .map_err(|err| self.build_error("CreateTable", err))?;
+        let definition = AttributeDefinition::builder()
+            .attribute_name(attr::LEASE_KEY)
+            .attribute_type(ScalarAttributeType::S)
+            .build()
+            .map_err(|err| self.build_error("CreateTable", err))?;
+        let result = self
             .client
             .create_table()
             .table_name(&self.table_name)
-            .key_schema(
-                KeySchemaElement::builder()
-                    .attribute_name(attr::LEASE_KEY)
-                    .key_type(KeyType::Hash)
-                    .build()
-                    .map_err(|err| self.build_error("CreateTable", err))?,
-            )
-            .attribute_definitions(
-                AttributeDefinition::builder()
-                    .attribute_name(attr::LEASE_KEY)
-                    .attribute_type(ScalarAttributeType::S)
-                    .build()
-                    .map_err(|err| self.build_error("CreateTable", err))?,
-            )
+            .key_schema(key)
+            .attribute_definitions(definition)
             .billing_mode(BillingMode::PayPerRequest)
             .send()
             .await;
-        let outcome = match created {
-            Ok(_) => {
-                info!(table = %self.table_name, "lease table created");
-                TableCreation::Created
-            }
-            Err(err) if error_code(&err) == Some("ResourceInUseException") => {
-                TableCreation::Existed
-            }
-            Err(err) => return Err(self.sdk_error("CreateTable", err)),
-        };
-        self.wait_until_active().await?;
-        Ok(outcome)
-    }
-
-    async fn wait_until_active(&self) -> Result<(), LeaseError> {
-        self.client
-            .wait_until_table_exists()
-            .table_name(&self.table_name)
-            .wait(TABLE_ACTIVE_TIMEOUT)
-            .await
-            .map(|_| ())
-            .map_err(|err| LeaseError::Dynamo {
-                operation: "DescribeTable",
-                table: self.table_name.clone(),
-                retriable: true,
-                throttled: false,
-                source: Box::new(err),
-            })
+        match result {
+            Ok(_) => Ok(true),
+            Err(err) if error_code(&err) == Some("ResourceInUseException") => Ok(false),
+            Err(err) => Err(self.sdk_error("CreateTable", err)),
+        }
     }
 
     /// Every row, read with a consistent [Scan] (all pages): the leases and
@@ -554,6 +565,17 @@ impl LeaseTable {
         condition: String,
         applied: impl Fn(&Lease) -> bool,
     ) -> Result<Lease, LeaseError> {
+        // Every conditional write stamps its own random token; see
+        // `attr::LAST_WRITE_TOKEN` and `resolve_conflict`.
+        let mut expr = expr;
+        let token = format!("{:016x}", rand::random::<u64>());
+        let token_name = expr.name(attr::LAST_WRITE_TOKEN);
+        let token_value = expr.value(AttributeValue::S(token.clone()));
+        debug_assert!(update.starts_with("SET "), "updates start with SET");
+        let update = update.replacen("SET ", &format!("SET {token_name} = {token_value}, "), 1);
+        let applied = |current: &Lease| {
+            current.last_write_token.as_deref() == Some(token.as_str()) && applied(current)
+        };
         let result = self
             .client
             .update_item()
@@ -585,8 +607,9 @@ impl LeaseTable {
     }
 
     /// Decides what a failed condition means by re-reading the row:
-    /// - the row shows the intended write (`applied`) → the write did apply
-    ///   (an earlier attempt succeeded, its response was lost) → success;
+    /// - the row carries this write's token and shows its effect (`applied`)
+    ///   → the write did apply (an earlier attempt succeeded, its response was
+    ///   lost) → success;
     /// - same owner and counter but another checkpoint → `CheckpointConflict`;
     /// - anything else, or no row → `LeaseLost`.
     async fn resolve_conflict(
@@ -813,17 +836,77 @@ mod tests {
     #[tokio::test]
     async fn condition_failure_after_an_applied_retry_is_success() {
         // The first attempt applied but its response was lost; the SDK's retry
-        // then failed the condition. The re-read shows our own write.
-        let lease = held(5, seq(100));
-        let mut applied = lease.clone();
-        applied.lease_counter = 6;
-        applied.checkpoint = seq(200);
-        let row = applied.clone();
-        let update = mock!(Client::update_item).then_error(condition_failed);
-        let get = mock!(Client::get_item).then_output(move || get_output(Some(row.clone())));
+        // then failed the condition. The re-read shows our own write (our
+        // token).
+        let (applied, update, get) = write_then_reread(true);
         let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&update, &get]);
         let table = LeaseTable::new(client, "leases");
-        assert_eq!(table.checkpoint(&lease, &seq(200)).await.unwrap(), applied);
+        let after = table
+            .checkpoint(&held(5, seq(100)), &seq(200))
+            .await
+            .unwrap();
+        assert_eq!(after.checkpoint, applied.checkpoint);
+        assert_eq!(after.lease_counter, 6);
+    }
+
+    #[tokio::test]
+    async fn the_same_effect_written_by_another_process_is_not_adopted() {
+        // Another process with the same worker id made the same-looking
+        // write (same owner, counter + 1, same checkpoint) with its own token:
+        // this write did not apply and the lease is not ours.
+        let (_, update, get) = write_then_reread(false);
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&update, &get]);
+        let table = LeaseTable::new(client, "leases");
+        let err = table
+            .checkpoint(&held(5, seq(100)), &seq(200))
+            .await
+            .unwrap_err();
+        assert!(err.is_lease_lost(), "{err:?}");
+    }
+
+    /// A checkpoint write 100 → 200 that fails its condition, and a re-read
+    /// row showing that effect, carrying the write's own token or another.
+    fn write_then_reread(
+        own_token: bool,
+    ) -> (Lease, aws_smithy_mocks::Rule, aws_smithy_mocks::Rule) {
+        let sent_token = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+        let (record, read) = (sent_token.clone(), sent_token);
+        let update = mock!(Client::update_item)
+            .match_requests(move |input| {
+                let token = input
+                    .expression_attribute_names()
+                    .and_then(|names| names.iter().find(|(_, n)| n.as_str() == "lastWriteToken"))
+                    .and_then(|(placeholder, _)| {
+                        input
+                            .update_expression()?
+                            .split(&format!("{placeholder} = "))
+                            .nth(1)
+                    })
+                    .and_then(|rest| rest.split(',').next())
+                    .and_then(|value| input.expression_attribute_values()?.get(value.trim()))
+                    .and_then(|value| value.as_s().ok().cloned());
+                *record.lock().unwrap() = token;
+                true
+            })
+            .then_error(condition_failed);
+        let mut applied = held(6, seq(200));
+        applied.lease_counter = 6;
+        let row = applied.clone();
+        let get = mock!(Client::get_item).then_output(move || {
+            let mut row = row.clone();
+            let sent = read
+                .lock()
+                .unwrap()
+                .clone()
+                .expect("the write carried a token");
+            row.last_write_token = Some(if own_token {
+                sent
+            } else {
+                "another-process".to_owned()
+            });
+            get_output(Some(row))
+        });
+        (applied, update, get)
     }
 
     #[tokio::test]
@@ -1023,6 +1106,49 @@ mod tests {
                 leases_held: 3,
             }]
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waits_out_a_deleting_table_then_creates_it_again() {
+        let status = |status: TableStatus| {
+            move || {
+                DescribeTableOutput::builder()
+                    .table(
+                        TableDescription::builder()
+                            .table_status(status.clone())
+                            .build(),
+                    )
+                    .build()
+            }
+        };
+        let deleting = mock!(Client::describe_table).then_output(status(TableStatus::Deleting));
+        let gone = mock!(Client::describe_table).then_error(|| {
+            DescribeTableError::ResourceNotFoundException(
+                ResourceNotFoundException::builder()
+                    .meta(meta("ResourceNotFoundException"))
+                    .build(),
+            )
+        });
+        let create =
+            mock!(Client::create_table).then_output(|| CreateTableOutput::builder().build());
+        let creating = mock!(Client::describe_table).then_output(status(TableStatus::Creating));
+        let active = mock!(Client::describe_table).then_output(status(TableStatus::Active));
+        let client = mock_client!(
+            aws_sdk_dynamodb,
+            RuleMode::Sequential,
+            [&deleting, &gone, &create, &creating, &active]
+        );
+        let table = LeaseTable::new(client, "leases");
+        let started = tokio::time::Instant::now();
+        assert_eq!(
+            table.create_table_if_missing().await.unwrap(),
+            TableCreation::Created
+        );
+        assert!(
+            started.elapsed() <= Duration::from_secs(3),
+            "polled every second, not every 20 s"
+        );
+        assert_eq!(active.num_calls(), 1);
     }
 
     #[tokio::test]

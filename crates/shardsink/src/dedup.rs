@@ -120,7 +120,8 @@ impl Dedup {
 /// lists keys in ascending byte order and names sort newest batch first, so
 /// once a listed range ends before `from`, every later key is older still and
 /// the listing stops — but only while the keys seen so far did come in
-/// ascending order; a server that lists in another order is read to the end.
+/// ascending order and no two listed ranges overlap; otherwise the prefix is
+/// read to the end.
 ///
 /// # Errors
 /// [`S3Error`] from ListObjectsV2.
@@ -145,6 +146,9 @@ pub async fn list_written(
             match parse_object_name(name) {
                 Ok(object) => {
                     below_from |= object.range.last() < from;
+                    // Overlapping ranges (which shardsink never writes) break
+                    // the "older keys end earlier" reasoning: read them all.
+                    ordered &= !listing.written.overlaps(&object.range);
                     listing.written.insert(object.range);
                 }
                 Err(error) => {
@@ -246,6 +250,22 @@ mod tests {
             .unwrap();
         assert_eq!(listing.requests, 1, "second page is older, never fetched");
         assert_eq!(list2.num_calls(), 0);
+    }
+
+    #[tokio::test]
+    async fn reads_every_page_when_listed_ranges_overlap() {
+        // 500-950 overlaps 900-999: something else wrote here, so a wider
+        // older range may hide on the next page.
+        let first_page = vec![key(900, 999), key(500, 950)];
+        let second_page = vec![key(100, 700)];
+        let list1 =
+            mock!(Client::list_objects_v2).then_output(move || page(&first_page, Some("t1")));
+        let list2 = mock!(Client::list_objects_v2).then_output(move || page(&second_page, None));
+        let client = mock_client!(aws_sdk_s3, RuleMode::Sequential, [&list1, &list2]);
+        let listing = list_written(&store(client), PREFIX, &SequenceNumber::from(960u64))
+            .await
+            .unwrap();
+        assert_eq!(listing.requests, 2);
     }
 
     #[tokio::test]

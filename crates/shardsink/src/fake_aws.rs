@@ -63,7 +63,12 @@ impl FakeShard {
         *lock(&self.closed) = true;
     }
 
-    fn start_index(&self, kind: &ShardIteratorType, seq: Option<&str>) -> usize {
+    fn start_index(
+        &self,
+        kind: &ShardIteratorType,
+        seq: Option<&str>,
+        timestamp: Option<&aws_smithy_types::DateTime>,
+    ) -> usize {
         let records = lock(&self.records);
         let position = |after: bool| {
             let target = SequenceNumber::parse(seq.unwrap_or("0")).unwrap();
@@ -80,6 +85,17 @@ impl FakeShard {
             ShardIteratorType::Latest => records.len(),
             ShardIteratorType::AtSequenceNumber => position(false),
             ShardIteratorType::AfterSequenceNumber => position(true),
+            ShardIteratorType::AtTimestamp => {
+                let at = timestamp.and_then(|t| t.to_millis().ok()).unwrap_or(0);
+                records
+                    .iter()
+                    .position(|r| {
+                        r.approximate_arrival_timestamp()
+                            .and_then(|t| t.to_millis().ok())
+                            .is_some_and(|millis| millis >= at)
+                    })
+                    .unwrap_or(records.len())
+            }
             other => panic!("fake shard does not support {other:?}"),
         }
     }
@@ -220,6 +236,7 @@ fn kinesis_client(stream: Arc<FakeStream>) -> aws_sdk_kinesis::Client {
         let index = s1.get(shard_id).start_index(
             input.shard_iterator_type().unwrap(),
             input.starting_sequence_number(),
+            input.timestamp(),
         );
         GetShardIteratorOutput::builder()
             .shard_iterator(format!("it|{shard_id}|{index}"))

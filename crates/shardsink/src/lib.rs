@@ -44,6 +44,7 @@ pub mod metrics;
 pub mod minute;
 pub mod reader;
 pub mod record;
+pub mod renewer;
 pub mod shard;
 pub mod shard_graph;
 pub mod shutdown;

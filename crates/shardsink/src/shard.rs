@@ -76,6 +76,9 @@ pub struct ShardContext {
     pub idle_time_between_reads: Duration,
     /// GetRecords `Limit`.
     pub max_records_per_read: i32,
+    /// `--failover-time`: bounds how long a write may outlive the lease's
+    /// last confirmation.
+    pub failover_time: Duration,
 }
 
 /// How a shard task ended, when it did not fail.
@@ -135,6 +138,7 @@ impl ShardTask {
             ctx.compression,
             lease.clone(),
             ctx.metrics.clone(),
+            ctx.failover_time,
         );
         Self {
             shard_id: lease.shard_id().to_owned(),
@@ -272,15 +276,24 @@ impl ShardTask {
             Checkpoint::SequenceNumber(n) => StartingPosition::AfterSequenceNumber(n.to_string()),
             Checkpoint::TrimHorizon | Checkpoint::ShardEnd => StartingPosition::TrimHorizon,
             Checkpoint::Latest => StartingPosition::Latest,
-            Checkpoint::AtTimestamp => match self.ctx.initial_timestamp {
-                Some(time) => StartingPosition::AtTimestamp(time),
-                None => {
-                    warn!(
-                        "lease says AT_TIMESTAMP but no --initial-timestamp is set; starting at TRIM_HORIZON"
-                    );
-                    StartingPosition::TrimHorizon
+            Checkpoint::AtTimestamp => {
+                // The row's own start time (shardsink writes it); else the
+                // setting, for rows written without it.
+                let stored = lease
+                    .initial_timestamp
+                    .as_deref()
+                    .and_then(|text| DateTime::parse_from_rfc3339(text).ok())
+                    .map(|time| time.with_timezone(&Utc));
+                match stored.or(self.ctx.initial_timestamp) {
+                    Some(time) => StartingPosition::AtTimestamp(time),
+                    None => {
+                        warn!(
+                            "lease says AT_TIMESTAMP without a time and no --initial-timestamp is set; starting at TRIM_HORIZON"
+                        );
+                        StartingPosition::TrimHorizon
+                    }
                 }
-            },
+            }
         }
     }
 
@@ -335,6 +348,15 @@ impl ShardTask {
         };
         let sequence_number = record.parsed_sequence_number();
         let expected_first = replay.batch.is_none();
+        if !expected_first && sequence_number > replay.pending.last {
+            // Records first..x were consumed but `last` never came: Kinesis
+            // returns every record in order, so this cannot happen; if it
+            // did, dropping the consumed records would lose them.
+            return Err(ShardError::Internal {
+                shard_id: self.shard_id.clone(),
+                message: "the pending batch's last record is missing from the shard",
+            });
+        }
         if (expected_first && sequence_number != replay.pending.first)
             || sequence_number > replay.pending.last
         {
@@ -490,7 +512,14 @@ impl ShardTask {
         children: Vec<crate::aws::ShardInfo>,
     ) -> Result<ShardExit, ShardError> {
         if let Some(replay) = self.replay.take() {
-            warn!(key = %replay.pending.key, "shard ended before the pending batch was complete; dedup covers it");
+            if replay.batch.is_some() {
+                // As in `replay_step`: consumed records must not be dropped.
+                return Err(ShardError::Internal {
+                    shard_id: self.shard_id.clone(),
+                    message: "the shard ended before the pending batch's last record",
+                });
+            }
+            warn!(key = %replay.pending.key, "shard ended before the pending batch's first record; its records left the stream, dedup covers it");
         }
         if let Some(batch) = self.batch.take() {
             self.write(batch, FlushReason::ShardEnd).await?;
@@ -615,6 +644,7 @@ mod tests {
             initial_timestamp: None,
             idle_time_between_reads: Duration::from_secs(1),
             max_records_per_read: 10_000,
+            failover_time: Duration::from_secs(10),
         });
         Harness {
             lease_table: LeaseTable::new(clients.dynamodb, "leases"),
@@ -640,7 +670,11 @@ mod tests {
                 .take_lease(&lease, "worker-1")
                 .await
                 .unwrap();
-            Arc::new(HeldLease::new(self.lease_table.clone(), taken))
+            Arc::new(HeldLease::new(
+                self.lease_table.clone(),
+                taken,
+                Instant::now(),
+            ))
         }
 
         /// Runs the task until `done` holds, then shuts it down.
@@ -897,6 +931,7 @@ mod tests {
             initial_timestamp: ctx.initial_timestamp,
             idle_time_between_reads: ctx.idle_time_between_reads,
             max_records_per_read: ctx.max_records_per_read,
+            failover_time: ctx.failover_time,
         }
     }
 
@@ -1041,6 +1076,57 @@ mod tests {
         assert!(
             (9..=11).contains(&reads),
             "{reads} GetRecords calls in 10 s with a 1 s idle time"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_at_timestamp_lease_starts_at_its_stored_time() {
+        // A LATEST lease is created as AT_TIMESTAMP(creation time); whoever
+        // holds it later must start there, not at its own LATEST.
+        let h = harness(1_000);
+        for i in 1..=10 {
+            h.shard.push(&seq(i), PAST + 1_000 * i as i64, b"t");
+        }
+        let mut lease = Lease::new(SHARD, Checkpoint::AtTimestamp, vec![]);
+        lease.initial_timestamp = Some(
+            chrono::DateTime::from_timestamp_millis(PAST + 6_000)
+                .unwrap()
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        );
+        h.lease_table.create_lease(&lease).await.unwrap();
+        let taken = h.lease_table.take_lease(&lease, "worker-2").await.unwrap();
+        let held = Arc::new(HeldLease::new(h.lease_table.clone(), taken, Instant::now()));
+        h.run_until(held, |h| h.written().len() >= 5).await.unwrap();
+        assert_eq!(h.written(), (6..=10).map(seq).collect::<Vec<_>>());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_replay_whose_last_record_never_comes_drops_nothing() {
+        let h = harness(1_000);
+        // The pending batch says 3..=6, but the shard holds no 5 or 6.
+        for i in [1, 2, 3, 4, 7, 8] {
+            h.shard.push(&seq(i), PAST + 1_000 * i as i64, b"m");
+        }
+        let pending = PendingBatch {
+            key: key_for(3, 6, PAST),
+            first: SequenceNumber::parse(&seq(3)).unwrap(),
+            last: SequenceNumber::parse(&seq(6)).unwrap(),
+        };
+        let checkpoint = Checkpoint::SequenceNumber(SequenceNumber::parse(&seq(2)).unwrap());
+        let lease = h.lease(checkpoint.clone(), Some(pending)).await;
+        let result = h.run_until(lease, |_| false).await;
+        assert!(
+            matches!(result, Err(ShardError::Internal { .. })),
+            "{result:?}"
+        );
+        assert!(
+            h.bucket.objects.lock().unwrap().is_empty(),
+            "nothing written"
+        );
+        assert_eq!(
+            h.row().await.checkpoint,
+            checkpoint,
+            "no checkpoint past records 3 and 4"
         );
     }
 

@@ -80,17 +80,18 @@ impl<'a> ShardGraph<'a> {
         })
     }
 
-    /// Whether every parent of `lease`'s shard is done: its lease is at
-    /// `SHARD_END`, or it has no lease and either left the stream or has a
-    /// child that made progress (its ended lease was already deleted).
+    /// Whether every parent of `lease`'s shard is done: it left the stream
+    /// (nothing of it can be read any more, read to its end or not), its
+    /// lease is at `SHARD_END`, or it has no lease and a child that made
+    /// progress (its ended lease was already deleted).
     pub fn parents_done(&self, lease: &Lease) -> bool {
-        lease
-            .parent_shard_ids
-            .iter()
-            .all(|parent| match self.leases.get(parent.as_str()) {
-                Some(parent_lease) => parent_lease.checkpoint.is_shard_end(),
-                None => !self.is_listed(parent) || self.child_progressed(parent),
-            })
+        lease.parent_shard_ids.iter().all(|parent| {
+            !self.is_listed(parent)
+                || match self.leases.get(parent.as_str()) {
+                    Some(parent_lease) => parent_lease.checkpoint.is_shard_end(),
+                    None => self.child_progressed(parent),
+                }
+        })
     }
 
     /// Whether a worker may work on `lease` now: not ended, still in the
@@ -120,15 +121,16 @@ impl<'a> ShardGraph<'a> {
         })
     }
 
-    /// Whether `lease` may be deleted at `now`: at `SHARD_END`, and either its
-    /// shard left the stream, or `retention` has passed since it ended and
-    /// every child of it has made progress.
+    /// Whether `lease` may be deleted at `now`: its shard left the stream
+    /// (whatever its checkpoint: nothing of it can be read any more), or it
+    /// is at `SHARD_END`, `retention` has passed since it ended and every
+    /// child of it has made progress.
     pub fn is_removable(&self, lease: &Lease, now: SystemTime, retention: Duration) -> bool {
-        if !lease.checkpoint.is_shard_end() {
-            return false;
-        }
         if !self.is_listed(&lease.lease_key) {
             return true;
+        }
+        if !lease.checkpoint.is_shard_end() {
+            return false;
         }
         let retained = lease
             .shard_ended_at
@@ -204,6 +206,20 @@ mod tests {
             !graph.is_workable(&leases[0]),
             "an ended shard is not worked on"
         );
+    }
+
+    #[test]
+    fn a_parent_that_left_the_stream_before_its_end_does_not_block_its_children() {
+        // The consumer was down past retention: the parent's lease is not at
+        // SHARD_END, and the parent is gone from the stream.
+        let shards = [shard("c", &["gone"])];
+        let leases = [
+            lease("gone", at(5), &[]),
+            lease("c", Checkpoint::TrimHorizon, &["gone"]),
+        ];
+        let graph = ShardGraph::new(&shards, &leases);
+        assert!(graph.is_workable(&leases[1]), "the child starts");
+        assert!(graph.is_removable(&leases[0], SystemTime::now(), Duration::from_secs(86_400)));
     }
 
     #[test]

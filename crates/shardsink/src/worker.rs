@@ -8,8 +8,8 @@
 //!   per [`plan_takes`] (free, expired, or — at start — own leases whose
 //!   parents are done; at most one steal a round); start a [`ShardTask`] for
 //!   each;
-//! - every `--lease-renewal-interval` (a third of it): renew every held lease and write this
-//!   worker's heartbeat;
+//! - every `--lease-renewal-interval` (a third of it), on a task of its own
+//!   ([`Renewer`]): renew every held lease and write this worker's heartbeat;
 //! - when a shard task ends: release its lease (a lost lease needs nothing),
 //!   and after `SHARD_END` add its `ChildShards` and re-list shards so
 //!   children start promptly.
@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
+use chrono::Utc;
 use shard_lease::{
     Checkpoint, CreateOutcome, HeldLease, Lease, LeaseError, LeaseExpiry, LeaseTable, TableScan,
     plan_takes,
@@ -40,6 +41,7 @@ use crate::config::{ConfigError, InitialPosition, Settings};
 use crate::health::Health;
 use crate::key::KeyLayout;
 use crate::metrics::{Metrics, Outcome};
+use crate::renewer::Renewer;
 use crate::shard::{ShardContext, ShardExit, ShardTask};
 use crate::shard_graph::{NewLease, ShardGraph};
 use crate::writer::{ShardError, error_chain};
@@ -174,6 +176,7 @@ struct Worker {
     ctx: Arc<ShardContext>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
+    renewer: Renewer,
     shards: Vec<ShardInfo>,
     shards_listed_at: Option<Instant>,
     held: HashMap<String, HeldShard>,
@@ -215,6 +218,7 @@ impl Worker {
             initial_timestamp: config.initial_timestamp,
             idle_time_between_reads: config.idle_time_between_reads,
             max_records_per_read: config.max_records_per_read,
+            failover_time: config.failover_time,
         });
         Self {
             table: LeaseTable::new(clients.dynamodb, settings.lease_table.clone()),
@@ -224,6 +228,7 @@ impl Worker {
             ctx,
             metrics,
             health,
+            renewer: Renewer::default(),
             shards: Vec::new(),
             shards_listed_at: None,
             held: HashMap::new(),
@@ -241,12 +246,20 @@ impl Worker {
         if !self.start_up(&token).await? {
             return Ok(worker_summary(&self.metrics));
         }
+        // Renewals run on their own task, so nothing this loop waits on can
+        // make leases expire. It stops when the worker has shut down.
+        let renewals_token = CancellationToken::new();
+        self.renewer = Renewer::spawn(
+            self.table.clone(),
+            self.settings.worker_id.clone(),
+            self.settings.lease_renewal_interval,
+            renewals_token.clone(),
+        );
+        let _stop_renewals = renewals_token.drop_guard();
         // Scanning faster than renewing means a lease released by a worker
         // that shuts down is taken within one renewal interval.
         let mut sync_timer = tokio::time::interval(self.settings.lease_taking_interval);
-        let mut renew_timer = tokio::time::interval(self.settings.lease_renewal_interval);
         sync_timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        renew_timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 () = token.cancelled() => break,
@@ -255,10 +268,6 @@ impl Worker {
                     if let Err(err) = self.sync(&token).await {
                         warn!(error = format!("{err:#}"), "lease sync failed; retrying next round");
                     }
-                }
-                _ = renew_timer.tick() => {
-                    self.health.tick();
-                    self.renew_all().await;
                 }
                 Some(joined) = self.tasks.join_next_with_id() => {
                     if let Some(children) = self.on_task_end(joined).await {
@@ -283,6 +292,7 @@ impl Worker {
             "describe stream",
             || self.kinesis.describe_stream_summary(),
             KinesisError::is_retriable,
+            |err| matches!(err, KinesisError::NotFound(_)),
         )
         .await;
         match status {
@@ -307,6 +317,7 @@ impl Worker {
             "head bucket",
             || self.store.head_bucket(),
             S3Error::is_retriable,
+            |err| matches!(err, S3Error::NoSuchBucket { .. }),
         )
         .await
         {
@@ -327,6 +338,7 @@ impl Worker {
             "create lease table",
             || self.table.create_table_if_missing(),
             LeaseError::is_retriable,
+            |_| false,
         )
         .await
         {
@@ -443,12 +455,13 @@ impl Worker {
             if token.is_cancelled() {
                 break;
             }
+            let taken_at = Instant::now();
             match self.table.take_lease(&lease, &me).await {
                 Ok(taken) => {
                     if stolen {
                         info!(shard_id = %lease.lease_key, from = ?lease.lease_owner, "lease stolen to balance");
                     }
-                    self.start_shard(taken, token);
+                    self.start_shard(taken, taken_at, token);
                 }
                 Err(err) if err.is_lease_lost() => {
                     debug!(shard_id = %lease.lease_key, "the lease changed before it could be taken");
@@ -505,30 +518,49 @@ impl Worker {
                 .collect()
         };
         for (shard, kind) in missing {
-            let checkpoint = match (kind, self.settings.config.initial_position) {
-                (NewLease::Child, _)
-                | (NewLease::InitialPosition, InitialPosition::TrimHorizon) => {
-                    Checkpoint::TrimHorizon
-                }
-                (NewLease::InitialPosition, InitialPosition::Latest) => Checkpoint::Latest,
-                (NewLease::InitialPosition, InitialPosition::AtTimestamp) => {
-                    Checkpoint::AtTimestamp
-                }
-            };
-            let lease = Lease::new(
+            // LATEST becomes AT_TIMESTAMP(now), stored in the row: a lease
+            // that moves before its first checkpoint then resumes where its
+            // first owner started, not at a later LATEST.
+            let (checkpoint, initial_timestamp) =
+                match (kind, self.settings.config.initial_position) {
+                    (NewLease::Child, _)
+                    | (NewLease::InitialPosition, InitialPosition::TrimHorizon) => {
+                        (Checkpoint::TrimHorizon, None)
+                    }
+                    (NewLease::InitialPosition, InitialPosition::Latest) => {
+                        (Checkpoint::AtTimestamp, Some(Utc::now()))
+                    }
+                    (NewLease::InitialPosition, InitialPosition::AtTimestamp) => (
+                        Checkpoint::AtTimestamp,
+                        self.settings.config.initial_timestamp,
+                    ),
+                };
+            let mut lease = Lease::new(
                 shard.shard_id.clone(),
                 checkpoint,
                 shard.parent_shard_ids.clone(),
             );
-            match self.table.create_lease(&lease).await? {
-                CreateOutcome::Created(created) => {
+            lease.initial_timestamp = initial_timestamp
+                .map(|time| time.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
+            match self.table.create_lease(&lease).await {
+                Ok(CreateOutcome::Created(created)) => {
                     info!(shard_id = %created.lease_key, checkpoint = %created.checkpoint, parents = ?created.parent_shard_ids, "lease created");
                     leases.push(*created);
                 }
-                CreateOutcome::AlreadyExists => {
-                    if let Some(current) = self.table.get_lease(&shard.shard_id).await? {
-                        leases.push(current);
+                Ok(CreateOutcome::AlreadyExists) => {
+                    match self.table.get_lease(&shard.shard_id).await {
+                        Ok(Some(current)) => leases.push(current),
+                        Ok(None) => {}
+                        Err(err @ LeaseError::TableMissing { .. }) => return Err(err),
+                        // A row that does not decode: skip this shard, not the round.
+                        Err(err) => {
+                            warn!(shard_id = %shard.shard_id, error = %error_chain(&err), "cannot read the lease row; skipping the shard");
+                        }
                     }
+                }
+                Err(err @ LeaseError::TableMissing { .. }) => return Err(err),
+                Err(err) => {
+                    warn!(shard_id = %shard.shard_id, error = %error_chain(&err), "creating the lease failed; retrying next round");
                 }
             }
         }
@@ -549,6 +581,9 @@ impl Worker {
                 .collect()
         };
         for lease in removable {
+            if !lease.checkpoint.is_shard_end() {
+                warn!(shard_id = %lease.lease_key, checkpoint = %lease.checkpoint, "shard left the stream before it was read to its end: records past the checkpoint expired unread");
+            }
             match self.table.delete_lease(&lease).await {
                 Ok(()) => {
                     info!(shard_id = %lease.lease_key, "lease of ended shard deleted");
@@ -561,10 +596,11 @@ impl Worker {
         }
     }
 
-    fn start_shard(&mut self, lease: Lease, token: &CancellationToken) {
+    fn start_shard(&mut self, lease: Lease, taken_at: Instant, token: &CancellationToken) {
         let shard_id = lease.lease_key.clone();
         info!(shard_id = %shard_id, lease_counter = lease.lease_counter, "lease taken");
-        let held = Arc::new(HeldLease::new(self.table.clone(), lease));
+        let held = Arc::new(HeldLease::new(self.table.clone(), lease, taken_at));
+        self.renewer.add(held.clone());
         let task = ShardTask::new(self.ctx.clone(), held.clone());
         let child = token.child_token();
         let id_for_task = shard_id.clone();
@@ -603,6 +639,7 @@ impl Worker {
             }
         };
         let held = self.held.remove(&shard_id)?;
+        self.renewer.remove(&shard_id);
         self.metrics.leases_held.set(self.held.len() as i64);
         self.metrics.shard_stopped(&shard_id);
         debug_assert!(!self.task_shards.contains_key(&held.task));
@@ -637,27 +674,6 @@ impl Worker {
         }
         release(&held.lease).await;
         ended
-    }
-
-    /// Renews every held lease and writes this worker's heartbeat.
-    async fn renew_all(&self) {
-        let renewals = self.held.values().map(|held| async move {
-            if let Err(err) = held.lease.renew().await {
-                if !err.is_lease_lost() {
-                    warn!(shard_id = %held.lease.shard_id(), error = %error_chain(&err), "lease renewal failed");
-                }
-            }
-        });
-        let heartbeat = async {
-            if let Err(err) = self
-                .table
-                .heartbeat(&self.settings.worker_id, self.held.len())
-                .await
-            {
-                debug!(error = %error_chain(&err), "heartbeat failed");
-            }
-        };
-        tokio::join!(futures::future::join_all(renewals), heartbeat);
     }
 
     async fn shut_down(&mut self) {
@@ -706,29 +722,41 @@ async fn release(lease: &HeldLease) {
     }
 }
 
-/// Calls `op` until it succeeds or fails for good, backing off on retriable
-/// errors; `None` when `token` is cancelled first.
+/// Calls `op` until it succeeds or fails with an error `is_final` says no
+/// retry can fix (a stream or bucket that does not exist: a bad setting).
+/// Transient failures are retried quickly; others — access denied, a wrong
+/// endpoint — with a backoff up to 60 s and error logs, so that a daemon
+/// started before its permissions were fixed heals instead of exiting into a
+/// restart loop. `None` when `token` is cancelled first.
 async fn retry_until<T, E, F, Fut>(
     token: &CancellationToken,
     what: &str,
     op: F,
     retriable: fn(&E) -> bool,
+    is_final: fn(&E) -> bool,
 ) -> Option<Result<T, E>>
 where
     F: Fn() -> Fut,
     Fut: Future<Output = Result<T, E>>,
     E: std::error::Error + 'static,
 {
-    let mut backoff = Backoff::transient();
+    let (mut transient, mut persistent) = (Backoff::transient(), Backoff::persistent());
     loop {
         let result = tokio::select! {
             () = token.cancelled() => return None,
             result = op() => result,
         };
         match result {
-            Err(err) if retriable(&err) => {
-                let delay = backoff.next_delay();
-                warn!(operation = what, error = %error_chain(&err), ?delay, "start-up call failed; retrying");
+            Err(err) if !is_final(&err) => {
+                let delay = if retriable(&err) {
+                    let delay = transient.next_delay();
+                    warn!(operation = what, error = %error_chain(&err), ?delay, "start-up call failed; retrying");
+                    delay
+                } else {
+                    let delay = persistent.next_delay();
+                    error!(operation = what, error = %error_chain(&err), ?delay, "start-up call failed; retrying until it is fixed");
+                    delay
+                };
                 tokio::select! {
                     () = token.cancelled() => return None,
                     () = tokio::time::sleep(delay) => {}

@@ -13,6 +13,7 @@
 //! the lease next replays exactly that batch — same key, same bytes — before
 //! anything else ([`BatchWriter::replay`]).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -89,7 +90,13 @@ pub struct BatchWriter {
     compression: Compression,
     lease: Arc<HeldLease>,
     metrics: Arc<Metrics>,
+    failover_time: Duration,
 }
+
+/// A PUT attempt ends this long before the lease could be seen expired:
+/// slack for a request whose body was fully sent when the attempt was
+/// abandoned, which S3 may still complete.
+const LEASE_MARGIN: Duration = Duration::from_secs(1);
 
 impl BatchWriter {
     /// A writer for the shard `lease` is for.
@@ -99,6 +106,7 @@ impl BatchWriter {
         compression: Compression,
         lease: Arc<HeldLease>,
         metrics: Arc<Metrics>,
+        failover_time: Duration,
     ) -> Self {
         Self {
             store,
@@ -106,6 +114,7 @@ impl BatchWriter {
             compression,
             lease,
             metrics,
+            failover_time,
         }
     }
 
@@ -244,10 +253,19 @@ impl BatchWriter {
         let mut backoff = Backoff::transient();
         let mut persistent = Backoff::persistent();
         loop {
-            let attempt = self
+            let put = self
                 .store
-                .put_if_absent(key, body.clone(), compression::content_type(codec))
-                .await;
+                .put_if_absent(key, body.clone(), compression::content_type(codec));
+            let Some(attempt) = self.within_lease(put).await else {
+                // The lease was not confirmed in time: another worker could
+                // take it. Confirm it (or learn it is lost), then try again.
+                warn!(
+                    key,
+                    "lease not confirmed recently; confirming it before writing"
+                );
+                self.lease_write("renew", || self.lease.renew()).await?;
+                continue;
+            };
             if matches!(attempt, Ok(PutOutcome::AlreadyExists)) {
                 self.metrics.conditional_write_conflicts.inc();
             }
@@ -280,6 +298,31 @@ impl BatchWriter {
             let delay = retry_delay(&err, &mut backoff, &mut persistent);
             warn!(key, error = %error_chain(&err), ?delay, "s3 write failed; retrying");
             tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// Runs `write` only as long as the lease is confirmed: it is abandoned
+    /// (`None`) once `LEASE_MARGIN` before the moment another worker could
+    /// see the lease expire (last confirmation + failover time). Renewals,
+    /// which keep going meanwhile, push that moment on. So a worker that
+    /// loses its lease — or is paused, or sees its lease table vanish — cannot
+    /// land a write after the next owner started: whoever takes the lease
+    /// lists the shard after this write ended (DESIGN.md, "Fencing S3 writes").
+    async fn within_lease<F: Future>(&self, write: F) -> Option<F::Output> {
+        tokio::pin!(write);
+        loop {
+            let deadline =
+                self.lease.confirmed_at() + self.failover_time.saturating_sub(LEASE_MARGIN);
+            if deadline <= tokio::time::Instant::now() {
+                return None;
+            }
+            // Deadline first: a worker resumed after a pause (SIGSTOP) past
+            // its deadline abandons the write before sending another byte.
+            tokio::select! {
+                biased;
+                () = tokio::time::sleep_until(deadline) => {}
+                output = &mut write => return Some(output),
+            }
         }
     }
 
@@ -404,4 +447,75 @@ pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use shard_lease::{Lease, LeaseTable};
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::fake_aws::{self, FakeBucket, FakeStream, FakeTable};
+    use crate::key::KeyLayout;
+
+    const FAILOVER: Duration = Duration::from_secs(10);
+
+    async fn writer() -> BatchWriter {
+        let (stream, bucket, table) = (
+            Arc::new(FakeStream::default()),
+            Arc::new(FakeBucket::default()),
+            Arc::new(FakeTable::default()),
+        );
+        let clients = fake_aws::clients(stream, bucket, table);
+        let lease_table = LeaseTable::new(clients.dynamodb, "leases");
+        let lease = Lease::new(
+            "shardId-000000000000",
+            shard_lease::Checkpoint::TrimHorizon,
+            vec![],
+        );
+        lease_table.create_lease(&lease).await.unwrap();
+        let taken_at = Instant::now();
+        let taken = lease_table.take_lease(&lease, "worker-1").await.unwrap();
+        BatchWriter::new(
+            ObjectStore::new(clients.s3, "bucket"),
+            KeyLayout::new("p"),
+            Compression::None,
+            Arc::new(HeldLease::new(lease_table, taken, taken_at)),
+            Arc::new(Metrics::new()),
+            FAILOVER,
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_cannot_outlive_the_lease_confirmation() {
+        let writer = writer().await;
+        let started = Instant::now();
+        let outcome = writer
+            .within_lease(tokio::time::sleep(Duration::from_secs(30)))
+            .await;
+        assert!(outcome.is_none(), "abandoned");
+        assert_eq!(
+            started.elapsed(),
+            FAILOVER - LEASE_MARGIN,
+            "before anyone could see the lease expire"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn renewals_let_a_long_write_finish() {
+        let writer = writer().await;
+        let lease = writer.lease.clone();
+        // Renew every 3 s while a 25 s write runs.
+        let renewals = tokio::spawn(async move {
+            for _ in 0..10 {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                lease.renew().await.unwrap();
+            }
+        });
+        let outcome = writer
+            .within_lease(tokio::time::sleep(Duration::from_secs(25)))
+            .await;
+        assert!(outcome.is_some(), "the lease stayed confirmed");
+        renewals.abort();
+    }
 }

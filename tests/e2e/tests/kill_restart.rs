@@ -15,7 +15,9 @@ use rand::{RngExt as _, SeedableRng as _};
 use shardsink_e2e::archive::{list_object_versions, overwritten_keys};
 use shardsink_e2e::check::{checkpoint_problems, exactly_once, prefix_problems};
 use shardsink_e2e::producer::{BackgroundOptions, BackgroundProducer};
-use shardsink_e2e::{Daemon, Scenario, Versioning, archive_then_stop, require_env, scaled};
+use shardsink_e2e::{
+    Daemon, Scenario, Versioning, archive_then_stop, require_env, scaled, wait_until,
+};
 
 const KILLS: usize = 6;
 
@@ -46,6 +48,22 @@ async fn survives_repeated_sigkill() {
     );
     let mut reader = scenario.archive_reader();
     let mut daemon = Daemon::spawn(&settings).unwrap();
+    // A new deployment waits one failover time before taking never-owned
+    // rows (DESIGN.md, "Never-owned rows wait"); the kills start once it owns
+    // every shard, so that they land on a daemon at work. Restarts keep the
+    // worker id and take their own leases back at once.
+    wait_until(
+        scaled(Duration::from_secs(60)),
+        "every lease owned by the first daemon",
+        || async {
+            let rows = scenario.lease_rows().await?;
+            Ok::<_, anyhow::Error>(
+                rows.len() == 3 && rows.iter().all(|row| row.lease_owner.is_some()),
+            )
+        },
+    )
+    .await
+    .unwrap();
     let mut archived_before = 0;
     let mut intervals_with_progress = 0;
     for kill in 1..=KILLS {

@@ -39,7 +39,8 @@ async fn run_to_end() {
         .settings
         .clone()
         .set("buffer-max-records", BUFFER_MAX_RECORDS.to_string())
-        .set("buffer-max-age", "5s");
+        .set("buffer-max-age", "5s")
+        .set("log-format", "json");
     let mut daemon = Daemon::spawn(&settings).unwrap();
     let mut reader = scenario.archive_reader();
     let archive = archive_then_stop(
@@ -52,14 +53,15 @@ async fn run_to_end() {
     .unwrap();
     // The SIGTERM summary says how many records and batches were written.
     let log = std::fs::read_to_string(daemon.log_path()).unwrap();
-    let summary = log
+    let summary: serde_json::Value = log
         .lines()
-        .find(|line| line.contains("shutdown complete"))
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|event| event["message"] == "shutdown complete")
         .unwrap_or_else(|| panic!("no shutdown summary in the log:\n{}", daemon.log_tail(20)));
     assert!(
-        summary.contains(&format!("records_written={}", produced.len()))
-            && summary.contains(&format!("batches_written={}", archive.objects.len())),
-        "summary {summary:?} does not match {} records in {} objects",
+        summary["records_written"] == produced.len()
+            && summary["batches_written"] == archive.objects.len(),
+        "summary {summary} does not match {} records in {} objects",
         produced.len(),
         archive.objects.len()
     );

@@ -12,9 +12,12 @@ use aws_config::timeout::TimeoutConfig;
 /// further with capped backoff, so a call never gives up for good.
 const SDK_MAX_ATTEMPTS: u32 = 3;
 
-/// Kinesis and DynamoDB calls are small; a GetRecords response is at most
-/// 10 MiB.
+/// A GetRecords response is at most 10 MiB.
 const API_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Lease-table calls are tiny: fail a blackholed connection fast, so a
+/// renewal can retry well within the failover time.
+const DYNAMODB_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// An S3 PUT carries a whole batch (64 MiB by default): give it time on a slow
 /// link. A timed-out PUT is retried with the same key and bytes.
@@ -59,7 +62,12 @@ impl AwsClients {
                     .build(),
             );
         let kinesis_config = aws_sdk_kinesis::config::Builder::from(&shared);
-        let dynamodb_config = aws_sdk_dynamodb::config::Builder::from(&shared);
+        let dynamodb_config = aws_sdk_dynamodb::config::Builder::from(&shared).timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(CONNECT_TIMEOUT)
+                .operation_attempt_timeout(DYNAMODB_ATTEMPT_TIMEOUT)
+                .build(),
+        );
         // Test builds can record every call (see `recorder`).
         #[cfg(feature = "failpoints")]
         let (s3_config, kinesis_config, dynamodb_config) =
