@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use sequence_range::{SequenceNumber, SequenceRange};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::encode::LineEncoder;
@@ -23,25 +24,67 @@ pub struct BufferLimits {
     pub max_age: Duration,
 }
 
-/// Bytes buffered by all batches of the process, against a limit.
+/// The most data one GetRecords response holds: 10 MiB ("Each GetRecords
+/// call can return up to 10 MiB of data", Kinesis API reference,
+/// GetRecords).
+pub const MAX_GET_RECORDS_BYTES: u64 = 10 << 20;
+
+/// The fewest GetRecords calls in flight a budget allows, however small.
+const MIN_READS_IN_FLIGHT: usize = 4;
+
+/// Memory the process may use for records: bytes buffered by all batches,
+/// against a limit, and permits for GetRecords calls in flight.
+///
+/// A response is held until its records are in batches, so with many shards
+/// catching up at once the responses alone could outgrow the buffers (100
+/// shards × 10 MiB). Reads therefore take a permit first: at most
+/// `limit / 10 MiB` (at least 4) are in flight, and the process holds at
+/// most about twice `limit` in records.
 #[derive(Debug)]
 pub struct MemoryBudget {
     used: AtomicU64,
     limit: u64,
+    reads: Arc<Semaphore>,
+    reads_limit: usize,
 }
 
 impl MemoryBudget {
-    /// A budget of `limit` bytes.
+    /// A budget of `limit` bytes (`--buffer-memory-limit`).
     pub fn new(limit: u64) -> Arc<Self> {
+        let reads = usize::try_from(limit / MAX_GET_RECORDS_BYTES)
+            .unwrap_or(usize::MAX)
+            .clamp(MIN_READS_IN_FLIGHT, Semaphore::MAX_PERMITS);
         Arc::new(Self {
             used: AtomicU64::new(0),
             limit,
+            reads: Arc::new(Semaphore::new(reads)),
+            reads_limit: reads,
         })
     }
 
     /// Bytes in use.
     pub fn used(&self) -> u64 {
         self.used.load(Ordering::Relaxed)
+    }
+
+    /// How many GetRecords calls may be in flight at once.
+    pub fn reads_in_flight_limit(&self) -> usize {
+        self.reads_limit
+    }
+
+    /// Permits free now.
+    #[cfg(test)]
+    pub(crate) fn reads_available(&self) -> usize {
+        self.reads.available_permits()
+    }
+
+    /// Waits for a permit to make one GetRecords call; hold it until the
+    /// response's records are in batches (or dropped).
+    ///
+    /// `None` only if the semaphore were closed, which nothing does; a read
+    /// then goes ahead without a permit rather than stall the shard.
+    pub async fn read_permit(&self) -> Option<OwnedSemaphorePermit> {
+        self.reads.clone().acquire_owned().await.ok()
     }
 
     fn is_exceeded(&self) -> bool {
@@ -280,6 +323,28 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn reads_in_flight_are_bounded_by_the_budget() {
+        assert_eq!(MemoryBudget::new(256 << 20).reads_in_flight_limit(), 25);
+        let small = MemoryBudget::new(1 << 20);
+        assert_eq!(small.reads_in_flight_limit(), MIN_READS_IN_FLIGHT);
+        let mut held = Vec::new();
+        for _ in 0..MIN_READS_IN_FLIGHT {
+            held.push(small.read_permit().await);
+        }
+        let next = small.read_permit();
+        tokio::pin!(next);
+        assert!(
+            futures::poll!(next.as_mut()).is_pending(),
+            "a fifth read must wait"
+        );
+        held.pop();
+        assert!(
+            futures::poll!(next.as_mut()).is_ready(),
+            "a freed permit is taken"
+        );
+    }
+
+    #[tokio::test]
     async fn the_memory_budget_is_shared_and_released_on_drop() {
         let budget = MemoryBudget::new(150);
         let mut a = Batch::new("a", Minute::from_millis(120_000), budget.clone());

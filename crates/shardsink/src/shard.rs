@@ -200,11 +200,17 @@ impl ShardTask {
         let lost = self.lease.lost().clone();
         loop {
             let started = Instant::now();
-            let read = tokio::select! {
+            // The permit bounds the responses held by all shards together;
+            // it is held until this response's records are in batches.
+            let budget = self.ctx.budget.clone();
+            let (read, read_permit) = tokio::select! {
                 biased;
                 () = shutdown.cancelled() => return self.finish_shutdown().await,
                 () = lost.cancelled() => return Ok(ShardExit::LeaseLost),
-                read = reader.read() => read,
+                read = async {
+                    let permit = budget.read_permit().await;
+                    (reader.read().await, permit)
+                } => read,
             };
             let delay = match read {
                 Ok(read) => {
@@ -256,6 +262,7 @@ impl ShardTask {
                     delay
                 }
             };
+            drop(read_permit);
             self.log_progress(false);
             tokio::select! {
                 biased;
@@ -1077,6 +1084,40 @@ mod tests {
             (9..=11).contains(&reads),
             "{reads} GetRecords calls in 10 s with a 1 s idle time"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reads_wait_for_a_permit_of_the_memory_budget() {
+        let h = harness(1_000);
+        h.shard.push(&seq(1), PAST, b"r");
+        let budget = h.ctx.budget.clone();
+        let mut held = Vec::new();
+        for _ in 0..budget.reads_in_flight_limit() {
+            held.push(budget.read_permit().await);
+        }
+        let lease = h.lease(Checkpoint::TrimHorizon, None).await;
+        let reads = reads_during(&h, lease.clone(), Duration::from_secs(10)).await;
+        assert_eq!(reads, 0, "no read without a permit");
+        drop(held);
+        let reads = reads_during(&h, lease, Duration::from_secs(10)).await;
+        assert!(reads > 0, "reads resume once permits are free");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_shard_holds_no_read_permit_while_it_waits() {
+        let h = harness(1_000);
+        let lease = h.lease(Checkpoint::TrimHorizon, None).await;
+        let token = CancellationToken::new();
+        let task = tokio::spawn(ShardTask::new(h.ctx.clone(), lease).run(token.clone()));
+        // Caught up: one read a second, each instant in paused time.
+        tokio::time::sleep(Duration::from_millis(5_500)).await;
+        assert!(h.shard.reads.load(Ordering::SeqCst) >= 5);
+        assert_eq!(
+            h.ctx.budget.reads_available(),
+            h.ctx.budget.reads_in_flight_limit()
+        );
+        token.cancel();
+        task.await.unwrap().unwrap();
     }
 
     #[tokio::test(start_paused = true)]
