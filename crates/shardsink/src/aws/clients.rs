@@ -20,10 +20,20 @@ const API_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
 const DYNAMODB_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// An S3 PUT carries a whole batch (64 MiB by default): give it time on a slow
-/// link. A timed-out PUT is retried with the same key and bytes.
-const S3_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(300);
+/// link. A timed-out PUT is retried with the same key and bytes. Other S3
+/// calls (HeadBucket, ListObjectsV2, GetObject up to its headers) keep
+/// [`API_ATTEMPT_TIMEOUT`]; [`s3_put_timeouts`] is set on PUTs only.
+const S3_PUT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(300);
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Timeouts of one S3 PutObject call: 5 s to connect, 300 s an attempt.
+pub(crate) fn s3_put_timeouts() -> TimeoutConfig {
+    TimeoutConfig::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .operation_attempt_timeout(S3_PUT_ATTEMPT_TIMEOUT)
+        .build()
+}
 
 /// The SDK clients shardsink uses.
 #[derive(Debug, Clone)]
@@ -53,14 +63,8 @@ impl AwsClients {
             .timeout_config(timeouts)
             .load()
             .await;
-        let s3_config = aws_sdk_s3::config::Builder::from(&shared)
-            .force_path_style(force_path_style)
-            .timeout_config(
-                TimeoutConfig::builder()
-                    .connect_timeout(CONNECT_TIMEOUT)
-                    .operation_attempt_timeout(S3_ATTEMPT_TIMEOUT)
-                    .build(),
-            );
+        let s3_config =
+            aws_sdk_s3::config::Builder::from(&shared).force_path_style(force_path_style);
         let kinesis_config = aws_sdk_kinesis::config::Builder::from(&shared);
         let dynamodb_config = aws_sdk_dynamodb::config::Builder::from(&shared).timeout_config(
             TimeoutConfig::builder()
@@ -84,5 +88,32 @@ impl AwsClients {
             s3: aws_sdk_s3::Client::from_conf(s3_config.build()),
             dynamodb: aws_sdk_dynamodb::Client::from_conf(dynamodb_config.build()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn only_puts_get_the_long_s3_timeout() {
+        let clients = AwsClients::from_env(true).await;
+        let attempt = |config: Option<&TimeoutConfig>| {
+            config.and_then(TimeoutConfig::operation_attempt_timeout)
+        };
+        // A blackholed LIST or HEAD fails in 30 s, not 5 minutes.
+        assert_eq!(
+            attempt(clients.s3.config().timeout_config()),
+            Some(API_ATTEMPT_TIMEOUT)
+        );
+        assert_eq!(
+            attempt(clients.dynamodb.config().timeout_config()),
+            Some(DYNAMODB_ATTEMPT_TIMEOUT)
+        );
+        assert_eq!(
+            s3_put_timeouts().operation_attempt_timeout(),
+            Some(S3_PUT_ATTEMPT_TIMEOUT)
+        );
+        assert_eq!(s3_put_timeouts().connect_timeout(), Some(CONNECT_TIMEOUT));
     }
 }

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use shard_lease::retry::{is_retriable, is_throttling};
 
 use super::BoxError;
+use super::clients::s3_put_timeouts;
 
 /// An S3 call that failed.
 #[derive(Debug, thiserror::Error)]
@@ -142,6 +143,10 @@ impl ObjectStore {
             .content_type(content_type)
             .content_length(i64::try_from(body.len()).unwrap_or(i64::MAX))
             .body(ByteStream::from(body))
+            .customize()
+            .config_override(
+                aws_sdk_s3::config::Builder::default().timeout_config(s3_put_timeouts()),
+            )
             .send()
             .await;
         match result {
