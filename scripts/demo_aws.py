@@ -6,6 +6,7 @@ variables of the local-servers env file.
     demo_aws.py setup STREAM BUCKET SHARDS
     demo_aws.py produce STREAM COUNT LOGFILE        # appends "shard seq" lines
     demo_aws.py verify BUCKET PREFIX LOGFILE [--wait SECONDS]
+    demo_aws.py wait-objects BUCKET PREFIX COUNT SECONDS
 """
 
 import base64
@@ -81,6 +82,20 @@ def archive(bucket, prefix):
     return objects, seen, sample
 
 
+def wait_objects(bucket, prefix, count, wait):
+    """Waits until at least `count` objects are under the prefix."""
+    _, s3 = clients()
+    deadline = time.time() + float(wait)
+    while True:
+        found = s3.list_objects_v2(Bucket=bucket, Prefix=prefix + "/").get("KeyCount", 0)
+        if found >= int(count):
+            print(f"{found} objects in s3://{bucket}/{prefix}/")
+            return
+        if time.time() >= deadline:
+            sys.exit(f"only {found} objects in s3://{bucket}/{prefix}/ after {wait} s")
+        time.sleep(1)
+
+
 def verify(bucket, prefix, logfile, wait=0.0):
     with open(logfile) as log:
         produced = {tuple(line.split()) for line in log if line.strip()}
@@ -108,6 +123,8 @@ if __name__ == "__main__":
         setup(*args)
     elif command == "produce":
         produce(*args)
+    elif command == "wait-objects":
+        wait_objects(*args)
     elif command == "verify":
         wait = 0.0
         if "--wait" in args:
