@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 
-use crate::archive::{Archive, ArchiveReader};
+use crate::archive::{Archive, ArchiveReader, list_object_versions, overwritten_keys};
 use crate::check::RecordId;
 use crate::daemon::{Daemon, Settings};
 use crate::env::{TestEnv, unique_name};
@@ -72,6 +72,24 @@ impl Scenario {
     /// As [`read_lease_rows`].
     pub async fn lease_rows(&self) -> Result<Vec<LeaseRow>> {
         read_lease_rows(&self.env, &self.settings.lease_table()).await
+    }
+
+    /// Contract line 2 on a versioned bucket: asserts that every key in the
+    /// bucket has exactly one version and no delete marker (nothing was ever
+    /// overwritten or deleted); returns the number of keys.
+    ///
+    /// # Panics
+    /// When a key was overwritten, naming the keys, or the listing fails.
+    pub async fn assert_nothing_overwritten(&self) -> usize {
+        let versions = list_object_versions(&self.env, &self.bucket, "")
+            .await
+            .expect("ListObjectVersions");
+        let overwritten = overwritten_keys(&versions);
+        assert!(
+            overwritten.is_empty(),
+            "objects overwritten or deleted: {overwritten:#?}"
+        );
+        versions.len()
     }
 
     /// [`put_records`] to this stream.

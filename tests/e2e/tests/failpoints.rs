@@ -23,7 +23,7 @@
 
 use std::time::Duration;
 
-use shardsink_e2e::archive::{delete_object, get_object, list_object_versions, overwritten_keys};
+use shardsink_e2e::archive::{delete_object, get_object};
 use shardsink_e2e::check::{
     checkpoint_problems, clean_shutdown_problems, exactly_once, prefix_problems,
 };
@@ -214,18 +214,7 @@ async fn crash_and_recover(env: &TestEnv, failpoint: &str) {
     }
     // Line 2.
     if versioning == Versioning::Enabled {
-        let versions = list_object_versions(
-            env,
-            &scenario.bucket,
-            &format!("{}/", scenario.settings.prefix()),
-        )
-        .await
-        .unwrap();
-        let overwritten = overwritten_keys(&versions);
-        assert!(
-            overwritten.is_empty(),
-            "objects overwritten: {overwritten:#?}"
-        );
+        scenario.assert_nothing_overwritten().await;
     }
     let rows = scenario.lease_rows().await.unwrap();
     let problems = clean_shutdown_problems(&rows, &produced);

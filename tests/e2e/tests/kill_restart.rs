@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{RngExt as _, SeedableRng as _};
-use shardsink_e2e::archive::{list_object_versions, overwritten_keys};
 use shardsink_e2e::check::{checkpoint_problems, exactly_once, prefix_problems};
 use shardsink_e2e::producer::{BackgroundOptions, BackgroundProducer};
 use shardsink_e2e::{
@@ -121,22 +120,7 @@ async fn survives_repeated_sigkill() {
     .unwrap();
     exactly_once(&produced, &archive).assert_exact();
 
-    let versions = list_object_versions(
-        &env,
-        &scenario.bucket,
-        &format!("{}/", scenario.settings.prefix()),
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        versions.len(),
-        archive.objects.len(),
-        "versions listed vs objects: {versions:#?}"
-    );
-    let overwritten = overwritten_keys(&versions);
-    assert!(
-        overwritten.is_empty(),
-        "objects overwritten or deleted: {overwritten:#?}"
-    );
+    let versions = scenario.assert_nothing_overwritten().await;
+    assert_eq!(versions, archive.objects.len(), "versions vs objects");
     scenario.cleanup().await;
 }

@@ -100,15 +100,7 @@ async fn lose_the_table(env: &TestEnv, loss: Loss) {
             .unwrap_or_else(|| panic!("{} disappeared", object.key.key));
         assert_eq!(now.e_tag, object.e_tag, "{} changed", object.key.key);
     }
-    let overwritten = shardsink_e2e::archive::overwritten_keys(
-        &shardsink_e2e::archive::list_object_versions(env, &scenario.bucket, "")
-            .await
-            .unwrap(),
-    );
-    assert!(
-        overwritten.is_empty(),
-        "objects overwritten: {overwritten:#?}"
-    );
+    scenario.assert_nothing_overwritten().await;
     let rows = scenario.lease_rows().await.unwrap();
     let problems = clean_shutdown_problems(&rows, &produced);
     assert!(problems.is_empty(), "after SIGTERM: {problems:#?}");

@@ -89,14 +89,7 @@ async fn lose_the_table_while_running(env: &TestEnv, loss: Loss) {
     .unwrap();
     exactly_once(&produced, &archive).assert_exact();
 
-    let versions = shardsink_e2e::archive::list_object_versions(env, &scenario.bucket, "")
-        .await
-        .unwrap();
-    let overwritten = shardsink_e2e::archive::overwritten_keys(&versions);
-    assert!(
-        overwritten.is_empty(),
-        "objects overwritten: {overwritten:#?}"
-    );
+    scenario.assert_nothing_overwritten().await;
     let rows = scenario.lease_rows().await.unwrap();
     assert!(!rows.is_empty(), "the daemon recreated its leases");
     scenario.cleanup().await;

@@ -9,7 +9,6 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use shardsink_e2e::archive::{list_object_versions, overwritten_keys};
 use shardsink_e2e::check::exactly_once;
 use shardsink_e2e::producer::{BackgroundOptions, BackgroundProducer, small_record_specs};
 use shardsink_e2e::{
@@ -133,13 +132,7 @@ async fn three_workers_spread_and_take_over_a_killed_one() {
     }
     let archive = reader.read().await.unwrap();
     exactly_once(&produced, &archive).assert_exact();
-    let versions = list_object_versions(&env, &scenario.bucket, "")
-        .await
-        .unwrap();
-    assert!(
-        overwritten_keys(&versions).is_empty(),
-        "an object was overwritten"
-    );
+    scenario.assert_nothing_overwritten().await;
     scenario.cleanup().await;
 }
 
@@ -247,13 +240,7 @@ async fn rolling_restart_hands_leases_over_within_a_renewal_interval() {
     }
     let archive = reader.read().await.unwrap();
     exactly_once(&produced, &archive).assert_exact();
-    let versions = list_object_versions(&env, &scenario.bucket, "")
-        .await
-        .unwrap();
-    assert!(
-        overwritten_keys(&versions).is_empty(),
-        "an object was overwritten"
-    );
+    scenario.assert_nothing_overwritten().await;
     scenario.cleanup().await;
 }
 
@@ -383,12 +370,6 @@ async fn a_paused_zombie_cannot_duplicate() {
         .unwrap();
     let archive = reader.read().await.unwrap();
     exactly_once(&produced, &archive).assert_exact();
-    let versions = list_object_versions(&env, &scenario.bucket, "")
-        .await
-        .unwrap();
-    assert!(
-        overwritten_keys(&versions).is_empty(),
-        "an object was overwritten: {versions:#?}"
-    );
+    scenario.assert_nothing_overwritten().await;
     scenario.cleanup().await;
 }
