@@ -582,7 +582,11 @@ fn parse_byte_size(text: &str) -> Result<u64, String> {
         .map_err(|err| format!("{err} (examples: 64MiB, 512KiB, 1048576)"))
 }
 
-fn parse_timestamp(text: &str) -> Result<DateTime<Utc>, String> {
+/// Parses an RFC 3339 time (`2026-11-21T00:00:00Z`, any offset) to UTC.
+///
+/// # Errors
+/// The parse error with an example, for clap to show.
+pub(crate) fn parse_timestamp(text: &str) -> Result<DateTime<Utc>, String> {
     DateTime::parse_from_rfc3339(text)
         .map(|time| time.with_timezone(&Utc))
         .map_err(|err| format!("{err} (example: 2026-11-21T00:00:00Z)"))

@@ -85,8 +85,10 @@ impl FakeShard {
             ShardIteratorType::Latest => records.len(),
             ShardIteratorType::AtSequenceNumber => position(false),
             ShardIteratorType::AfterSequenceNumber => position(true),
+            // Resolved to the whole second, as kinesis-mock does: callers
+            // must not rely on millisecond precision.
             ShardIteratorType::AtTimestamp => {
-                let at = timestamp.and_then(|t| t.to_millis().ok()).unwrap_or(0);
+                let at = timestamp.map_or(0, |t| t.secs() * 1_000);
                 records
                     .iter()
                     .position(|r| {

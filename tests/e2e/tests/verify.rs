@@ -310,6 +310,39 @@ async fn a_missing_object_is_a_gap_in_the_stream() {
         run.stdout
     );
 
+    // --since past the lost records starts each shard after them: exact.
+    let newest_lost = deleted
+        .records
+        .iter()
+        .map(|r| chrono::DateTime::parse_from_rfc3339(&r.approximate_arrival_timestamp).unwrap())
+        .max()
+        .unwrap();
+    // As verify prints it: UTC, fractional seconds only when not zero.
+    let since = (newest_lost + chrono::Duration::milliseconds(1))
+        .to_utc()
+        .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
+    let run = verify(&[
+        "--bucket",
+        &scenario.bucket,
+        "--stream",
+        &scenario.stream,
+        "--since",
+        &since,
+    ])
+    .await;
+    assert_eq!(
+        exit_code(&run),
+        Some(0),
+        "records before --since are not read:\n{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains(&format!("records checked, from {since})")),
+        "{}",
+        run.stdout
+    );
+
     // Without the stream, the keys alone cannot show it.
     let prefix = scenario.settings.prefix();
     let run = verify(&["--bucket", &scenario.bucket, "--prefix", &prefix, "--deep"]).await;

@@ -4,7 +4,9 @@
 
 use std::fmt::Write as _;
 
-use crate::config::{ConfigError, InitialPosition, StreamRef};
+use chrono::{DateTime, Utc};
+
+use crate::config::{ConfigError, InitialPosition, StreamRef, parse_timestamp};
 
 /// Audits the archive of one stream: lists every object under the prefix,
 /// checks that no two objects of a shard share a sequence number, optionally
@@ -80,6 +82,14 @@ pub struct VerifyArgs {
     #[arg(long)]
     pub deep: bool,
 
+    /// With --stream: start the gap check of every shard at this arrival
+    /// time (RFC 3339, e.g. 2026-11-21T00:00:00Z; GetShardIterator
+    /// AT_TIMESTAMP) instead of its oldest retained record, so that an audit
+    /// of recent data does not read the whole retention period. Overlaps are
+    /// still checked across the whole archive.
+    #[arg(long, value_parser = parse_timestamp, value_name = "TIME")]
+    pub since: Option<DateTime<Utc>>,
+
     /// Address S3 buckets by path (http://host/bucket/key) instead of by
     /// virtual host; needed by most local S3 servers.
     #[arg(long, env = "SHARDSINK_S3_FORCE_PATH_STYLE", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
@@ -98,6 +108,9 @@ pub(super) struct Plan {
     /// Set when `stream` is.
     pub(super) lease_table: Option<String>,
     pub(super) deep: bool,
+    /// Where each shard's gap check starts reading: `None` for its oldest
+    /// retained record (`TRIM_HORIZON`).
+    pub(super) since: Option<DateTime<Utc>>,
     /// Whether each shard's gap check starts at its first archived record
     /// (initial position LATEST or AT_TIMESTAMP) instead of the oldest
     /// retained one.
@@ -129,6 +142,12 @@ impl Plan {
                 Some(table)
             }
         };
+        if args.since.is_some() && stream.is_none() {
+            return Err(setting_error(
+                "since",
+                "only with --stream (it says where the gap check starts reading)",
+            ));
+        }
         let list_prefix = if prefix.is_empty() {
             String::new()
         } else {
@@ -141,6 +160,7 @@ impl Plan {
             stream,
             lease_table,
             deep: args.deep,
+            since: args.since,
             from_first_archived: args.initial_position != InitialPosition::TrimHorizon,
         })
     }
@@ -269,6 +289,46 @@ mod tests {
 
     fn plan(args: &[&str]) -> Result<Plan, ConfigError> {
         Plan::from_args(&parse_args(args).unwrap())
+    }
+
+    #[test]
+    fn since_is_a_time_and_needs_the_stream() {
+        let p = plan(&[
+            "--bucket",
+            "archive",
+            "--stream",
+            "orders",
+            "--since",
+            "2026-11-21T01:00:00+01:00",
+        ])
+        .unwrap();
+        assert_eq!(
+            p.since.map(|since| since.to_rfc3339()),
+            Some("2026-11-21T00:00:00+00:00".to_owned())
+        );
+        let err = plan(&[
+            "--bucket",
+            "archive",
+            "--prefix",
+            "p",
+            "--since",
+            "2026-11-21T00:00:00Z",
+        ])
+        .unwrap_err();
+        assert!(err.to_string().contains("--since"), "{err}");
+        let err = parse_args(&[
+            "--bucket",
+            "archive",
+            "--stream",
+            "orders",
+            "--since",
+            "yesterday",
+        ])
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("example: 2026-11-21T00:00:00Z"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -57,35 +57,41 @@ pub(super) async fn audit(plan: &Plan, clients: &AwsClients, tty: bool) -> anyho
 mod tests {
     use shard_lease::{Checkpoint, LeaseTable};
 
+    use std::sync::Arc;
+
     use super::*;
     use crate::compression::Compression;
     use crate::config::{CompressionCodec, StreamRef};
+    use crate::fake_aws::{FakeBucket, FakeStream, FakeTable};
     use crate::minute::Minute;
     use crate::verify::test_support::{MINUTE_MILLIS, SHARD, missing, n, object_in};
+
+    /// In-memory Kinesis, S3 and DynamoDB; [`SHARD`] holds records 1 to 9,
+    /// one a second after [`MINUTE_MILLIS`].
+    fn fakes_with_nine_records() -> (Arc<FakeStream>, Arc<FakeBucket>, Arc<FakeTable>) {
+        let stream = Arc::new(FakeStream::default());
+        let shard = stream.shard(SHARD);
+        for i in 1..=9 {
+            shard.push(&i.to_string(), MINUTE_MILLIS + i * 1_000, b"x");
+        }
+        (stream, Default::default(), Default::default())
+    }
 
     /// The whole audit against in-memory S3, DynamoDB and Kinesis: a gap, an
     /// overlap, an unreadable object, a foreign key, a shard with nothing
     /// archived, and GetRecords throttled twice on the way.
     #[tokio::test(start_paused = true)]
     async fn audits_an_archive_through_the_sdk() {
-        use std::sync::Arc;
         use std::sync::atomic::Ordering;
 
         use shard_lease::Lease;
 
         use crate::encode::LineEncoder;
-        use crate::fake_aws::{self, FakeBucket, FakeStream, FakeTable};
+        use crate::fake_aws;
         use crate::record::ShardRecord;
 
-        let (stream, bucket, table) = (
-            Arc::new(FakeStream::default()),
-            Arc::new(FakeBucket::default()),
-            Arc::new(FakeTable::default()),
-        );
+        let (stream, bucket, table) = fakes_with_nine_records();
         let shard = stream.shard(SHARD);
-        for i in 1..=9 {
-            shard.push(&i.to_string(), MINUTE_MILLIS + i * 1_000, b"x");
-        }
         shard.failing_reads.store(2, Ordering::SeqCst);
         stream
             .shard("shardId-000000000002")
@@ -130,6 +136,7 @@ mod tests {
             stream: Some(StreamRef::Name("s".to_owned())),
             lease_table: Some("leases".to_owned()),
             deep: true,
+            since: None,
             from_first_archived: false,
         };
 
@@ -148,7 +155,7 @@ mod tests {
             deep.unreadable[0].reason.contains("is not the key's shard"),
             "{text}"
         );
-        let GapOutcome::Checked { shards, notes } = &audit.gaps else {
+        let GapOutcome::Checked { shards, notes, .. } = &audit.gaps else {
             panic!("gaps not checked:\n{text}");
         };
         assert_eq!(shards.len(), 1, "{text}");
@@ -167,6 +174,77 @@ mod tests {
         assert!(
             shard.reads.load(Ordering::SeqCst) >= 3,
             "throttled reads are retried"
+        );
+    }
+
+    /// `--since` reads each shard from that arrival time: a gap before it is
+    /// not reported, one after it is.
+    #[tokio::test(start_paused = true)]
+    async fn since_starts_the_gap_check_at_a_time() {
+        use chrono::DateTime;
+        use shard_lease::Lease;
+
+        use crate::fake_aws;
+
+        let (stream, bucket, table) = fakes_with_nine_records();
+        // Records 1-5 are in no object; 6-9 are.
+        let archived = object_in(SHARD, MINUTE_MILLIS, 6, 9, CompressionCodec::None);
+        bucket
+            .objects
+            .lock()
+            .unwrap()
+            .insert(archived.key, bytes::Bytes::from_static(b""));
+        let clients = fake_aws::clients(stream, bucket, table);
+        LeaseTable::new(clients.dynamodb.clone(), "leases")
+            .create_lease(&Lease::new(SHARD, Checkpoint::SequenceNumber(n(9)), vec![]))
+            .await
+            .unwrap();
+        let plan = |since_millis: Option<i64>| Plan {
+            bucket: "bucket".to_owned(),
+            prefix: "p".to_owned(),
+            list_prefix: "p/".to_owned(),
+            stream: Some(StreamRef::Name("s".to_owned())),
+            lease_table: Some("leases".to_owned()),
+            deep: false,
+            since: since_millis.map(|millis| DateTime::from_timestamp_millis(millis).unwrap()),
+            from_first_archived: false,
+        };
+        let checked = |audit: &Audit| {
+            let GapOutcome::Checked { shards, .. } = &audit.gaps else {
+                panic!("gaps not checked:\n{}", audit.render());
+            };
+            (shards[0].checked, missing(&shards[0]))
+        };
+
+        let whole = audit(&plan(None), &clients, false).await.unwrap();
+        assert_eq!(checked(&whole), (9, vec![(1, 5, 5)]), "{}", whole.render());
+
+        let recent = audit(&plan(Some(MINUTE_MILLIS + 6_000)), &clients, false)
+            .await
+            .unwrap();
+        let text = recent.render();
+        assert_eq!(checked(&recent), (4, vec![]), "{text}");
+        assert!(recent.is_exact(), "{text}");
+        assert!(
+            text.contains(&format!("{SHARD}: 4 records checked from 6 (arrived ")),
+            "{text}"
+        );
+
+        // The server starts at the whole second (record 6); records that
+        // arrived before `since` are still not checked.
+        let between = audit(&plan(Some(MINUTE_MILLIS + 6_500)), &clients, false)
+            .await
+            .unwrap();
+        assert_eq!(checked(&between), (3, vec![]), "{}", between.render());
+
+        let earlier = audit(&plan(Some(MINUTE_MILLIS + 4_000)), &clients, false)
+            .await
+            .unwrap();
+        assert_eq!(
+            checked(&earlier),
+            (6, vec![(4, 5, 2)]),
+            "{}",
+            earlier.render()
         );
     }
 

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use chrono::{DateTime, SecondsFormat};
+use chrono::{DateTime, SecondsFormat, Utc};
 use sequence_range::SequenceRange;
 
 use super::body::DeepSummary;
@@ -97,25 +97,33 @@ impl Audit {
                  cannot show a missing record, Kinesis sequence numbers are not consecutive)"
                 .to_owned(),
             GapOutcome::Skipped(reason) => format!("skipped: {reason}"),
-            GapOutcome::Checked { shards, .. } => {
+            GapOutcome::Checked { shards, since, .. } => {
                 let runs: usize = shards.iter().map(|s| s.gaps.len()).sum();
                 let checked: u64 = shards.iter().map(|s| s.checked).sum();
+                let from = match since {
+                    Some(since) => format!("from {}", since_text(*since)),
+                    None => "from each shard's oldest retained record".to_owned(),
+                };
                 format!(
-                    "{} missing records in {runs} runs ({checked} records checked, from each \
-                     shard's oldest retained record)",
+                    "{} missing records in {runs} runs ({checked} records checked, {from})",
                     self.missing_records()
                 )
             }
         };
         let _ = writeln!(out, "gaps:         {gaps_line}");
 
-        if let GapOutcome::Checked { shards, notes } = &self.gaps {
+        if let GapOutcome::Checked {
+            shards,
+            notes,
+            since,
+        } = &self.gaps
+        {
             let _ = writeln!(out, "shards checked:");
             for note in notes {
                 let _ = writeln!(out, "  {note}");
             }
             for shard in shards {
-                let _ = writeln!(out, "  {}", shard_line(shard));
+                let _ = writeln!(out, "  {}", shard_line(shard, *since));
                 for note in &shard.notes {
                     let _ = writeln!(out, "    {note}");
                 }
@@ -201,13 +209,19 @@ impl Audit {
     }
 }
 
-fn shard_line(shard: &ShardGapResult) -> String {
-    let from = match &shard.oldest {
-        Some((sequence_number, arrival)) => format!(
+fn shard_line(shard: &ShardGapResult, since: Option<DateTime<Utc>>) -> String {
+    let from = match (&shard.oldest, since) {
+        (Some((sequence_number, arrival)), None) => format!(
             "from the oldest retained record {sequence_number} (arrived {})",
             millis_text(*arrival)
         ),
-        None => "no record retained".to_owned(),
+        (Some((sequence_number, arrival)), Some(since)) => format!(
+            "from {sequence_number} (arrived {}, the first since {})",
+            millis_text(*arrival),
+            since_text(since)
+        ),
+        (None, None) => "no record retained".to_owned(),
+        (None, Some(since)) => format!("no record since {}", since_text(since)),
     };
     let to = match &shard.bound {
         Bound::ShardEnd => "to SHARD_END".to_owned(),
@@ -259,6 +273,11 @@ fn gap_line(gap: &Gap) -> String {
 /// `yyyy-MM-ddTHH:mmZ`.
 pub(super) fn minute_text(minute: Minute) -> String {
     format!("{}Z", minute.rfc3339_prefix().trim_end_matches(':'))
+}
+
+/// `--since` as given, in UTC.
+fn since_text(since: DateTime<Utc>) -> String {
+    since.to_rfc3339_opts(SecondsFormat::AutoSi, true)
 }
 
 /// RFC 3339 with milliseconds.
@@ -346,6 +365,7 @@ mod tests {
             GapOutcome::Checked {
                 shards: vec![missing_run],
                 notes: vec![],
+                since: None,
             },
         );
         assert!(!bad.is_exact());

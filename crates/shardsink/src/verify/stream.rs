@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
 use sequence_range::SequenceNumber;
 use shard_lease::{Checkpoint, LeaseTable};
@@ -43,6 +44,9 @@ pub(super) enum GapOutcome {
         shards: Vec<ShardGapResult>,
         /// Stream-level facts: the lease table, shards not checked.
         notes: Vec<String>,
+        /// `--since`: where each shard was read from, if not its oldest
+        /// retained record.
+        since: Option<DateTime<Utc>>,
     },
 }
 
@@ -139,7 +143,7 @@ pub(super) async fn check_gaps(
                 });
             };
             async move {
-                let result = read_shard(kinesis, check, progress).await;
+                let result = read_shard(kinesis, check, plan.since, progress).await;
                 done.fetch_add(1, AtomicOrdering::Relaxed);
                 phase.line(format!(
                     "checked shard {}: {} records",
@@ -157,19 +161,28 @@ pub(super) async fn check_gaps(
     GapOutcome::Checked {
         shards: results,
         notes,
+        since: plan.since,
     }
 }
 
-/// Reads a shard from `TRIM_HORIZON` into `check` until the bound, the
-/// shard's end, or caught up; at least [`MIN_CALL_INTERVAL`] between calls,
-/// backing off on throttling and transient errors. `progress` is told how
-/// many records each call returned.
+/// Reads a shard from `TRIM_HORIZON` (or, with `since`, from `AT_TIMESTAMP`)
+/// into `check` until the bound, the shard's end, or caught up; at least
+/// [`MIN_CALL_INTERVAL`] between calls, backing off on throttling and
+/// transient errors. `progress` is told how many records each call returned.
+///
+/// With `since`, leading records whose `ApproximateArrivalTimestamp` is
+/// before it are skipped here too: servers resolve `AT_TIMESTAMP` coarsely
+/// (kinesis-mock to the second), and `--since` promises that nothing
+/// older is checked.
 async fn read_shard(
     kinesis: &Kinesis,
     mut check: ShardGapCheck,
+    since: Option<DateTime<Utc>>,
     progress: impl Fn(u64),
 ) -> ShardGapResult {
     let shard_id = check.shard_id.clone();
+    let start = since.map_or(StartingPosition::TrimHorizon, StartingPosition::AtTimestamp);
+    let mut skip_before = since.map(|t| t.timestamp_millis());
     let mut iterator: Option<String> = None;
     let mut last: Option<String> = None;
     let mut backoff = Backoff::transient();
@@ -185,7 +198,7 @@ async fn read_shard(
                     Some(sequence_number) => {
                         StartingPosition::AfterSequenceNumber(sequence_number.clone())
                     }
-                    None => StartingPosition::TrimHorizon,
+                    None => start.clone(),
                 };
                 kinesis.get_shard_iterator(&shard_id, &position).await
             }
@@ -235,6 +248,13 @@ async fn read_shard(
                 .approximate_arrival_timestamp
                 .and_then(|t| t.to_millis().ok())
                 .unwrap_or(0);
+            match skip_before {
+                Some(since) if arrival < since => {
+                    last = Some(record.sequence_number);
+                    continue;
+                }
+                _ => skip_before = None,
+            }
             let flow = match SequenceNumber::parse(&record.sequence_number) {
                 Ok(sequence_number) => check.observe(sequence_number, arrival),
                 // Kinesis never returns one; it could not be in any range.
