@@ -455,6 +455,14 @@ impl Worker {
             if token.is_cancelled() {
                 break;
             }
+            // A lease lost while this process was frozen (SIGSTOP, a long
+            // pause) can be planned as a steal before its old task has
+            // noticed the loss and stopped: one task per shard, so it is
+            // taken again only after that task ended.
+            if self.held.contains_key(&lease.lease_key) {
+                debug!(shard_id = %lease.lease_key, "the shard's previous task is still stopping; not taking it this round");
+                continue;
+            }
             let taken_at = Instant::now();
             match self.table.take_lease(&lease, &me).await {
                 Ok(taken) => {

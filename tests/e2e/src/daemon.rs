@@ -389,6 +389,23 @@ impl Daemon {
         self.terminate()?;
         self.wait_exit(timeout).await
     }
+
+    /// [`Daemon::wait_exit`] for a process told to stop (SIGTERM): the exit
+    /// must be code 0 (flushed, checkpointed, released).
+    ///
+    /// # Errors
+    /// Still running after `timeout`, or another exit (with the log tail).
+    pub async fn wait_exit_ok(&mut self, timeout: Duration) -> Result<()> {
+        let status = self.wait_exit(timeout).await?;
+        if status.code() != Some(0) {
+            bail!(
+                "shardsink (pid {}) exited with {status} after SIGTERM, expected code 0; log:\n{}",
+                self.pid(),
+                self.log_tail(60)
+            );
+        }
+        Ok(())
+    }
 }
 
 impl Drop for Daemon {

@@ -1,7 +1,7 @@
 //! Test fixtures: streams, buckets and the lease table — creating them,
 //! reading them, and breaking them (deleting or emptying the lease table).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use crate::env::TestEnv;
@@ -28,6 +28,9 @@ pub struct ShardInfo {
     /// numerically (kinesis-mock reports `9223372036854775807` for closed
     /// parents).
     pub ending_sequence_number: Option<String>,
+    /// The shard's hash key range, `(starting, ending)` hash key (128-bit
+    /// numbers the API sends as decimal text).
+    pub hash_key_range: (u128, u128),
 }
 
 /// Creates a provisioned stream with `shard_count` shards and waits until it
@@ -46,23 +49,7 @@ pub async fn create_stream(env: &TestEnv, name: &str, shard_count: i32) -> Resul
         .send()
         .await
         .with_context(|| format!("failed to create stream {name}"))?;
-    wait_until(
-        scaled(Duration::from_secs(60)),
-        &format!("stream {name} ACTIVE"),
-        || async {
-            let summary = env
-                .kinesis
-                .describe_stream_summary()
-                .stream_name(name)
-                .send()
-                .await
-                .context("failed to describe stream")?;
-            Ok(summary
-                .stream_description_summary()
-                .is_some_and(|s| s.stream_status() == &StreamStatus::Active))
-        },
-    )
-    .await?;
+    wait_stream_active(env, name, scaled(Duration::from_secs(60))).await?;
     let shards = list_shards(env, name).await?;
     if shards.len() != usize::try_from(shard_count).unwrap_or_default() {
         bail!(
@@ -79,7 +66,8 @@ pub async fn create_stream(env: &TestEnv, name: &str, shard_count: i32) -> Resul
 /// API: <https://docs.aws.amazon.com/kinesis/latest/APIReference/API_ListShards.html>
 ///
 /// # Errors
-/// Any AWS error.
+/// Any AWS error; a shard without a hash key range or with one that is not
+/// a 128-bit decimal number.
 pub async fn list_shards(env: &TestEnv, stream: &str) -> Result<Vec<ShardInfo>> {
     let mut shards = Vec::new();
     let mut next_token: Option<String> = None;
@@ -95,6 +83,13 @@ pub async fn list_shards(env: &TestEnv, stream: &str) -> Result<Vec<ShardInfo>> 
             .with_context(|| format!("failed to list shards of {stream}"))?;
         for shard in output.shards() {
             let range = shard.sequence_number_range();
+            let hash_key = |key: &str| {
+                key.parse::<u128>()
+                    .with_context(|| format!("bad hash key {key} of {}", shard.shard_id()))
+            };
+            let hash_key_range = shard
+                .hash_key_range()
+                .with_context(|| format!("{} has no hash key range", shard.shard_id()))?;
             shards.push(ShardInfo {
                 shard_id: shard.shard_id().to_owned(),
                 parent_shard_id: shard.parent_shard_id().map(str::to_owned),
@@ -104,6 +99,10 @@ pub async fn list_shards(env: &TestEnv, stream: &str) -> Result<Vec<ShardInfo>> 
                 ending_sequence_number: range
                     .and_then(|r| r.ending_sequence_number())
                     .map(str::to_owned),
+                hash_key_range: (
+                    hash_key(hash_key_range.starting_hash_key())?,
+                    hash_key(hash_key_range.ending_hash_key())?,
+                ),
             });
         }
         match output.next_token() {
@@ -113,6 +112,46 @@ pub async fn list_shards(env: &TestEnv, stream: &str) -> Result<Vec<ShardInfo>> 
     }
     shards.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
     Ok(shards)
+}
+
+/// The open shards of a stream (no ending sequence number), each with its
+/// hash key range `(starting hash key, ending hash key)`, by shard id: what
+/// a test needs to pick a shard to split or two adjacent shards to merge.
+///
+/// # Errors
+/// As [`list_shards`].
+pub async fn open_shard_hash_ranges(
+    env: &TestEnv,
+    stream: &str,
+) -> Result<BTreeMap<String, (u128, u128)>> {
+    Ok(list_shards(env, stream)
+        .await?
+        .into_iter()
+        .filter(|shard| shard.ending_sequence_number.is_none())
+        .map(|shard| (shard.shard_id, shard.hash_key_range))
+        .collect())
+}
+
+/// Waits until the stream is `ACTIVE` (after it was created, split or merged).
+///
+/// API: <https://docs.aws.amazon.com/kinesis/latest/APIReference/API_DescribeStreamSummary.html>
+///
+/// # Errors
+/// The stream not `ACTIVE` within `timeout` (with the last AWS error).
+pub async fn wait_stream_active(env: &TestEnv, stream: &str, timeout: Duration) -> Result<()> {
+    wait_until(timeout, &format!("stream {stream} ACTIVE"), || async {
+        let summary = env
+            .kinesis
+            .describe_stream_summary()
+            .stream_name(stream)
+            .send()
+            .await
+            .context("failed to describe stream")?;
+        Ok(summary
+            .stream_description_summary()
+            .is_some_and(|s| s.stream_status() == &StreamStatus::Active))
+    })
+    .await
 }
 
 /// Deletes a stream (best effort: a missing stream is not an error).
@@ -188,30 +227,42 @@ pub async fn create_bucket(env: &TestEnv, name: &str, versioning: Versioning) ->
     Ok(())
 }
 
-/// Deletes the lease table and waits until it is gone. Returns whether it
-/// existed.
+/// Deletes the lease table and waits until the deletion took effect: the
+/// table is gone, or it is there again with another creation time (a running
+/// worker recreated it). Returns whether it existed.
 ///
 /// API: <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_DeleteTable.html>
 ///
 /// # Errors
-/// Any AWS error other than "not found"; the table still existing after 60 s.
+/// Any AWS error other than "not found"; the same table still there after
+/// 60 s (scaled).
 pub async fn delete_lease_table(env: &TestEnv, table: &str) -> Result<bool> {
-    match env.dynamodb.delete_table().table_name(table).send().await {
-        Ok(_) => {}
+    let created = |output: &aws_sdk_dynamodb::operation::describe_table::DescribeTableOutput| {
+        output.table().and_then(|t| t.creation_date_time()).copied()
+    };
+    let before = match env.dynamodb.describe_table().table_name(table).send().await {
+        Ok(output) => created(&output),
         Err(err) => {
             let err = err.into_service_error();
             if err.is_resource_not_found_exception() {
                 return Ok(false);
             }
-            return Err(err).with_context(|| format!("failed to delete table {table}"));
+            return Err(err).with_context(|| format!("failed to describe table {table}"));
         }
+    };
+    if let Err(err) = env.dynamodb.delete_table().table_name(table).send().await {
+        let err = err.into_service_error();
+        if err.is_resource_not_found_exception() {
+            return Ok(false);
+        }
+        return Err(err).with_context(|| format!("failed to delete table {table}"));
     }
     wait_until(
         scaled(Duration::from_secs(60)),
-        &format!("table {table} deleted"),
+        &format!("table {table} deleted (or recreated)"),
         || async {
             match env.dynamodb.describe_table().table_name(table).send().await {
-                Ok(_) => Ok(false),
+                Ok(output) => Ok(created(&output) != before),
                 Err(err) => {
                     let err = err.into_service_error();
                     if err.is_resource_not_found_exception() {

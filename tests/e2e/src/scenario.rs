@@ -196,14 +196,8 @@ pub async fn stop_gracefully(daemon: &mut Daemon, timeout: Duration) -> Result<(
             daemon.log_tail(60)
         );
     }
-    let status = daemon.terminate_and_wait(timeout).await?;
-    if status.code() != Some(0) {
-        bail!(
-            "shardsink exited with {status} after SIGTERM, expected code 0; log:\n{}",
-            daemon.log_tail(60)
-        );
-    }
-    Ok(())
+    daemon.terminate()?;
+    daemon.wait_exit_ok(timeout).await
 }
 
 /// The usual end of a run: [`wait_for_archive`], then [`stop_gracefully`]

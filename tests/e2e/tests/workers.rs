@@ -201,16 +201,9 @@ async fn rolling_restart_hands_leases_over_within_a_renewal_interval() {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let status = daemon
-            .wait_exit(scaled(Duration::from_secs(40)))
-            .await
-            .unwrap();
-        assert_eq!(
-            status.code(),
-            Some(0),
-            "{id} after SIGTERM:\n{}",
-            daemon.log_tail(40)
-        );
+        if let Err(error) = daemon.wait_exit_ok(scaled(Duration::from_secs(40))).await {
+            panic!("{id}: {error:#}");
+        }
         println!("{id} restarted; its shards were idle for {idle:?}");
         for (shard, gap) in &idle {
             assert!(
