@@ -781,6 +781,7 @@ mod tests {
     use std::sync::Mutex;
     use std::sync::atomic::Ordering;
 
+    use aws_sdk_dynamodb::types::AttributeValue;
     use sequence_range::SequenceNumber;
     use tokio::sync::oneshot;
 
@@ -827,6 +828,107 @@ mod tests {
         (stop, task)
     }
 
+    /// In-memory Kinesis, S3 and DynamoDB; `shards` shards of `per_shard`
+    /// records each, two seconds apart.
+    fn fakes_with_records(
+        shards: u64,
+        per_shard: u64,
+    ) -> (Arc<FakeStream>, Arc<FakeBucket>, Arc<FakeTable>) {
+        let stream = Arc::new(FakeStream::default());
+        let base =
+            SequenceNumber::parse("49590338271490256608559692538361571095921575989136588898")
+                .unwrap();
+        for s in 0..shards {
+            let shard = stream.shard(&format!("shardId-{s:012}"));
+            for i in 1..=per_shard {
+                let seq = SequenceNumber::from(base.as_biguint() + i * 1_000).to_string();
+                shard.push(&seq, PAST + i as i64 * 2_000, format!("{s}-{i}").as_bytes());
+            }
+        }
+        (stream, Default::default(), Default::default())
+    }
+
+    /// Every one of `records` records is in exactly one line of the bucket.
+    fn assert_each_record_once(bucket: &FakeBucket, records: u64) {
+        let mut seen: BTreeMap<(String, String), usize> = BTreeMap::new();
+        for (_, line) in bucket.lines() {
+            let id = (
+                line["shardId"].as_str().unwrap().to_owned(),
+                line["sequenceNumber"].as_str().unwrap().to_owned(),
+            );
+            *seen.entry(id).or_default() += 1;
+        }
+        assert_eq!(seen.len() as u64, records, "every record in S3");
+        assert!(
+            seen.values().all(|n| *n == 1),
+            "no record twice: {:?}",
+            seen.iter().filter(|(_, n)| **n > 1).collect::<Vec<_>>()
+        );
+    }
+
+    /// Another worker steals both leases of this one. Until this worker's
+    /// tasks notice (at their next renewal or conditional write), the table
+    /// shows the other worker above its target, so the plan steals one back:
+    /// it must wait until the old task of that shard stopped — one task per
+    /// shard — then take it over cleanly.
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_shard_is_not_taken_back_before_its_task_stopped() {
+        let (shards, per_shard) = (2, 40);
+        let (stream, bucket, table) = fakes_with_records(shards, per_shard);
+        let (stop, worker) = start(
+            settings("worker-a"),
+            fake_aws::clients(stream, bucket.clone(), table.clone()),
+        );
+        let mut owned = false;
+        for _ in 0..100 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if owners(&table).get("worker-a") == Some(&2) {
+                owned = true;
+                break;
+            }
+        }
+        assert!(
+            owned,
+            "worker-a never took both leases: {:?}",
+            owners(&table)
+        );
+        // Right after a renewal, with nothing left to write: the next scan
+        // (every 400 ms) comes before the next renewal (every 667 ms).
+        let counters = || -> Vec<String> {
+            table
+                .items
+                .lock()
+                .unwrap()
+                .values()
+                .filter_map(|item| item.get("leaseCounter")?.as_n().ok().cloned())
+                .collect()
+        };
+        while bucket.lines().len() < (shards * per_shard) as usize {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let before = counters();
+        while counters() == before {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        for item in table.items.lock().unwrap().values_mut() {
+            if item.contains_key("leaseOwner") {
+                let counter: u64 = item["leaseCounter"].as_n().unwrap().parse().unwrap();
+                item.insert(
+                    "leaseOwner".to_owned(),
+                    AttributeValue::S("worker-b".to_owned()),
+                );
+                item.insert(
+                    "leaseCounter".to_owned(),
+                    AttributeValue::N((counter + 1).to_string()),
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        let _ = stop.send(());
+        worker.await.unwrap().unwrap();
+        assert_each_record_once(&bucket, shards * per_shard);
+    }
+
     fn owners(table: &FakeTable) -> BTreeMap<String, usize> {
         let mut counts = BTreeMap::new();
         for (key, item) in table.items.lock().unwrap().iter() {
@@ -849,23 +951,8 @@ mod tests {
     /// hold. At the end every record is in S3 exactly once.
     #[tokio::test(start_paused = true)]
     async fn two_workers_share_shards_under_throttling_without_double_writes() {
-        let (stream, bucket, table) = (
-            Arc::new(FakeStream::default()),
-            Arc::new(FakeBucket::default()),
-            Arc::new(FakeTable::default()),
-        );
-        let base =
-            SequenceNumber::parse("49590338271490256608559692538361571095921575989136588898")
-                .unwrap();
-        let shards = 4u64;
-        let per_shard = 40u64;
-        for s in 0..shards {
-            let shard = stream.shard(&format!("shardId-{s:012}"));
-            for i in 1..=per_shard {
-                let seq = SequenceNumber::from(base.as_biguint() + i * 1_000).to_string();
-                shard.push(&seq, PAST + i as i64 * 2_000, format!("{s}-{i}").as_bytes());
-            }
-        }
+        let (shards, per_shard) = (4, 40);
+        let (stream, bucket, table) = fakes_with_records(shards, per_shard);
         table.throttle_every.store(3, Ordering::SeqCst);
         let violations = Arc::new(Mutex::new(Vec::new()));
         let (rows, seen) = (table.clone(), violations.clone());
@@ -910,20 +997,7 @@ mod tests {
         b.await.unwrap().unwrap();
 
         assert_eq!(*violations.lock().unwrap(), Vec::<String>::new());
-        let mut seen: BTreeMap<(String, String), usize> = BTreeMap::new();
-        for (_, line) in bucket.lines() {
-            let id = (
-                line["shardId"].as_str().unwrap().to_owned(),
-                line["sequenceNumber"].as_str().unwrap().to_owned(),
-            );
-            *seen.entry(id).or_default() += 1;
-        }
-        assert_eq!(seen.len() as u64, shards * per_shard, "every record in S3");
-        assert!(
-            seen.values().all(|n| *n == 1),
-            "no record twice: {:?}",
-            seen.iter().filter(|(_, n)| **n > 1).collect::<Vec<_>>()
-        );
+        assert_each_record_once(&bucket, shards * per_shard);
         assert_eq!(
             owners(&table).get(""),
             Some(&4),
