@@ -8,6 +8,14 @@ use chrono::{DateTime, Utc};
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{Parser, ValueEnum};
 
+/// The shortest `--failover-time`: a writer stops sending a PUT one second
+/// before its lease could move, so below two seconds almost nothing fits.
+pub const MIN_FAILOVER_TIME: Duration = Duration::from_secs(2);
+
+/// The longest `--failover-time` (one hour): beyond it a dead worker's
+/// shards would wait hours to move.
+pub const MAX_FAILOVER_TIME: Duration = Duration::from_secs(3_600);
+
 /// Most records one GetRecords call may return (Kinesis API reference,
 /// GetRecords `Limit`: 1 to 10,000).
 pub const MAX_GET_RECORDS_LIMIT: i32 = 10_000;
@@ -420,8 +428,17 @@ impl Config {
                 ));
             }
         }
-        if self.failover_time < Duration::from_millis(300) {
-            return Err(ConfigError::new("failover-time", "must be at least 300ms"));
+        // Every PUT must end a margin (1 s) before the lease could move, so
+        // shorter times leave no room to write; far longer ones only delay
+        // failover (and would overflow deadline arithmetic).
+        if !(MIN_FAILOVER_TIME..=MAX_FAILOVER_TIME).contains(&self.failover_time) {
+            return Err(ConfigError::new(
+                "failover-time",
+                format!(
+                    "{:?} is outside {MIN_FAILOVER_TIME:?}..={MAX_FAILOVER_TIME:?}",
+                    self.failover_time
+                ),
+            ));
         }
         let lease_renewal_interval = self
             .lease_renewal_interval
@@ -858,6 +875,18 @@ mod tests {
                     "docs/CONFIGURATION.md lacks the default {default} of --{flag}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn failover_time_leaves_room_to_write() {
+        let failover =
+            |value: &str| valid(&["--failover-time", value]).map(|s| s.config.failover_time);
+        assert_eq!(failover("2s").unwrap(), Duration::from_secs(2));
+        assert_eq!(failover("1h").unwrap(), Duration::from_secs(3_600));
+        for bad in ["1s", "500ms", "2h"] {
+            let err = failover(bad).unwrap_err();
+            assert_eq!(err.flag, "--failover-time", "{bad}");
         }
     }
 

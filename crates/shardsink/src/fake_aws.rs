@@ -107,6 +107,8 @@ impl FakeShard {
 #[derive(Debug, Default)]
 pub struct FakeStream {
     shards: Mutex<BTreeMap<String, Arc<FakeShard>>>,
+    /// The next this-many ListShards calls fail with a 500.
+    pub failing_lists: AtomicUsize,
 }
 
 impl FakeStream {
@@ -269,12 +271,18 @@ fn kinesis_client(stream: Arc<FakeStream>) -> aws_sdk_kinesis::Client {
         MockResponse::Output(output.build().unwrap())
     });
     let s3 = stream.clone();
-    let list = mock!(Client::list_shards).then_compute_output(move |_| {
+    let list = mock!(Client::list_shards).then_compute_response(move |_| {
+        if take_one(&s3.failing_lists) {
+            return MockResponse::Http(http(
+                500,
+                r#"{"__type":"InternalFailure","message":"fake"}"#,
+            ));
+        }
         let shards = lock(&s3.shards)
             .keys()
             .map(|id| Shard::builder().shard_id(id).build().unwrap())
             .collect();
-        ListShardsOutput::builder().set_shards(Some(shards)).build()
+        MockResponse::Output(ListShardsOutput::builder().set_shards(Some(shards)).build())
     });
     let describe = mock!(Client::describe_stream_summary).then_output(|| {
         DescribeStreamSummaryOutput::builder()

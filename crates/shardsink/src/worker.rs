@@ -365,13 +365,10 @@ impl Worker {
     /// table, create missing leases, delete ended ones past retention, and
     /// take or steal leases per [`plan_takes`].
     async fn sync(&mut self, token: &CancellationToken) -> Result<(), anyhow::Error> {
-        let now = Instant::now();
         let list_due = self
             .shards_listed_at
-            .is_none_or(|at| now.duration_since(at) >= self.settings.config.shard_sync_interval);
-        if list_due {
-            self.list_shards().await?;
-        }
+            .is_none_or(|at| at.elapsed() >= self.settings.config.shard_sync_interval);
+        let listed = list_due && self.list_shards().await?;
         let scan = match self.table.scan().await {
             Ok(scan) => scan,
             Err(LeaseError::TableMissing { table }) => {
@@ -383,10 +380,14 @@ impl Worker {
         };
         let mut leases = scan.leases;
         self.create_missing_leases(&mut leases).await?;
-        if list_due {
-            self.remove_ended_leases(&mut leases).await;
-        }
+        // Observed now, after the scan and the creations: never earlier than
+        // the rows were read, so an expiry measured from here is never
+        // shorter than the failover time.
+        let now = Instant::now();
         self.expiry.observe(&leases, now);
+        if listed {
+            self.remove_ended_leases(&mut leases, now).await;
+        }
         self.worker_expiry.observe_counters(
             scan.workers
                 .iter()
@@ -482,8 +483,13 @@ impl Worker {
         Ok(())
     }
 
-    /// Reads the shard list (ListShards); keeps the last one on failure.
-    async fn list_shards(&mut self) -> anyhow::Result<()> {
+    /// Reads the shard list (ListShards). Returns whether it was read: on
+    /// failure the last list is kept (and the next try waits a shard sync
+    /// interval), but nothing may be concluded from a shard missing from it.
+    ///
+    /// # Errors
+    /// A failure before any list was read.
+    async fn list_shards(&mut self) -> anyhow::Result<bool> {
         match self.kinesis.list_shards().await {
             Ok(shards) => {
                 if shards != self.shards {
@@ -491,12 +497,13 @@ impl Worker {
                 }
                 self.shards = shards;
                 self.shards_listed_at = Some(Instant::now());
-                Ok(())
+                Ok(true)
             }
             Err(err) if self.shards.is_empty() => Err(err).context("failed to list shards"),
             Err(err) => {
                 warn!(error = %error_chain(&err), "listing shards failed; using the last list");
-                Ok(())
+                self.shards_listed_at = Some(Instant::now());
+                Ok(false)
             }
         }
     }
@@ -576,15 +583,28 @@ impl Worker {
     }
 
     /// Deletes leases of ended shards past their retention (see
-    /// [`ShardGraph::is_removable`]); failures are logged and retried at the
-    /// next shard sync.
-    async fn remove_ended_leases(&mut self, leases: &mut Vec<Lease>) {
+    /// [`ShardGraph::is_removable`]), given a shard list read this round;
+    /// failures are logged and retried at the next shard sync. A lease not
+    /// at `SHARD_END` goes only once its counter stood still for the
+    /// failover time (observed at `now`): a lease some worker still renews
+    /// is never deleted from under it.
+    async fn remove_ended_leases(&mut self, leases: &mut Vec<Lease>, now: Instant) {
         let removable: Vec<Lease> = {
             let graph = ShardGraph::new(&self.shards, leases);
             let retention = self.settings.config.ended_lease_retention;
+            let failover = self.settings.config.failover_time;
             leases
                 .iter()
-                .filter(|lease| graph.is_removable(lease, SystemTime::now(), retention))
+                .filter(|lease| {
+                    graph.is_removable(lease, SystemTime::now(), retention)
+                        && (lease.checkpoint.is_shard_end()
+                            || self.expiry.is_stale(
+                                &lease.lease_key,
+                                lease.lease_counter,
+                                now,
+                                failover,
+                            ))
+                })
                 .cloned()
                 .collect()
         };
@@ -927,6 +947,46 @@ mod tests {
         let _ = stop.send(());
         worker.await.unwrap().unwrap();
         assert_each_record_once(&bucket, shards * per_shard);
+    }
+
+    /// A lease whose shard is missing from the shard list is deleted only
+    /// when that list was read this round and nobody renews the lease: a
+    /// failed ListShards (the last list kept, perhaps from before a
+    /// reshard) deletes nothing.
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_shard_list_deletes_no_lease() {
+        use shard_lease::{Checkpoint, Lease, LeaseTable};
+
+        let (stream, bucket, table) = fakes_with_records(1, 5);
+        let clients = fake_aws::clients(stream.clone(), bucket, table.clone());
+        let mut settings = settings("worker-a");
+        settings.config.shard_sync_interval = Duration::from_secs(1);
+        let (stop, worker) = start(settings, clients.clone());
+        let has_row = |key: &str| table.items.lock().unwrap().contains_key(key);
+        while owners(&table).get("worker-a") != Some(&1) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // A child this worker's list does not show yet, as another worker
+        // would create it; and every ListShards fails from now on.
+        let child = "shardId-000000000009";
+        stream.failing_lists.store(usize::MAX, Ordering::SeqCst);
+        LeaseTable::new(clients.dynamodb.clone(), "shardsink-s")
+            .create_lease(&Lease::new(child, Checkpoint::TrimHorizon, vec![]))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert!(has_row(child), "deleted on the strength of a stale list");
+
+        // Lists read again, and the shard is not in the stream: the lease
+        // goes once it stood still for the failover time.
+        stream.failing_lists.store(0, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(
+            !has_row(child),
+            "a lease of a shard gone from the stream stays"
+        );
+        let _ = stop.send(());
+        worker.await.unwrap().unwrap();
     }
 
     fn owners(table: &FakeTable) -> BTreeMap<String, usize> {
