@@ -668,7 +668,11 @@ impl LeaseTable {
     }
 }
 
-/// `#owner = :me AND #counter = :counter` for a write by `held`'s owner.
+/// `#owner = :me AND #counter = :counter AND #token = :token` for a write
+/// by `held`'s owner. The token (of this owner's last write, which `held`
+/// holds) makes the fence exact: a lease re-created after a table loss and
+/// taken by another process with the same worker id can reach the same
+/// counter, but never the same random token.
 fn owner_condition(expr: &mut Expr, held: &Lease) -> String {
     debug_assert!(held.lease_owner.is_some(), "owner writes need an owner");
     let (owner, counter) = (expr.name(attr::LEASE_OWNER), expr.name(attr::LEASE_COUNTER));
@@ -676,7 +680,14 @@ fn owner_condition(expr: &mut Expr, held: &Lease) -> String {
         held.lease_owner.clone().unwrap_or_default(),
     ));
     let expected = expr.value(number(held.lease_counter));
-    format!("{owner} = {me} AND {counter} = {expected}")
+    let mut condition = format!("{owner} = {me} AND {counter} = {expected}");
+    // Rows written before tokens existed have none; the counter fences them.
+    if let Some(last) = &held.last_write_token {
+        let token = expr.name(attr::LAST_WRITE_TOKEN);
+        let last = expr.value(AttributeValue::S(last.clone()));
+        condition.push_str(&format!(" AND {token} = {last}"));
+    }
+    condition
 }
 
 /// The service error code of a failed call, if the service sent one.
@@ -813,6 +824,30 @@ mod tests {
         let after = table.checkpoint(&lease, &seq(200)).await.unwrap();
         assert_eq!(after, expected);
         assert_eq!(update.num_calls(), 1);
+    }
+
+    /// A row re-created and taken by another process with the same worker
+    /// id can reach this holder's counter; the token of the holder's last
+    /// write still tells them apart.
+    #[tokio::test]
+    async fn owner_writes_are_conditional_on_the_last_write_token() {
+        let mut lease = held(7, seq(100));
+        lease.last_write_token = Some("0123456789abcdef".to_owned());
+        let update = mock!(Client::update_item)
+            .match_requests(|input| {
+                condition_value(input, "lastWriteToken")
+                    == Some(AttributeValue::S("0123456789abcdef".into()))
+                    && condition_value(input, "leaseCounter") == Some(AttributeValue::N("7".into()))
+            })
+            .then_error(condition_failed);
+        let mut twin = lease.clone();
+        twin.last_write_token = Some("fedcba9876543210".to_owned());
+        let get = mock!(Client::get_item).then_output(move || get_output(Some(twin.clone())));
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&update, &get]);
+        let table = LeaseTable::new(client, "leases");
+        let err = table.renew_lease(&lease).await.unwrap_err();
+        assert!(err.is_lease_lost(), "{err}");
+        assert_eq!(update.num_calls(), 1, "the condition names the token");
     }
 
     #[tokio::test]

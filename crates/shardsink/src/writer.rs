@@ -317,7 +317,9 @@ impl BatchWriter {
                 return None;
             }
             // Deadline first: a worker resumed after a pause (SIGSTOP) past
-            // its deadline abandons the write before sending another byte.
+            // its deadline abandons the write as soon as this task runs. The
+            // HTTP connection is driven by a task of its own, which may send
+            // a little more of the body first (DESIGN.md, "Known limits").
             tokio::select! {
                 biased;
                 () = tokio::time::sleep_until(deadline) => {}
