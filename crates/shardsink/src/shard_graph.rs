@@ -8,10 +8,10 @@
 //!   position (its first record follows its parents' last).
 //! - A lease at `SHARD_END` is deleted once the shard has left the stream, or
 //!   once its retention has passed and every child has made progress — and a
-//!   shard whose children made progress never gets a lease again, so deleting
-//!   it cannot make it be read twice.
+//!   shard with a descendant that made progress never gets a lease again, so
+//!   deleting it cannot make it be read twice.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, SystemTime};
 
 use shard_lease::{Checkpoint, Lease};
@@ -70,14 +70,25 @@ impl<'a> ShardGraph<'a> {
         self.listed.contains_key(shard_id)
     }
 
-    /// Whether some child of `shard_id` has a lease that moved past its start
-    /// — proof that `shard_id` was read to its end.
+    /// Whether some descendant of `shard_id` (a child, or a child's child
+    /// when the child's ended lease was deleted in turn) has a lease that
+    /// moved past its start — proof that `shard_id` was read to its end,
+    /// since a shard starts only after its parents ended.
     fn child_progressed(&self, shard_id: &str) -> bool {
-        self.children.get(shard_id).is_some_and(|children| {
-            children
-                .iter()
-                .any(|c| self.leases.get(c).is_some_and(|l| progressed(l)))
-        })
+        let mut seen: HashSet<&str> = HashSet::new();
+        let mut next = vec![shard_id];
+        while let Some(id) = next.pop() {
+            for &child in self.children.get(id).into_iter().flatten() {
+                if !seen.insert(child) {
+                    continue;
+                }
+                if self.leases.get(child).is_some_and(|l| progressed(l)) {
+                    return true;
+                }
+                next.push(child);
+            }
+        }
+        false
     }
 
     /// Whether every parent of `lease`'s shard is done: it left the stream
@@ -237,6 +248,24 @@ mod tests {
         assert!(!graph.parents_done(&leases[0]));
         assert_eq!(graph.new_lease(&shards[0]), Some(NewLease::InitialPosition));
         assert_eq!(graph.new_lease(&shards[1]), None, "has one");
+    }
+
+    #[test]
+    fn a_grandparent_read_to_its_end_gets_no_lease_again() {
+        // Two reshards: g split into c (and another), c split into d. The
+        // ended leases of g and c were deleted; g and c are still listed.
+        let shards = [shard("g", &[]), shard("c", &["g"]), shard("d", &["c"])];
+        let leases = [lease("d", at(7), &["c"])];
+        let graph = ShardGraph::new(&shards, &leases);
+        assert_eq!(graph.new_lease(&shards[0]), None, "g was read to its end");
+        assert_eq!(graph.new_lease(&shards[1]), None, "c was read to its end");
+
+        // After a lost table nothing has progressed: each is read again, in
+        // order (g at the initial position, its descendants from the start).
+        let fresh = [lease("d", Checkpoint::TrimHorizon, &["c"])];
+        let graph = ShardGraph::new(&shards, &fresh);
+        assert_eq!(graph.new_lease(&shards[0]), Some(NewLease::InitialPosition));
+        assert_eq!(graph.new_lease(&shards[1]), Some(NewLease::Child));
     }
 
     #[test]
