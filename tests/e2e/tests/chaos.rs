@@ -1,7 +1,9 @@
 //! Chaos: everything an auditor would throw at shardsink, at once, at random
 //! (seeded) moments — then S3 read record by record.
 //!
-//! Three workers (distinct worker ids) archive one stream of 4–6 shards into
+//! Three workers (distinct worker ids, or sometimes two sharing one, as
+//! processes on one host with the default id do) archive one stream of 4–6
+//! shards into
 //! a versioned bucket while two producers write: a steady stream of small
 //! records, and a second one putting KPL aggregates and large records (up to
 //! the 1 MiB limit). For about 75 s, at random moments, one of these
@@ -9,7 +11,8 @@
 //! - a worker is SIGKILLed and restarted (same worker id) after 0–3 s;
 //! - a worker is frozen with SIGSTOP for 1–12 s (past the 4 s failover time
 //!   its leases move: it wakes up as a zombie), then SIGCONT;
-//! - a worker is SIGTERMed, must exit with code 0, and is restarted;
+//! - a worker is SIGTERMed, must exit with code 0, and is restarted — or,
+//!   sometimes, is SIGKILLed 0–0.4 s into its graceful shutdown;
 //! - the lease table is deleted, or emptied, under the running workers;
 //! - on the LocalStack profile only (moto cannot reshard), an open shard is
 //!   split in two, or two adjacent open shards are merged.
@@ -108,7 +111,14 @@ async fn chaos() {
         },
     );
     let odd = OddProducer::start(&env, &scenario.stream, seed ^ 0x9e37_79b9_7f4a_7c15);
-    let mut workers: Vec<Worker> = WORKERS
+    // Sometimes two processes share a worker id (as with the default, the
+    // host name, on one host): they contend, and must stay exact.
+    let mut ids = WORKERS;
+    if rng.random_bool(0.3) {
+        ids[2] = ids[1];
+        log.note(format!("two processes share the worker id {}", ids[1]));
+    }
+    let mut workers: Vec<Worker> = ids
         .iter()
         .map(|id| Worker::start(id, &base.clone().set("worker-id", *id)))
         .collect();
@@ -166,7 +176,7 @@ async fn chaos() {
                         false
                     } else {
                         let i = eligible[rng.random_range(0..eligible.len())];
-                        workers[i].act(action, &mut rng, &mut log);
+                        workers[i].act(action, &mut rng, &mut log).await;
                         true
                     }
                 }
@@ -441,7 +451,7 @@ impl Worker {
         }
     }
 
-    fn act(&mut self, action: Action, rng: &mut StdRng, log: &mut ActionLog) {
+    async fn act(&mut self, action: Action, rng: &mut StdRng, log: &mut ActionLog) {
         let who = self.describe();
         match action {
             Action::Kill => {
@@ -462,9 +472,23 @@ impl Worker {
             }
             Action::Terminate => {
                 let delay = random_ms(rng, 0..=3_000);
+                // Sometimes the shutdown is cut short, as when ECS's
+                // stopTimeout or systemd's TimeoutStopSec runs out.
+                let kill_after = rng.random_bool(0.3).then(|| random_ms(rng, 0..=400));
                 self.daemon_mut().terminate().unwrap();
                 log.note(format!("SIGTERM {who}; restart {delay:.1?} after it exits"));
                 self.state = State::Stopping(Instant::now(), delay);
+                if let Some(after) = kill_after {
+                    tokio::time::sleep(after).await;
+                    let daemon = self.daemon_mut();
+                    if daemon.exit_status().is_none() {
+                        daemon.kill().unwrap();
+                        log.note(format!(
+                            "SIGKILL {who} {after:.1?} into its graceful shutdown"
+                        ));
+                        self.state = State::Down(Instant::now() + delay);
+                    }
+                }
             }
             Action::LoseTable | Action::Reshard => unreachable!("not a worker action"),
         }
@@ -524,7 +548,7 @@ impl Worker {
             log.note(format!("SIGCONT {} (calm)", self.describe()));
             self.state = State::Running;
         }
-        if let State::Stopping(_, _) = self.state {
+        if let State::Stopping(..) = self.state {
             let who = self.describe();
             if let Err(error) = self
                 .daemon_mut()
