@@ -395,48 +395,18 @@ impl LeaseRow {
     }
 }
 
-/// Every row of the lease table (`Scan`, all pages, consistent read), sorted
-/// by `leaseKey`. A missing table gives an empty list.
+/// The `leaseKey` prefix of the daemon's worker heartbeat rows in the lease
+/// table.
+pub const WORKER_KEY_PREFIX: &str = "worker#";
+
+/// Every lease row of the lease table (`Scan`, all pages, consistent read;
+/// worker heartbeat rows left out), sorted by `leaseKey`. A missing table
+/// gives an empty list.
 ///
 /// API: <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Scan.html>
 ///
 /// # Errors
 /// Any other AWS error; a row without a string `leaseKey` or with a
-/// `leaseKey` prefix of the daemon's worker heartbeat rows in the lease table.
-pub const WORKER_KEY_PREFIX: &str = "worker#";
-
-/// The worker ids with a heartbeat row in `table` (live or not), sorted.
-///
-/// # Errors
-/// AWS errors other than a missing table (which gives an empty list).
-pub async fn read_worker_ids(env: &TestEnv, table: &str) -> Result<Vec<String>> {
-    let output = match env
-        .dynamodb
-        .scan()
-        .table_name(table)
-        .consistent_read(true)
-        .send()
-        .await
-    {
-        Ok(output) => output,
-        Err(err) => {
-            let err = err.into_service_error();
-            if err.is_resource_not_found_exception() {
-                return Ok(Vec::new());
-            }
-            return Err(err).with_context(|| format!("failed to scan lease table {table}"));
-        }
-    };
-    let mut ids: Vec<String> = output
-        .items()
-        .iter()
-        .filter_map(|item| item.get("leaseKey").and_then(|key| key.as_s().ok()))
-        .filter_map(|key| key.strip_prefix(WORKER_KEY_PREFIX).map(str::to_owned))
-        .collect();
-    ids.sort();
-    Ok(ids)
-}
-
 /// non-numeric `leaseCounter`.
 pub async fn read_lease_rows(env: &TestEnv, table: &str) -> Result<Vec<LeaseRow>> {
     let mut rows = Vec::new();
@@ -461,7 +431,7 @@ pub async fn read_lease_rows(env: &TestEnv, table: &str) -> Result<Vec<LeaseRow>
             }
         };
         for item in output.items() {
-            // Worker heartbeat rows share the table; see `read_worker_rows`.
+            // Worker heartbeat rows share the table.
             let is_worker = item
                 .get("leaseKey")
                 .and_then(|key| key.as_s().ok())

@@ -65,5 +65,7 @@ pub use daemon::{Daemon, Settings};
 pub use env::{TestEnv, unique_name};
 pub use fixtures::{LeaseRow, Versioning};
 pub use producer::{BackgroundProducer, ProducedRecord, RecordSpec};
-pub use scenario::{Scenario, archive_then_stop, stop_gracefully, wait_for_archive};
+pub use scenario::{
+    Scenario, archive_then_stop, archive_then_stop_all, stop_gracefully, wait_for_archive,
+};
 pub use wait::{scaled, wait_until};

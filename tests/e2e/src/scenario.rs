@@ -212,7 +212,27 @@ pub async fn archive_then_stop(
     daemon: &mut Daemon,
     timeout: Duration,
 ) -> Result<Archive> {
-    wait_for_archive(reader, produced, daemon, timeout).await?;
-    stop_gracefully(daemon, crate::scaled(Duration::from_secs(40))).await?;
+    archive_then_stop_all(reader, produced, vec![daemon], timeout).await
+}
+
+/// [`archive_then_stop`] for several workers: waits for the archive while
+/// watching the first (its log is shown if it exits), then stops each
+/// gracefully, in order, then reads the archive once more.
+///
+/// # Errors
+/// As [`archive_then_stop`]; also when `daemons` is empty.
+pub async fn archive_then_stop_all(
+    reader: &mut ArchiveReader,
+    produced: &[ProducedRecord],
+    mut daemons: Vec<&mut Daemon>,
+    timeout: Duration,
+) -> Result<Archive> {
+    let Some(lead) = daemons.first_mut() else {
+        bail!("no daemon to wait on");
+    };
+    wait_for_archive(reader, produced, lead, timeout).await?;
+    for daemon in daemons {
+        stop_gracefully(daemon, crate::scaled(Duration::from_secs(40))).await?;
+    }
     reader.read().await
 }

@@ -14,14 +14,13 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
 
-use anyhow::{Context as _, Result};
-use aws_sdk_kinesis::types::StreamStatus;
+use anyhow::Result;
 use shardsink_e2e::archive::Archive;
 use shardsink_e2e::check::{RecordId, exactly_once};
+use shardsink_e2e::fixtures::{open_shard_hash_ranges, wait_stream_active};
 use shardsink_e2e::producer::{BackgroundOptions, BackgroundProducer, ProducedRecord};
 use shardsink_e2e::{
-    Daemon, Scenario, TestEnv, Versioning, require_env, scaled, stop_gracefully, wait_for_archive,
-    wait_until,
+    Daemon, Scenario, TestEnv, Versioning, archive_then_stop_all, require_env, scaled,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -50,7 +49,7 @@ async fn split_and_merge_while_producing() {
             ..BackgroundOptions::default()
         },
     );
-    let mut daemons = vec![
+    let mut daemons = [
         Daemon::spawn(&base.clone().set("worker-id", "r1")).unwrap(),
         Daemon::spawn(&base.clone().set("worker-id", "r2")).unwrap(),
     ];
@@ -62,7 +61,9 @@ async fn split_and_merge_while_producing() {
     watch(&mut reader, &producer, &parents, Duration::from_secs(4))
         .await
         .unwrap();
-    let before = shard_ranges(&env, &scenario.stream).await.unwrap();
+    let before = open_shard_hash_ranges(&env, &scenario.stream)
+        .await
+        .unwrap();
     let (low, high) = before["shardId-000000000000"];
     env.kinesis
         .split_shard()
@@ -72,7 +73,9 @@ async fn split_and_merge_while_producing() {
         .send()
         .await
         .unwrap();
-    wait_active(&env, &scenario.stream).await.unwrap();
+    wait_stream_active(&env, &scenario.stream, scaled(Duration::from_secs(60)))
+        .await
+        .unwrap();
     record_parents(&env, &scenario.stream, &mut parents)
         .await
         .unwrap();
@@ -81,7 +84,9 @@ async fn split_and_merge_while_producing() {
         .await
         .unwrap();
 
-    let after_split = shard_ranges(&env, &scenario.stream).await.unwrap();
+    let after_split = open_shard_hash_ranges(&env, &scenario.stream)
+        .await
+        .unwrap();
     let upper_child = after_split
         .iter()
         .filter(|(id, _)| {
@@ -100,7 +105,9 @@ async fn split_and_merge_while_producing() {
         .send()
         .await
         .unwrap();
-    wait_active(&env, &scenario.stream).await.unwrap();
+    wait_stream_active(&env, &scenario.stream, scaled(Duration::from_secs(60)))
+        .await
+        .unwrap();
     record_parents(&env, &scenario.stream, &mut parents)
         .await
         .unwrap();
@@ -114,20 +121,14 @@ async fn split_and_merge_while_producing() {
         .unwrap();
 
     let produced = producer.stop().await.unwrap();
-    wait_for_archive(
+    let archive = archive_then_stop_all(
         &mut reader,
         &produced,
-        &mut daemons[0],
+        daemons.iter_mut().collect(),
         scaled(Duration::from_secs(180)),
     )
     .await
     .unwrap();
-    for daemon in &mut daemons {
-        stop_gracefully(daemon, scaled(Duration::from_secs(40)))
-            .await
-            .unwrap();
-    }
-    let archive = reader.read().await.unwrap();
     exactly_once(&produced, &archive).assert_exact();
     let problems = order_problems(&produced, &archive, &parents);
     assert!(
@@ -194,30 +195,6 @@ fn order_problems(
     problems
 }
 
-/// Shard id → (starting hash key, ending hash key).
-async fn shard_ranges(env: &TestEnv, stream: &str) -> Result<BTreeMap<String, (u128, u128)>> {
-    let output = env.kinesis.list_shards().stream_name(stream).send().await?;
-    let mut ranges = BTreeMap::new();
-    for shard in output.shards() {
-        let range = shard
-            .hash_key_range()
-            .context("shard without hash key range")?;
-        let open = shard
-            .sequence_number_range()
-            .is_none_or(|r| r.ending_sequence_number().is_none());
-        if open {
-            ranges.insert(
-                shard.shard_id().to_owned(),
-                (
-                    range.starting_hash_key().parse()?,
-                    range.ending_hash_key().parse()?,
-                ),
-            );
-        }
-    }
-    Ok(ranges)
-}
-
 /// Child shard → parents, from ListShards.
 async fn record_parents(
     env: &TestEnv,
@@ -237,31 +214,4 @@ async fn record_parents(
         }
     }
     Ok(())
-}
-
-async fn wait_active(env: &TestEnv, stream: &str) -> Result<()> {
-    let kinesis = env.kinesis.clone();
-    let stream = stream.to_owned();
-    wait_until(
-        scaled(Duration::from_secs(60)),
-        "stream ACTIVE after resharding",
-        move || {
-            let kinesis = kinesis.clone();
-            let stream = stream.clone();
-            async move {
-                let summary = kinesis
-                    .describe_stream_summary()
-                    .stream_name(&stream)
-                    .send()
-                    .await?;
-                Ok::<_, anyhow::Error>(
-                    summary
-                        .stream_description_summary()
-                        .map(|s| s.stream_status())
-                        == Some(&StreamStatus::Active),
-                )
-            }
-        },
-    )
-    .await
 }

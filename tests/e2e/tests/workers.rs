@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use shardsink_e2e::check::exactly_once;
 use shardsink_e2e::producer::{BackgroundOptions, BackgroundProducer, small_record_specs};
 use shardsink_e2e::{
-    Daemon, LeaseRow, Scenario, Settings, TestEnv, Versioning, require_env, scaled,
-    stop_gracefully, wait_for_archive, wait_until,
+    Daemon, LeaseRow, Scenario, Settings, TestEnv, Versioning, archive_then_stop_all, require_env,
+    scaled, stop_gracefully, wait_for_archive, wait_until,
 };
 
 /// Failover time the workers run with (the harness default).
@@ -117,20 +117,14 @@ async fn three_workers_spread_and_take_over_a_killed_one() {
     let produced = producer.stop().await.unwrap();
     let mut reader = scenario.archive_reader();
     let mut survivors: Vec<Daemon> = daemons.into_values().collect();
-    wait_for_archive(
+    let archive = archive_then_stop_all(
         &mut reader,
         &produced,
-        &mut survivors[0],
+        survivors.iter_mut().collect(),
         scaled(Duration::from_secs(120)),
     )
     .await
     .unwrap();
-    for daemon in &mut survivors {
-        stop_gracefully(daemon, scaled(Duration::from_secs(40)))
-            .await
-            .unwrap();
-    }
-    let archive = reader.read().await.unwrap();
     exactly_once(&produced, &archive).assert_exact();
     scenario.assert_nothing_overwritten().await;
     scenario.cleanup().await;
@@ -217,21 +211,15 @@ async fn rolling_restart_hands_leases_over_within_a_renewal_interval() {
 
     let produced = producer.stop().await.unwrap();
     let mut reader = scenario.archive_reader();
-    let lead = daemons.get_mut("w1").unwrap();
-    wait_for_archive(
+    // By id: w1 leads.
+    let archive = archive_then_stop_all(
         &mut reader,
         &produced,
-        lead,
+        daemons.values_mut().collect(),
         scaled(Duration::from_secs(120)),
     )
     .await
     .unwrap();
-    for daemon in daemons.values_mut() {
-        stop_gracefully(daemon, scaled(Duration::from_secs(40)))
-            .await
-            .unwrap();
-    }
-    let archive = reader.read().await.unwrap();
     exactly_once(&produced, &archive).assert_exact();
     scenario.assert_nothing_overwritten().await;
     scenario.cleanup().await;
