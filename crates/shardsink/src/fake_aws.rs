@@ -40,6 +40,10 @@ pub struct FakeShard {
     /// The next this-many GetRecords calls fail with
     /// `ProvisionedThroughputExceededException`.
     pub failing_reads: AtomicUsize,
+    /// `(index, n)`: the next `n` GetRecords calls at record `index` return
+    /// no records, `MillisBehindLatest` above 0 and an iterator still at
+    /// `index`, as Kinesis does over a stretch of a shard without records.
+    pub empty_reads_at: Mutex<Option<(usize, usize)>>,
 }
 
 impl FakeShard {
@@ -259,6 +263,19 @@ fn kinesis_client(stream: Arc<FakeStream>) -> aws_sdk_kinesis::Client {
             ));
         }
         let index: usize = index.parse().unwrap();
+        if let Some((at, n)) = lock(&s2.empty_reads_at).as_mut() {
+            if *at == index && *n > 0 {
+                *n -= 1;
+                return MockResponse::Output(
+                    GetRecordsOutput::builder()
+                        .set_records(Some(Vec::new()))
+                        .millis_behind_latest(60_000)
+                        .next_shard_iterator(format!("it|{shard_id}|{index}"))
+                        .build()
+                        .unwrap(),
+                );
+            }
+        }
         let all = lock(&s2.records);
         let limit = input.limit().unwrap_or(10_000) as usize;
         let end = (index + limit).min(all.len());

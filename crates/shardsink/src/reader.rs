@@ -22,6 +22,21 @@ pub struct ReadBatch {
     pub child_shards: Vec<ShardInfo>,
 }
 
+impl ReadBatch {
+    /// Whether the shard is caught up: `MillisBehindLatest` is 0. An empty
+    /// response alone is not: "it might take multiple calls to get to a
+    /// portion of the shard that contains records" (GetRecords API
+    /// reference), so a shard behind the tip is read on at the busy rate.
+    /// Only a server that sends no `MillisBehindLatest` falls back to "no
+    /// records returned".
+    pub fn is_caught_up(&self) -> bool {
+        match self.millis_behind_latest {
+            Some(behind) => behind == 0,
+            None => self.records.is_empty(),
+        }
+    }
+}
+
 /// Reads one shard from a starting position, keeping its shard iterator.
 ///
 /// After `ExpiredIteratorException` the next [`read`](Self::read) gets a new

@@ -216,7 +216,7 @@ impl ShardTask {
                 Ok(read) => {
                     transient.reset();
                     persistent.reset();
-                    let caught_up = read.records.is_empty() || read.millis_behind_latest == Some(0);
+                    let caught_up = read.is_caught_up();
                     let shard_end = read.shard_end;
                     self.note_read(&read);
                     for record in read.records {
@@ -1084,6 +1084,45 @@ mod tests {
             (9..=11).contains(&reads),
             "{reads} GetRecords calls in 10 s with a 1 s idle time"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn empty_reads_behind_the_tip_are_not_caught_up() {
+        // Records 1..=3 and 4..=6 arrive in one (long past) minute with a
+        // stretch of empty responses between them, as in the middle of a
+        // shard. Only MillisBehindLatest 0 is caught up: an early object
+        // with 1..=3 alone would mean the minute was closed too soon.
+        let h = harness(1_000);
+        for i in 1..=6 {
+            h.shard.push(&seq(i), PAST + 1_000 * i as i64, b"e");
+        }
+        let h = Harness {
+            ctx: Arc::new(ShardContext {
+                max_records_per_read: 3,
+                ..clone_ctx(&h.ctx)
+            }),
+            ..h
+        };
+        *h.shard.empty_reads_at.lock().unwrap() = Some((3, 25));
+        let lease = h.lease(Checkpoint::TrimHorizon, None).await;
+        let token = CancellationToken::new();
+        let task = tokio::spawn(ShardTask::new(h.ctx.clone(), lease).run(token.clone()));
+        // 1 + 25 reads at the busy rate (5 a second) take about 5 s; at the
+        // idle rate (one a second) they would take 25 s.
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let reads = h.shard.reads.load(Ordering::SeqCst);
+        assert!(
+            reads >= 27,
+            "{reads} GetRecords calls in 8 s: empty reads behind the tip must go at the busy rate"
+        );
+        let keys: Vec<String> = h.bucket.objects.lock().unwrap().keys().cloned().collect();
+        assert_eq!(
+            keys,
+            vec![key_for(1, 6, PAST)],
+            "one object, closed once caught up"
+        );
+        token.cancel();
+        task.await.unwrap().unwrap();
     }
 
     #[tokio::test(start_paused = true)]
