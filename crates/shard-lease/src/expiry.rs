@@ -7,15 +7,19 @@ use tokio::time::Instant;
 
 use crate::Lease;
 
-/// Tracks, per lease, when this worker last saw its `leaseCounter` change, on
-/// the local monotonic clock.
+/// Tracks, per lease, when this worker last saw its row change — its
+/// `leaseCounter`, `leaseOwner` or `creationToken` — on the local monotonic
+/// clock.
 ///
-/// A lease is expired when its counter has not changed for longer than the
-/// failover time. This is the KCL's rule (`DynamoDBLeaseRefresher` /
-/// `LeaseTaker`): workers' clocks are never compared, only each worker's own
-/// observations, so clock skew cannot expire a live lease. A lease seen for
-/// the first time counts as just renewed: a new worker waits one failover time
-/// before taking another worker's leases.
+/// A lease is expired when its row has not changed for longer than the
+/// failover time (the larger of this worker's and the owner's, see
+/// [`Lease::expiry_time`]). This is the KCL's rule (`DynamoDBLeaseRefresher`
+/// / `LeaseTaker`): workers' clocks are never compared, only each worker's
+/// own observations, so clock skew cannot expire a live lease. A lease seen
+/// for the first time counts as just renewed: a new worker waits one failover
+/// time before taking another worker's leases. A row deleted and created
+/// again between two scans has a new creation token, so it counts as new
+/// even when its counter and owner look the same (0, none).
 #[derive(Debug, Default)]
 pub struct LeaseExpiry {
     seen: HashMap<String, Observation>,
@@ -23,9 +27,16 @@ pub struct LeaseExpiry {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Observation {
+    version: RowVersion,
+    changed_at: Instant,
+}
+
+/// What makes two observations of a row the same row state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RowVersion {
     counter: u64,
     owner: Option<String>,
-    changed_at: Instant,
+    creation_token: Option<String>,
 }
 
 impl LeaseExpiry {
@@ -37,39 +48,57 @@ impl LeaseExpiry {
     /// Records the leases of one table scan made at `now`, and forgets leases
     /// no longer in the table.
     pub fn observe(&mut self, leases: &[Lease], now: Instant) {
-        self.observe_counters(
+        self.record(
             leases.iter().map(|lease| {
                 (
                     lease.lease_key.as_str(),
-                    lease.lease_counter,
-                    lease.lease_owner.as_deref(),
+                    RowVersion {
+                        counter: lease.lease_counter,
+                        owner: lease.lease_owner.clone(),
+                        creation_token: lease.creation_token.clone(),
+                    },
                 )
             }),
             now,
         );
     }
 
-    /// Records `(key, counter, owner)` entries of one scan made at `now` —
-    /// leases, or worker heartbeats — and forgets keys not in it.
+    /// Records `(key, counter)` entries of one scan made at `now` — worker
+    /// heartbeats — and forgets keys not in it.
     pub fn observe_counters<'a>(
         &mut self,
-        entries: impl IntoIterator<Item = (&'a str, u64, Option<&'a str>)>,
+        entries: impl IntoIterator<Item = (&'a str, u64)>,
         now: Instant,
     ) {
-        let entries: Vec<(&str, u64, Option<&str>)> = entries.into_iter().collect();
+        self.record(
+            entries.into_iter().map(|(key, counter)| {
+                (
+                    key,
+                    RowVersion {
+                        counter,
+                        owner: None,
+                        creation_token: None,
+                    },
+                )
+            }),
+            now,
+        );
+    }
+
+    fn record<'a>(&mut self, entries: impl Iterator<Item = (&'a str, RowVersion)>, now: Instant) {
+        let entries: HashMap<&str, RowVersion> = entries.collect();
         self.seen
-            .retain(|key, _| entries.iter().any(|(k, _, _)| *k == key));
-        for (key, counter, owner) in entries {
+            .retain(|key, _| entries.contains_key(key.as_str()));
+        for (key, version) in entries {
             let changed = self
                 .seen
                 .get(key)
-                .is_none_or(|seen| seen.counter != counter || seen.owner.as_deref() != owner);
+                .is_none_or(|seen| seen.version != version);
             if changed {
                 self.seen.insert(
                     key.to_owned(),
                     Observation {
-                        counter,
-                        owner: owner.map(str::to_owned),
+                        version,
                         changed_at: now,
                     },
                 );
@@ -84,21 +113,33 @@ impl LeaseExpiry {
     ///   was lost): once unchanged for more than `failover_time`, like an
     ///   expired lease, so that a write its former owner had in flight when
     ///   the row vanished has landed before anyone lists the shard;
-    /// - owned: once its counter has not changed for more than
-    ///   `failover_time`.
+    /// - owned: once its row has not changed for more than
+    ///   `failover_time`, or the owner's recorded failover time if larger.
     ///
-    /// A lease never observed is not expired.
+    /// A lease never observed, or observed in another state than `lease`
+    /// (another counter, owner or creation token), is not expired.
     pub fn is_expired(&self, lease: &Lease, now: Instant, failover_time: Duration) -> bool {
         (lease.lease_owner.is_none() && lease.lease_counter > 0)
-            || self.is_stale(&lease.lease_key, lease.lease_counter, now, failover_time)
+            || self.is_lease_stale(lease, now, failover_time)
+    }
+
+    /// Whether `lease`'s row, in exactly this state, has stood still for
+    /// more than [`Lease::expiry_time`] of `failover_time`.
+    pub fn is_lease_stale(&self, lease: &Lease, now: Instant, failover_time: Duration) -> bool {
+        self.seen.get(&lease.lease_key).is_some_and(|seen| {
+            seen.version.counter == lease.lease_counter
+                && seen.version.owner == lease.lease_owner
+                && seen.version.creation_token == lease.creation_token
+                && now.saturating_duration_since(seen.changed_at) > lease.expiry_time(failover_time)
+        })
     }
 
     /// Whether the counter of `key` has stayed at `counter` for more than
-    /// `failover_time` (an expired lease, or a worker's heartbeat gone
-    /// quiet). A key never observed is not stale.
+    /// `failover_time` (a worker's heartbeat gone quiet). A key never
+    /// observed is not stale.
     pub fn is_stale(&self, key: &str, counter: u64, now: Instant, failover_time: Duration) -> bool {
         self.seen.get(key).is_some_and(|seen| {
-            seen.counter == counter
+            seen.version.counter == counter
                 && now.saturating_duration_since(seen.changed_at) > failover_time
         })
     }
@@ -164,6 +205,49 @@ mod tests {
         assert!(!expiry.is_expired(&fresh, Instant::now(), failover));
         tokio::time::advance(Duration::from_millis(1)).await;
         assert!(expiry.is_expired(&fresh, Instant::now(), failover));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_row_created_again_between_scans_restarts_the_clock() {
+        // Counter 0 and no owner before and after: only the creation token
+        // tells the rows apart. A former owner's write may still be in
+        // flight when the row is recreated; it must wait a full failover time.
+        let failover = Duration::from_secs(10);
+        let mut expiry = LeaseExpiry::new();
+        let mut first = lease(0, None);
+        first.creation_token = Some("one".to_owned());
+        expiry.observe(std::slice::from_ref(&first), Instant::now());
+        tokio::time::advance(Duration::from_secs(9)).await;
+        let mut recreated = first.clone();
+        recreated.creation_token = Some("two".to_owned());
+        expiry.observe(std::slice::from_ref(&recreated), Instant::now());
+        tokio::time::advance(Duration::from_secs(9)).await;
+        assert!(
+            !expiry.is_expired(&recreated, Instant::now(), failover),
+            "18 s after the first row, but only 9 s after the new one"
+        );
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(expiry.is_expired(&recreated, Instant::now(), failover));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_owners_longer_failover_time_is_waited_for() {
+        // A rolling change from 30 s to 10 s: the owner still bounds its
+        // writes by 30 s, so a worker with 10 s must wait 30 s too.
+        let mut expiry = LeaseExpiry::new();
+        let mut held = lease(5, Some("old-settings"));
+        held.owner_failover_time = Some(Duration::from_secs(30));
+        expiry.observe(std::slice::from_ref(&held), Instant::now());
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert!(!expiry.is_expired(&held, Instant::now(), Duration::from_secs(10)));
+        tokio::time::advance(Duration::from_secs(20)).await;
+        assert!(expiry.is_expired(&held, Instant::now(), Duration::from_secs(10)));
+        // And a shorter recorded time never shortens this worker's own.
+        let mut expiry = LeaseExpiry::new();
+        held.owner_failover_time = Some(Duration::from_secs(2));
+        expiry.observe(std::slice::from_ref(&held), Instant::now());
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert!(!expiry.is_expired(&held, Instant::now(), Duration::from_secs(10)));
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,6 +1,7 @@
 //! [`Lease`]: one row of the lease table, and its DynamoDB attribute mapping.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use sequence_range::SequenceNumber;
@@ -48,6 +49,17 @@ pub mod attr {
     /// `S`: RFC 3339 wall-clock time the shard was checkpointed at
     /// `SHARD_END` (shardsink); ended leases are deleted a retention after it.
     pub const SHARD_ENDED_AT: &str = "shardEndedAt";
+    /// `S`: a random token written once, when the row is created
+    /// (shardsink). A row deleted and created again between two scans can
+    /// look unchanged (counter 0, no owner); its new token tells an observer
+    /// that the row is new, so its expiry clock starts again.
+    pub const CREATION_TOKEN: &str = "creationToken";
+    /// `N`: the owner's `--failover-time` in milliseconds, written when the
+    /// lease is taken (shardsink). The owner bounds its S3 writes by its own
+    /// failover time; another worker expires the lease only after the larger
+    /// of its own and this one, so workers with different settings (during a
+    /// rolling change) still fence each other.
+    pub const OWNER_FAILOVER_TIME_MILLIS: &str = "ownerFailoverTimeMillis";
 }
 
 /// The batch a lease owner is about to PUT, recorded in the lease row before
@@ -88,10 +100,16 @@ pub struct Lease {
     pub initial_timestamp: Option<String>,
     /// `lastWriteToken`: token of the last conditional write.
     pub last_write_token: Option<String>,
+    /// `creationToken`: written once when the row was created.
+    pub creation_token: Option<String>,
+    /// `ownerFailoverTimeMillis`: the owner's failover time, recorded when
+    /// it took the lease.
+    pub owner_failover_time: Option<Duration>,
 }
 
 impl Lease {
-    /// A lease nobody owns yet, as [`crate::LeaseTable::create_lease`] writes it.
+    /// A lease nobody owns yet, as [`crate::LeaseTable::create_lease`] writes it,
+    /// with a fresh random creation token.
     pub fn new(
         shard_id: impl Into<String>,
         checkpoint: Checkpoint,
@@ -110,6 +128,8 @@ impl Lease {
             shard_ended_at: None,
             initial_timestamp: None,
             last_write_token: None,
+            creation_token: Some(crate::WriteToken::random().as_str().to_owned()),
+            owner_failover_time: None,
         }
     }
 
@@ -121,6 +141,13 @@ impl Lease {
     /// Whether `worker_id` is the owner.
     pub fn is_owned_by(&self, worker_id: &str) -> bool {
         self.lease_owner.as_deref() == Some(worker_id)
+    }
+
+    /// How long this lease must stand still before a worker whose own
+    /// failover time is `own` may take it: the larger of `own` and the
+    /// owner's recorded failover time, which bounds the owner's writes.
+    pub fn expiry_time(&self, own: Duration) -> Duration {
+        self.owner_failover_time.map_or(own, |owner| owner.max(own))
     }
 
     /// The full item, for PutItem.
@@ -156,10 +183,17 @@ impl Lease {
         if let Some(batch) = &self.pending_batch {
             item.extend(pending_batch_attributes(batch));
         }
+        if let Some(failover) = self.owner_failover_time {
+            item.insert(
+                attr::OWNER_FAILOVER_TIME_MILLIS.to_owned(),
+                number(millis(failover)),
+            );
+        }
         let optional = [
             (attr::SHARD_ENDED_AT, &self.shard_ended_at),
             (attr::INITIAL_TIMESTAMP, &self.initial_timestamp),
             (attr::LAST_WRITE_TOKEN, &self.last_write_token),
+            (attr::CREATION_TOKEN, &self.creation_token),
         ];
         for (name, value) in optional {
             if let Some(value) = value {
@@ -238,6 +272,9 @@ impl Lease {
             shard_ended_at: string(item, attr::SHARD_ENDED_AT, key)?,
             initial_timestamp: string(item, attr::INITIAL_TIMESTAMP, key)?,
             last_write_token: string(item, attr::LAST_WRITE_TOKEN, key)?,
+            creation_token: string(item, attr::CREATION_TOKEN, key)?,
+            owner_failover_time: unsigned(item, attr::OWNER_FAILOVER_TIME_MILLIS, key)?
+                .map(Duration::from_millis),
             lease_key,
         })
     }
@@ -264,6 +301,11 @@ pub(crate) fn pending_batch_attributes(batch: &PendingBatch) -> [(String, Attrib
 /// A DynamoDB number attribute.
 pub(crate) fn number(value: u64) -> AttributeValue {
     AttributeValue::N(value.to_string())
+}
+
+/// Whole milliseconds of `duration`, saturating.
+pub(crate) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 pub(crate) fn string(
@@ -328,6 +370,8 @@ mod tests {
         lease.lease_owner = Some("worker-a".to_owned());
         lease.lease_counter = 42;
         lease.owner_switches_since_checkpoint = 1;
+        lease.creation_token = Some("c0ffee".to_owned());
+        lease.owner_failover_time = Some(Duration::from_secs(10));
         lease.pending_batch = Some(PendingBatch {
             key: "p/2026/11/21/05/27/shardId-000000000002/x-1-2.jsonl".to_owned(),
             first: SequenceNumber::from(1u64),

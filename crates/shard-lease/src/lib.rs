@@ -44,4 +44,4 @@ pub use expiry::LeaseExpiry;
 pub use heartbeat::WorkerHeartbeat;
 pub use held::HeldLease;
 pub use lease::{Lease, MalformedLease, PendingBatch};
-pub use table::{CreateOutcome, LeaseTable, TableCreation, TableScan};
+pub use table::{CreateOutcome, LeaseTable, TableCreation, TableScan, WriteToken};

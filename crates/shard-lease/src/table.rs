@@ -24,7 +24,7 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use tracing::{debug, info, warn};
 
 use crate::heartbeat::{WORKER_KEY_PREFIX, worker_attr};
-use crate::lease::{attr, number, pending_batch_attributes};
+use crate::lease::{attr, millis, number, pending_batch_attributes};
 use crate::retry::{is_retriable, is_throttling};
 use crate::{Checkpoint, Lease, LeaseError, PendingBatch, WorkerHeartbeat};
 
@@ -42,6 +42,27 @@ const TABLE_POLL_INTERVAL: Duration = Duration::from_secs(1);
 pub struct LeaseTable {
     client: Client,
     table_name: String,
+    /// Recorded in every lease this handle takes (`ownerFailoverTimeMillis`).
+    failover_time: Option<Duration>,
+}
+
+/// The token a conditional write stamps into `lastWriteToken`: random, one
+/// per write — and the same across the retries of one write, so that a retry
+/// of a write that did apply (its response lost) recognizes it in the row
+/// instead of reading it as a lost lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteToken(String);
+
+impl WriteToken {
+    /// A fresh random token (64 bits, hex).
+    pub fn random() -> Self {
+        Self(format!("{:016x}", rand::random::<u64>()))
+    }
+
+    /// The token's text, as stored.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
 }
 
 /// What [`LeaseTable::create_table_if_missing`] found.
@@ -77,7 +98,18 @@ impl LeaseTable {
         Self {
             client,
             table_name: table_name.into(),
+            failover_time: None,
         }
+    }
+
+    /// This handle records `failover_time` (the worker's `--failover-time`)
+    /// in every lease it takes, so that other workers wait at least that
+    /// long before they take the lease in turn (see
+    /// [`Lease::expiry_time`]).
+    #[must_use]
+    pub fn with_failover_time(mut self, failover_time: Duration) -> Self {
+        self.failover_time = Some(failover_time);
+        self
     }
 
     /// The table's name.
@@ -306,13 +338,18 @@ impl LeaseTable {
     }
 
     /// Writes a new lease row ([PutItem] conditional on
-    /// `attribute_not_exists(leaseKey)`).
+    /// `attribute_not_exists(leaseKey)`); a lease without a creation token
+    /// gets a fresh one.
     ///
     /// [PutItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_PutItem.html
     ///
     /// # Errors
     /// [`LeaseError::TableMissing`], [`LeaseError::Dynamo`].
     pub async fn create_lease(&self, lease: &Lease) -> Result<CreateOutcome, LeaseError> {
+        let mut lease = lease.clone();
+        lease
+            .creation_token
+            .get_or_insert_with(|| WriteToken::random().0);
         let mut expr = Expr::default();
         let key = expr.name(attr::LEASE_KEY);
         let result = self
@@ -327,7 +364,7 @@ impl LeaseTable {
         match result {
             Ok(_) => {
                 debug!(shard_id = %lease.lease_key, checkpoint = %lease.checkpoint, "lease created");
-                Ok(CreateOutcome::Created(Box::new(lease.clone())))
+                Ok(CreateOutcome::Created(Box::new(lease)))
             }
             Err(err) if error_code(&err) == Some("ConditionalCheckFailedException") => {
                 Ok(CreateOutcome::AlreadyExists)
@@ -338,8 +375,10 @@ impl LeaseTable {
 
     /// Takes `observed` for `worker_id`: sets `leaseOwner`, increments
     /// `leaseCounter` (and `ownerSwitchesSinceCheckpoint` when the owner
-    /// changes), conditional on the counter and owner being what the caller
-    /// observed. Used for free leases, expired leases and (next issue) steals.
+    /// changes), records this handle's failover time (see
+    /// [`with_failover_time`](Self::with_failover_time)), conditional on the
+    /// counter, owner and creation token being what the caller observed. Used
+    /// for free leases, expired leases and steals.
     ///
     /// # Errors
     /// [`LeaseError::LeaseLost`] when the row changed since it was observed
@@ -365,24 +404,48 @@ impl LeaseTable {
             ),
             None => format!("attribute_not_exists({owner})"),
         };
-        let update = format!(
+        let mut update = format!(
             "SET {owner} = {me}, {counter} = {counter} + {one}, \
              {switches} = if_not_exists({switches}, {zero}) + {switch_increment}"
         );
-        let condition = format!("{counter} = {expected} AND {owner_condition}");
+        if let Some(failover) = self.failover_time {
+            let name = expr.name(attr::OWNER_FAILOVER_TIME_MILLIS);
+            let value = expr.value(number(millis(failover)));
+            update.push_str(&format!(", {name} = {value}"));
+        }
+        let mut condition = format!("{counter} = {expected} AND {owner_condition}");
+        // The row observed, not one created again since with the same
+        // counter and owner (0, none).
+        let creation = expr.name(attr::CREATION_TOKEN);
+        match &observed.creation_token {
+            Some(token) => {
+                let token = expr.value(AttributeValue::S(token.clone()));
+                condition.push_str(&format!(" AND {creation} = {token}"));
+            }
+            None => condition.push_str(&format!(" AND attribute_not_exists({creation})")),
+        }
         let expected_counter = observed.lease_counter + 1;
-        self.conditional_update("take", observed, expr, update, condition, |current| {
-            current.is_owned_by(worker_id) && current.lease_counter == expected_counter
-        })
+        let token = WriteToken::random();
+        self.conditional_update(
+            "take",
+            observed,
+            &token,
+            expr,
+            update,
+            condition,
+            |current| current.is_owned_by(worker_id) && current.lease_counter == expected_counter,
+        )
         .await
     }
 
     /// Renews `held` (increments `leaseCounter`), conditional on owner and
     /// counter. Any write by the owner renews too; this is for idle shards.
+    /// `token` is stamped into the row; retries of this renewal pass the
+    /// same one (see [`WriteToken`]).
     ///
     /// # Errors
     /// [`LeaseError::LeaseLost`], plus those of [`Self::get_lease`].
-    pub async fn renew_lease(&self, held: &Lease) -> Result<Lease, LeaseError> {
+    pub async fn renew_lease(&self, held: &Lease, token: &WriteToken) -> Result<Lease, LeaseError> {
         let mut expr = Expr::default();
         let counter = expr.name(attr::LEASE_COUNTER);
         let one = expr.value(number(1));
@@ -390,7 +453,7 @@ impl LeaseTable {
         let condition = owner_condition(&mut expr, held);
         let owner = held.lease_owner.clone();
         let expected_counter = held.lease_counter + 1;
-        self.conditional_update("renew", held, expr, update, condition, |current| {
+        self.conditional_update("renew", held, token, expr, update, condition, |current| {
             current.lease_owner == owner && current.lease_counter == expected_counter
         })
         .await
@@ -399,7 +462,7 @@ impl LeaseTable {
     /// Records the batch about to be written (key, first, last) in `held`'s
     /// row, conditional on owner and counter. Must succeed before the PUT: a
     /// worker that lost the lease therefore cannot start a new batch (brief
-    /// contract line 6).
+    /// contract line 6). `token`: as for [`renew_lease`](Self::renew_lease).
     ///
     /// # Errors
     /// [`LeaseError::LeaseLost`], plus those of [`Self::get_lease`].
@@ -407,6 +470,7 @@ impl LeaseTable {
         &self,
         held: &Lease,
         batch: &PendingBatch,
+        token: &WriteToken,
     ) -> Result<Lease, LeaseError> {
         debug_assert!(
             held.pending_batch.is_none(),
@@ -426,6 +490,7 @@ impl LeaseTable {
         self.conditional_update(
             "record pending batch",
             held,
+            token,
             expr,
             update,
             condition,
@@ -440,7 +505,8 @@ impl LeaseTable {
 
     /// Moves `held`'s checkpoint to `checkpoint` and clears the pending batch,
     /// conditional on owner, counter and the checkpoint being the one `held`
-    /// holds. Resets `ownerSwitchesSinceCheckpoint`.
+    /// holds. Resets `ownerSwitchesSinceCheckpoint`. `token`: as for
+    /// [`renew_lease`](Self::renew_lease).
     ///
     /// # Errors
     /// [`LeaseError::LeaseLost`]; [`LeaseError::CheckpointConflict`] when the
@@ -450,6 +516,7 @@ impl LeaseTable {
         &self,
         held: &Lease,
         checkpoint: &Checkpoint,
+        token: &WriteToken,
     ) -> Result<Lease, LeaseError> {
         let mut expr = Expr::default();
         let (counter, checkpoint_name) =
@@ -489,28 +556,43 @@ impl LeaseTable {
         );
         let owner = held.lease_owner.clone();
         let expected_counter = held.lease_counter + 1;
-        self.conditional_update("checkpoint", held, expr, update, condition, |current| {
-            current.lease_owner == owner
-                && current.lease_counter == expected_counter
-                && &current.checkpoint == checkpoint
-                && current.pending_batch.is_none()
-        })
+        self.conditional_update(
+            "checkpoint",
+            held,
+            token,
+            expr,
+            update,
+            condition,
+            |current| {
+                current.lease_owner == owner
+                    && current.lease_counter == expected_counter
+                    && &current.checkpoint == checkpoint
+                    && current.pending_batch.is_none()
+            },
+        )
         .await
     }
 
-    /// Gives `held` up: removes `leaseOwner` (so any worker may take it at
-    /// once, without waiting for expiry), conditional on owner and counter.
+    /// Gives `held` up: removes `leaseOwner` and the owner's failover time
+    /// (so any worker may take it at once, without waiting for expiry),
+    /// conditional on owner and counter. `token`: as for
+    /// [`renew_lease`](Self::renew_lease).
     ///
     /// # Errors
     /// [`LeaseError::LeaseLost`], plus those of [`Self::get_lease`].
-    pub async fn release_lease(&self, held: &Lease) -> Result<Lease, LeaseError> {
+    pub async fn release_lease(
+        &self,
+        held: &Lease,
+        token: &WriteToken,
+    ) -> Result<Lease, LeaseError> {
         let mut expr = Expr::default();
         let (owner, counter) = (expr.name(attr::LEASE_OWNER), expr.name(attr::LEASE_COUNTER));
+        let failover = expr.name(attr::OWNER_FAILOVER_TIME_MILLIS);
         let one = expr.value(number(1));
-        let update = format!("SET {counter} = {counter} + {one} REMOVE {owner}");
+        let update = format!("SET {counter} = {counter} + {one} REMOVE {owner}, {failover}");
         let condition = owner_condition(&mut expr, held);
         let expected_counter = held.lease_counter + 1;
-        self.conditional_update("release", held, expr, update, condition, |current| {
+        self.conditional_update("release", held, token, expr, update, condition, |current| {
             current.lease_owner.is_none() && current.lease_counter == expected_counter
         })
         .await
@@ -556,25 +638,27 @@ impl LeaseTable {
     /// Runs one conditional [UpdateItem] returning the new row.
     ///
     /// [UpdateItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_UpdateItem.html
+    #[allow(clippy::too_many_arguments)]
     async fn conditional_update(
         &self,
         what: &'static str,
         observed: &Lease,
+        token: &WriteToken,
         expr: Expr,
         update: String,
         condition: String,
         applied: impl Fn(&Lease) -> bool,
     ) -> Result<Lease, LeaseError> {
-        // Every conditional write stamps its own random token; see
+        // Every conditional write stamps its token; see
         // `attr::LAST_WRITE_TOKEN` and `resolve_conflict`.
         let mut expr = expr;
-        let token = format!("{:016x}", rand::random::<u64>());
+        let token = token.as_str();
         let token_name = expr.name(attr::LAST_WRITE_TOKEN);
-        let token_value = expr.value(AttributeValue::S(token.clone()));
+        let token_value = expr.value(AttributeValue::S(token.to_owned()));
         debug_assert!(update.starts_with("SET "), "updates start with SET");
         let update = update.replacen("SET ", &format!("SET {token_name} = {token_value}, "), 1);
         let applied = |current: &Lease| {
-            current.last_write_token.as_deref() == Some(token.as_str()) && applied(current)
+            current.last_write_token.as_deref() == Some(token) && applied(current)
         };
         let result = self
             .client
@@ -821,7 +905,10 @@ mod tests {
             });
         let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&update]);
         let table = LeaseTable::new(client, "leases");
-        let after = table.checkpoint(&lease, &seq(200)).await.unwrap();
+        let after = table
+            .checkpoint(&lease, &seq(200), &WriteToken::random())
+            .await
+            .unwrap();
         assert_eq!(after, expected);
         assert_eq!(update.num_calls(), 1);
     }
@@ -845,7 +932,10 @@ mod tests {
         let get = mock!(Client::get_item).then_output(move || get_output(Some(twin.clone())));
         let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&update, &get]);
         let table = LeaseTable::new(client, "leases");
-        let err = table.renew_lease(&lease).await.unwrap_err();
+        let err = table
+            .renew_lease(&lease, &WriteToken::random())
+            .await
+            .unwrap_err();
         assert!(err.is_lease_lost(), "{err}");
         assert_eq!(update.num_calls(), 1, "the condition names the token");
     }
@@ -860,7 +950,10 @@ mod tests {
         let get = mock!(Client::get_item).then_output(move || get_output(Some(stolen.clone())));
         let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&update, &get]);
         let table = LeaseTable::new(client, "leases");
-        let err = table.checkpoint(&lease, &seq(200)).await.unwrap_err();
+        let err = table
+            .checkpoint(&lease, &seq(200), &WriteToken::random())
+            .await
+            .unwrap_err();
         assert!(
             matches!(err, LeaseError::LeaseLost { ref shard_id } if shard_id == SHARD),
             "{err:?}"
@@ -877,7 +970,7 @@ mod tests {
         let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&update, &get]);
         let table = LeaseTable::new(client, "leases");
         let after = table
-            .checkpoint(&held(5, seq(100)), &seq(200))
+            .checkpoint(&held(5, seq(100)), &seq(200), &WriteToken::random())
             .await
             .unwrap();
         assert_eq!(after.checkpoint, applied.checkpoint);
@@ -893,7 +986,7 @@ mod tests {
         let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&update, &get]);
         let table = LeaseTable::new(client, "leases");
         let err = table
-            .checkpoint(&held(5, seq(100)), &seq(200))
+            .checkpoint(&held(5, seq(100)), &seq(200), &WriteToken::random())
             .await
             .unwrap_err();
         assert!(err.is_lease_lost(), "{err:?}");
@@ -953,7 +1046,11 @@ mod tests {
         let get = mock!(Client::get_item).then_output(move || get_output(Some(edited.clone())));
         let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&update, &get]);
         let table = LeaseTable::new(client, "leases");
-        match table.checkpoint(&lease, &seq(200)).await.unwrap_err() {
+        match table
+            .checkpoint(&lease, &seq(200), &WriteToken::random())
+            .await
+            .unwrap_err()
+        {
             LeaseError::CheckpointConflict {
                 shard_id,
                 expected,
@@ -974,7 +1071,7 @@ mod tests {
         let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&update, &get]);
         let table = LeaseTable::new(client, "leases");
         let err = table
-            .renew_lease(&held(1, Checkpoint::TrimHorizon))
+            .renew_lease(&held(1, Checkpoint::TrimHorizon), &WriteToken::random())
             .await
             .unwrap_err();
         assert!(err.is_lease_lost());
@@ -994,7 +1091,7 @@ mod tests {
             .retry_config(aws_smithy_types::retry::RetryConfig::disabled()));
         let table = LeaseTable::new(client, "leases");
         let err = table
-            .renew_lease(&held(1, Checkpoint::TrimHorizon))
+            .renew_lease(&held(1, Checkpoint::TrimHorizon), &WriteToken::random())
             .await
             .unwrap_err();
         assert!(err.is_retriable(), "{err:?}");
@@ -1014,7 +1111,7 @@ mod tests {
         let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&update]);
         let table = LeaseTable::new(client, "leases");
         let err = table
-            .renew_lease(&held(1, Checkpoint::TrimHorizon))
+            .renew_lease(&held(1, Checkpoint::TrimHorizon), &WriteToken::random())
             .await
             .unwrap_err();
         assert!(
@@ -1049,6 +1146,77 @@ mod tests {
             table.take_lease(&observed, "worker-a").await.unwrap(),
             taken
         );
+    }
+
+    /// The value an update sets `attribute` to.
+    fn update_value(input: &UpdateItemInput, attribute: &str) -> Option<AttributeValue> {
+        let names = input.expression_attribute_names()?;
+        let (placeholder, _) = names.iter().find(|(_, name)| name.as_str() == attribute)?;
+        let rest = input
+            .update_expression()?
+            .split(&format!("{placeholder} = "))
+            .nth(1)?;
+        let value_placeholder: String = rest
+            .chars()
+            .take_while(|c| *c == ':' || c.is_alphanumeric())
+            .collect();
+        input
+            .expression_attribute_values()?
+            .get(&value_placeholder)
+            .cloned()
+    }
+
+    #[tokio::test]
+    async fn take_records_the_failover_time_and_checks_the_creation_token() {
+        let mut observed = held(0, Checkpoint::TrimHorizon);
+        observed.lease_owner = None;
+        observed.creation_token = Some("created-once".to_owned());
+        let mut taken = observed.clone();
+        taken.lease_owner = Some("worker-a".to_owned());
+        taken.lease_counter = 1;
+        taken.owner_failover_time = Some(Duration::from_secs(30));
+        let row = taken.clone();
+        let update = mock!(Client::update_item)
+            .match_requests(|input| {
+                condition_value(input, attr::CREATION_TOKEN)
+                    == Some(AttributeValue::S("created-once".into()))
+                    && update_value(input, attr::OWNER_FAILOVER_TIME_MILLIS)
+                        == Some(AttributeValue::N("30000".into()))
+            })
+            .then_output(move || {
+                UpdateItemOutput::builder()
+                    .set_attributes(Some(row.to_item()))
+                    .build()
+            });
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&update]);
+        let table = LeaseTable::new(client, "leases").with_failover_time(Duration::from_secs(30));
+        assert_eq!(
+            table.take_lease(&observed, "worker-a").await.unwrap(),
+            taken
+        );
+        assert_eq!(update.num_calls(), 1);
+    }
+
+    #[tokio::test]
+    async fn created_rows_carry_a_creation_token() {
+        let put = mock!(Client::put_item)
+            .match_requests(|input| {
+                input
+                    .item()
+                    .and_then(|item| item.get(attr::CREATION_TOKEN))
+                    .is_some_and(|token| token.as_s().is_ok_and(|t| t.len() == 16))
+            })
+            .then_output(|| {
+                aws_sdk_dynamodb::operation::put_item::PutItemOutput::builder().build()
+            });
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&put]);
+        let table = LeaseTable::new(client, "leases");
+        let lease = Lease::new(SHARD, Checkpoint::TrimHorizon, vec![]);
+        let CreateOutcome::Created(created) = table.create_lease(&lease).await.unwrap() else {
+            panic!("created")
+        };
+        assert!(created.creation_token.is_some());
+        assert_eq!(put.num_calls(), 1);
     }
 
     #[tokio::test]

@@ -147,7 +147,8 @@ pub struct Config {
 
     /// A lease whose counter has not changed for this long is expired and may
     /// be taken by another worker (the KCL's failoverTimeMillis). Leases are
-    /// renewed every third of it.
+    /// renewed every third of it. Recorded in each lease taken; other workers
+    /// wait the larger of theirs and the owner's.
     #[arg(long, env = "SHARDSINK_FAILOVER_TIME", default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub failover_time: Duration,
 

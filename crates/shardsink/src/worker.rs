@@ -221,7 +221,8 @@ impl Worker {
             failover_time: config.failover_time,
         });
         Self {
-            table: LeaseTable::new(clients.dynamodb, settings.lease_table.clone()),
+            table: LeaseTable::new(clients.dynamodb, settings.lease_table.clone())
+                .with_failover_time(config.failover_time),
             settings,
             kinesis,
             store,
@@ -391,7 +392,7 @@ impl Worker {
         self.worker_expiry.observe_counters(
             scan.workers
                 .iter()
-                .map(|w| (w.worker_id.as_str(), w.heartbeat_counter, None)),
+                .map(|w| (w.worker_id.as_str(), w.heartbeat_counter)),
             now,
         );
         let failover = self.settings.config.failover_time;
@@ -598,12 +599,7 @@ impl Worker {
                 .filter(|lease| {
                     graph.is_removable(lease, SystemTime::now(), retention)
                         && (lease.checkpoint.is_shard_end()
-                            || self.expiry.is_stale(
-                                &lease.lease_key,
-                                lease.lease_counter,
-                                now,
-                                failover,
-                            ))
+                            || self.expiry.is_lease_stale(lease, now, failover))
                 })
                 .cloned()
                 .collect()
