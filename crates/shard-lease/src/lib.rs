@@ -44,4 +44,6 @@ pub use expiry::LeaseExpiry;
 pub use heartbeat::WorkerHeartbeat;
 pub use held::HeldLease;
 pub use lease::{Lease, MalformedLease, PendingBatch};
-pub use table::{CreateOutcome, LeaseTable, TableCreation, TableScan, WriteToken};
+pub use table::{
+    CreateOutcome, LeaseTable, TABLE_ACTIVE_TIMEOUT, TableCreation, TableScan, WriteToken,
+};

@@ -30,7 +30,7 @@ use crate::{Checkpoint, Lease, LeaseError, PendingBatch, WorkerHeartbeat};
 
 /// How long [`LeaseTable::create_table_if_missing`] waits for a new table to
 /// become `ACTIVE`.
-const TABLE_ACTIVE_TIMEOUT: Duration = Duration::from_secs(300);
+pub const TABLE_ACTIVE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How often it looks.
 const TABLE_POLL_INTERVAL: Duration = Duration::from_secs(1);

@@ -113,6 +113,9 @@ pub struct FakeStream {
     shards: Mutex<BTreeMap<String, Arc<FakeShard>>>,
     /// The next this-many ListShards calls fail with a 500.
     pub failing_lists: AtomicUsize,
+    /// The next this-many DescribeStreamSummary calls fail with
+    /// `AccessDeniedException` (a permission not granted yet).
+    pub failing_describes: AtomicUsize,
 }
 
 impl FakeStream {
@@ -181,6 +184,8 @@ pub struct FakeTable {
     pub failing_updates: AtomicUsize,
     /// When not 0: every this-many-th UpdateItem call is throttled.
     pub throttle_every: AtomicUsize,
+    /// The next this-many DescribeTable calls say `CREATING`.
+    pub creating_polls: AtomicUsize,
     updates: AtomicUsize,
 }
 
@@ -301,8 +306,15 @@ fn kinesis_client(stream: Arc<FakeStream>) -> aws_sdk_kinesis::Client {
             .collect();
         MockResponse::Output(ListShardsOutput::builder().set_shards(Some(shards)).build())
     });
-    let describe = mock!(Client::describe_stream_summary).then_output(|| {
-        DescribeStreamSummaryOutput::builder()
+    let s4 = stream.clone();
+    let describe = mock!(Client::describe_stream_summary).then_compute_response(move |_| {
+        if take_one(&s4.failing_describes) {
+            return MockResponse::Http(http(
+                400,
+                r#"{"__type":"AccessDeniedException","message":"not authorized to perform kinesis:DescribeStreamSummary"}"#,
+            ));
+        }
+        MockResponse::Output(DescribeStreamSummaryOutput::builder()
             .stream_description_summary(
                 StreamDescriptionSummary::builder()
                     .stream_name("s")
@@ -321,7 +333,7 @@ fn kinesis_client(stream: Arc<FakeStream>) -> aws_sdk_kinesis::Client {
                     .build()
                     .unwrap(),
             )
-            .build()
+            .build())
     });
     mock_client!(
         aws_sdk_kinesis,
@@ -484,13 +496,15 @@ fn dynamodb_client(table: Arc<FakeTable>) -> aws_sdk_dynamodb::Client {
             .set_items(Some(lock(&t4.items).values().cloned().collect()))
             .build()
     });
-    let describe = mock!(Client::describe_table).then_output(|| {
+    let t6 = table.clone();
+    let describe = mock!(Client::describe_table).then_compute_output(move |_| {
+        let status = if take_one(&t6.creating_polls) {
+            TableStatus::Creating
+        } else {
+            TableStatus::Active
+        };
         DescribeTableOutput::builder()
-            .table(
-                TableDescription::builder()
-                    .table_status(TableStatus::Active)
-                    .build(),
-            )
+            .table(TableDescription::builder().table_status(status).build())
             .build()
     });
     mock_client!(

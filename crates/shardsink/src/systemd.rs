@@ -1,9 +1,11 @@
-//! systemd integration (`Type=notify`): `READY=1` once start-up checks pass,
-//! `WATCHDOG=1` every half of `WatchdogSec` while [`Health::is_live`], and
-//! `STOPPING=1` on shutdown. Does nothing when not run by systemd (no
+//! systemd integration (`Type=notify`): `READY=1` once start-up checks pass
+//! (`STATUS=` and `EXTEND_TIMEOUT_USEC=` while they are retried), `WATCHDOG=1`
+//! every half of `WatchdogSec` while [`Health::is_live`], and `STOPPING=1` on
+//! shutdown. Does nothing when not run by systemd (no
 //! `NOTIFY_SOCKET`). Protocol: sd_notify(3).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use sd_notify::NotifyState;
 use tokio_util::sync::CancellationToken;
@@ -19,6 +21,19 @@ pub fn ready() {
 /// Tells systemd the service is stopping.
 pub fn stopping() {
     notify(&[NotifyState::Stopping]);
+}
+
+/// While start-up waits on AWS (retrying until a permission or the network
+/// is fixed): shows `status` in `systemctl status`, and asks systemd to wait
+/// `wait` more before it gives up on the start (`EXTEND_TIMEOUT_USEC`,
+/// systemd 236 and later), so a slow start is not killed and restarted in a
+/// loop by `TimeoutStartSec`.
+pub fn starting(status: &str, wait: Duration) {
+    let usec = u32::try_from(wait.as_micros()).unwrap_or(u32::MAX);
+    notify(&[
+        NotifyState::Status(status),
+        NotifyState::ExtendTimeoutUsec(usec),
+    ]);
 }
 
 /// Pets the watchdog while `health` says the loops are alive, until `token`

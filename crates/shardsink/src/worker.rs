@@ -25,8 +25,8 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context as _;
 use chrono::Utc;
 use shard_lease::{
-    Checkpoint, CreateOutcome, HeldLease, Lease, LeaseError, LeaseExpiry, LeaseTable, TableScan,
-    plan_takes,
+    Checkpoint, CreateOutcome, HeldLease, Lease, LeaseError, LeaseExpiry, LeaseTable,
+    TABLE_ACTIVE_TIMEOUT, TableScan, plan_takes,
 };
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -290,7 +290,11 @@ impl Worker {
         let stream = self.settings.stream.name().to_owned();
         let status = retry_until(
             token,
-            "describe stream",
+            &self.health,
+            StartUpStep {
+                what: "describe stream",
+                bound: START_UP_CALL_BOUND,
+            },
             || self.kinesis.describe_stream_summary(),
             KinesisError::is_retriable,
             |err| matches!(err, KinesisError::NotFound(_)),
@@ -315,7 +319,11 @@ impl Worker {
         let bucket = self.store.bucket().to_owned();
         match retry_until(
             token,
-            "head bucket",
+            &self.health,
+            StartUpStep {
+                what: "head bucket",
+                bound: START_UP_CALL_BOUND,
+            },
             || self.store.head_bucket(),
             S3Error::is_retriable,
             |err| matches!(err, S3Error::NoSuchBucket { .. }),
@@ -336,7 +344,11 @@ impl Worker {
         let table = self.table.table_name().to_owned();
         match retry_until(
             token,
-            "create lease table",
+            &self.health,
+            StartUpStep {
+                what: "find or create the lease table",
+                bound: TABLE_ACTIVE_TIMEOUT + START_UP_CALL_BOUND,
+            },
             || self.table.create_table_if_missing(),
             LeaseError::is_retriable,
             |_| false,
@@ -374,6 +386,12 @@ impl Worker {
             Ok(scan) => scan,
             Err(LeaseError::TableMissing { table }) => {
                 warn!(lease_table = %table, "lease table missing; creating it again (shards restart from their initial position, dedup keeps S3 exact)");
+                // Waiting for an old table to be deleted and the new one to
+                // become ACTIVE can take minutes: alive, not ready.
+                self.health.waiting(
+                    format!("the lease table {table} is missing; creating it again"),
+                    Instant::now() + TABLE_ACTIVE_TIMEOUT + START_UP_CALL_BOUND,
+                );
                 self.table.create_table_if_missing().await?;
                 TableScan::default()
             }
@@ -746,15 +764,30 @@ async fn release(lease: &HeldLease) {
     }
 }
 
+/// The longest one start-up call may take: the SDK's attempts of up to 30 s
+/// each, and its backoff between them.
+const START_UP_CALL_BOUND: Duration = Duration::from_secs(120);
+
+/// A start-up step retried by [`retry_until`].
+struct StartUpStep<'a> {
+    /// For logs and `/readyz`, e.g. "describe stream".
+    what: &'a str,
+    /// The longest one attempt may take.
+    bound: Duration,
+}
+
 /// Calls `op` until it succeeds or fails with an error `is_final` says no
 /// retry can fix (a stream or bucket that does not exist: a bad setting).
 /// Transient failures are retried quickly; others — access denied, a wrong
 /// endpoint — with a backoff up to 60 s and error logs, so that a daemon
 /// started before its permissions were fixed heals instead of exiting into a
-/// restart loop. `None` when `token` is cancelled first.
+/// restart loop. Meanwhile `health` is alive and not ready, with the reason,
+/// and systemd is told to keep waiting. `None` when `token` is cancelled
+/// first.
 async fn retry_until<T, E, F, Fut>(
     token: &CancellationToken,
-    what: &str,
+    health: &Health,
+    step: StartUpStep<'_>,
     op: F,
     retriable: fn(&E) -> bool,
     is_final: fn(&E) -> bool,
@@ -765,7 +798,11 @@ where
     E: std::error::Error + 'static,
 {
     let (mut transient, mut persistent) = (Backoff::transient(), Backoff::persistent());
+    let what = step.what;
+    let mut status = format!("starting: {what}");
     loop {
+        health.waiting(status.clone(), Instant::now() + step.bound);
+        systemd::starting(&status, step.bound);
         let result = tokio::select! {
             () = token.cancelled() => return None,
             result = op() => result,
@@ -781,6 +818,9 @@ where
                     error!(operation = what, error = %error_chain(&err), ?delay, "start-up call failed; retrying until it is fixed");
                     delay
                 };
+                status = format!("starting: {what} failed ({}); retrying", error_chain(&err));
+                health.waiting(status.clone(), Instant::now() + delay + step.bound);
+                systemd::starting(&status, delay + step.bound);
                 tokio::select! {
                     () = token.cancelled() => return None,
                     () = tokio::time::sleep(delay) => {}
@@ -1059,5 +1099,89 @@ mod tests {
             Some(&4),
             "both released their leases at shutdown"
         );
+    }
+
+    /// `GET path` on `address`: the status code and the body.
+    async fn http_get(address: std::net::SocketAddr, path: &str) -> (u16, String) {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+        stream
+            .write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        let status = response
+            .split(' ')
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .unwrap();
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, body)| body.to_owned())
+            .unwrap_or_default();
+        (status, body)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn start_up_that_keeps_failing_is_alive_and_not_ready() {
+        // A permission still being fixed (DescribeStreamSummary denied for
+        // five minutes), then a lease table that takes minutes to become
+        // ACTIVE: far past the 60 s liveness window. A restart would not
+        // help, so /healthz stays 200; /readyz says why it is not ready.
+        let (stream, bucket, table) = fakes_with_records(1, 1);
+        stream.failing_describes.store(1_000, Ordering::SeqCst);
+        table.creating_polls.store(1_000, Ordering::SeqCst);
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let address: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+        let mut settings = settings("worker-a");
+        settings.metrics_address = Some(address);
+        let (stop, worker) = start(
+            settings,
+            fake_aws::clients(stream.clone(), bucket, table.clone()),
+        );
+
+        tokio::time::sleep(Duration::from_secs(300)).await;
+        assert!(
+            stream.failing_describes.load(Ordering::SeqCst) > 0,
+            "still failing"
+        );
+        assert_eq!(http_get(address, "/healthz").await.0, 200);
+        let (status, body) = http_get(address, "/readyz").await;
+        assert_eq!(status, 503);
+        assert!(
+            body.contains("starting: describe stream failed") && body.contains("AccessDenied"),
+            "{body}"
+        );
+
+        // Fixed: the stream is found within one backoff (at most 120 s
+        // with jitter); the table is still being created.
+        stream.failing_describes.store(0, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(150)).await;
+        assert!(
+            table.creating_polls.load(Ordering::SeqCst) > 0,
+            "still creating"
+        );
+        assert_eq!(http_get(address, "/healthz").await.0, 200);
+        let (status, body) = http_get(address, "/readyz").await;
+        assert_eq!(status, 503);
+        assert!(body.contains("lease table"), "{body}");
+
+        table.creating_polls.store(0, Ordering::SeqCst);
+        let mut ready = false;
+        for _ in 0..100 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if http_get(address, "/readyz").await.0 == 200 {
+                ready = true;
+                break;
+            }
+        }
+        assert!(ready, "ready once started and the lease is held");
+        stop.send(()).unwrap();
+        worker.await.unwrap().unwrap();
     }
 }
