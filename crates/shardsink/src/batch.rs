@@ -100,6 +100,8 @@ pub struct Batch {
     encoder: LineEncoder,
     lines: Vec<u8>,
     first: Option<String>,
+    /// `ApproximateArrivalTimestamp` of the first record, ms since the epoch.
+    first_arrival: Option<i64>,
     last: Option<String>,
     kinesis_records: usize,
     user_records: usize,
@@ -116,6 +118,7 @@ impl Batch {
             encoder: LineEncoder::new(shard_id, minute),
             lines: Vec::new(),
             first: None,
+            first_arrival: None,
             last: None,
             kinesis_records: 0,
             user_records: 0,
@@ -136,6 +139,7 @@ impl Batch {
         );
         if self.first.is_none() {
             self.first = Some(record.sequence_number.clone());
+            self.first_arrival = Some(record.arrival_millis);
             self.opened_at = Instant::now();
         }
         // Reuse the buffer: no allocation per record.
@@ -152,6 +156,12 @@ impl Batch {
         let grown = self.lines.len() as u64 - self.accounted;
         self.budget.used.fetch_add(grown, Ordering::Relaxed);
         self.accounted += grown;
+    }
+
+    /// Arrival time of the first record (ms since the epoch); `None` when
+    /// empty.
+    pub fn first_arrival_millis(&self) -> Option<i64> {
+        self.first_arrival
     }
 
     /// Whether no record has been added.

@@ -40,6 +40,16 @@ pub struct FakeShard {
     /// The next this-many GetRecords calls fail with
     /// `ProvisionedThroughputExceededException`.
     pub failing_reads: AtomicUsize,
+    /// Records before this index have been trimmed by retention:
+    /// `TRIM_HORIZON` starts here, and a sequence number before it is
+    /// rejected by GetShardIterator as expired.
+    pub trimmed: AtomicUsize,
+    /// The next this-many GetShardIterator calls at a sequence number are
+    /// rejected as expired even though the number is still there.
+    pub rejected_positions: AtomicUsize,
+    /// The shard has left the stream: ListShards omits it, GetShardIterator
+    /// and GetRecords answer `ResourceNotFoundException`.
+    pub gone: std::sync::atomic::AtomicBool,
     /// `(index, n)`: the next `n` GetRecords calls at record `index` return
     /// no records, `MillisBehindLatest` above 0 and an iterator still at
     /// `index`, as Kinesis does over a stretch of a shard without records.
@@ -67,12 +77,34 @@ impl FakeShard {
         *lock(&self.closed) = true;
     }
 
+    /// Whether GetShardIterator rejects `seq` as expired: before the trim
+    /// horizon, or rejected on purpose.
+    fn rejects(&self, kind: &ShardIteratorType, seq: Option<&str>) -> bool {
+        if !matches!(
+            kind,
+            ShardIteratorType::AtSequenceNumber | ShardIteratorType::AfterSequenceNumber
+        ) {
+            return false;
+        }
+        if take_one(&self.rejected_positions) {
+            return true;
+        }
+        let trimmed = self.trimmed.load(Ordering::SeqCst);
+        let records = lock(&self.records);
+        let target = SequenceNumber::parse(seq.unwrap_or("0")).unwrap();
+        trimmed > 0
+            && records.get(trimmed).is_none_or(|first| {
+                SequenceNumber::parse(first.sequence_number()).unwrap() > target
+            })
+    }
+
     fn start_index(
         &self,
         kind: &ShardIteratorType,
         seq: Option<&str>,
         timestamp: Option<&aws_smithy_types::DateTime>,
     ) -> usize {
+        let trimmed = self.trimmed.load(Ordering::SeqCst);
         let records = lock(&self.records);
         let position = |after: bool| {
             let target = SequenceNumber::parse(seq.unwrap_or("0")).unwrap();
@@ -84,7 +116,7 @@ impl FakeShard {
                 })
                 .unwrap_or(records.len())
         };
-        match kind {
+        let index = match kind {
             ShardIteratorType::TrimHorizon => 0,
             ShardIteratorType::Latest => records.len(),
             ShardIteratorType::AtSequenceNumber => position(false),
@@ -103,7 +135,8 @@ impl FakeShard {
                     .unwrap_or(records.len())
             }
             other => panic!("fake shard does not support {other:?}"),
-        }
+        };
+        index.max(trimmed)
     }
 }
 
@@ -148,10 +181,12 @@ pub struct FakeBucket {
 }
 
 impl FakeBucket {
-    /// Every object's decompressed lines.
+    /// Every batch object's decompressed lines (retention gap markers
+    /// left out).
     pub fn lines(&self) -> Vec<(String, serde_json::Value)> {
         lock(&self.objects)
             .iter()
+            .filter(|(key, _)| key.contains(".jsonl"))
             .flat_map(|(key, body)| {
                 let ext = &key[key.find(".jsonl").unwrap()..];
                 let codec = crate::compression::codec_from_extension(ext).unwrap();
@@ -212,6 +247,15 @@ fn s3_error(status: u16, code: &str) -> HttpResponse {
     )
 }
 
+fn shard_not_found(shard_id: &str) -> HttpResponse {
+    http(
+        400,
+        &format!(
+            r#"{{"__type":"ResourceNotFoundException","message":"Shard {shard_id} in stream s under account 0 does not exist"}}"#
+        ),
+    )
+}
+
 fn dynamo_error(code: &str) -> HttpResponse {
     http(
         400,
@@ -244,22 +288,37 @@ fn kinesis_client(stream: Arc<FakeStream>) -> aws_sdk_kinesis::Client {
 
     // Iterators are `it|{shard id}|{index}`.
     let s1 = stream.clone();
-    let iterator = mock!(Client::get_shard_iterator).then_compute_output(move |input| {
+    let iterator = mock!(Client::get_shard_iterator).then_compute_response(move |input| {
         let shard_id = input.shard_id().unwrap();
-        let index = s1.get(shard_id).start_index(
-            input.shard_iterator_type().unwrap(),
-            input.starting_sequence_number(),
-            input.timestamp(),
-        );
-        GetShardIteratorOutput::builder()
-            .shard_iterator(format!("it|{shard_id}|{index}"))
-            .build()
+        let shard = s1.get(shard_id);
+        let kind = input.shard_iterator_type().unwrap();
+        if shard.gone.load(Ordering::SeqCst) {
+            return MockResponse::Http(shard_not_found(shard_id));
+        }
+        if shard.rejects(kind, input.starting_sequence_number()) {
+            return MockResponse::Http(http(
+                400,
+                &format!(
+                    r#"{{"__type":"InvalidArgumentException","message":"StartingSequenceNumber {} used in GetShardIterator on shard {shard_id} in stream s under account 0 is invalid because it has expired."}}"#,
+                    input.starting_sequence_number().unwrap_or_default()
+                ),
+            ));
+        }
+        let index = shard.start_index(kind, input.starting_sequence_number(), input.timestamp());
+        MockResponse::Output(
+            GetShardIteratorOutput::builder()
+                .shard_iterator(format!("it|{shard_id}|{index}"))
+                .build(),
+        )
     });
     let s2 = stream.clone();
     let records = mock!(Client::get_records).then_compute_response(move |input| {
         let mut parts = input.shard_iterator().unwrap().split('|').skip(1);
         let (shard_id, index) = (parts.next().unwrap(), parts.next().unwrap());
         let s2 = s2.get(shard_id);
+        if s2.gone.load(Ordering::SeqCst) {
+            return MockResponse::Http(shard_not_found(shard_id));
+        }
         s2.reads.fetch_add(1, Ordering::SeqCst);
         if take_one(&s2.failing_reads) {
             return MockResponse::Http(http(
@@ -301,8 +360,9 @@ fn kinesis_client(stream: Arc<FakeStream>) -> aws_sdk_kinesis::Client {
             ));
         }
         let shards = lock(&s3.shards)
-            .keys()
-            .map(|id| Shard::builder().shard_id(id).build().unwrap())
+            .iter()
+            .filter(|(_, shard)| !shard.gone.load(Ordering::SeqCst))
+            .map(|(id, _)| Shard::builder().shard_id(id).build().unwrap())
             .collect();
         MockResponse::Output(ListShardsOutput::builder().set_shards(Some(shards)).build())
     });

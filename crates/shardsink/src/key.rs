@@ -37,6 +37,11 @@ impl KeyLayout {
         }
     }
 
+    /// The prefix (no trailing slash; may be empty).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     /// `{prefix}/{yyyy}/{MM}/{dd}/{HH}/{mm}/{shardId}/`: everything one shard
     /// writes in one minute, and what dedup lists.
     pub fn shard_minute_prefix(&self, minute: Minute, shard_id: &str) -> String {

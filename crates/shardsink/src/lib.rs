@@ -13,6 +13,8 @@
 //!   ([`writer`]).
 //! - [`writer`]: record the batch in the lease row → PUT with
 //!   `If-None-Match: *` → checkpoint.
+//! - [`retention`]: records that expired from the stream unread — the error
+//!   log, the counter and the marker object `verify` reports.
 //! - [`record`] and [`kpl`]: Kinesis records, KPL aggregates unpacked;
 //!   [`encode`]: JSON Lines; [`compression`]; [`key`]: the object key layout.
 //! - [`aws`]: one thin function per Kinesis and S3 call; leases live in the
@@ -45,6 +47,7 @@ pub mod minute;
 pub mod reader;
 pub mod record;
 pub mod renewer;
+pub mod retention;
 pub mod shard;
 pub mod shard_graph;
 pub mod shutdown;

@@ -6,7 +6,8 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Mutex;
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
@@ -107,7 +108,11 @@ pub struct Metrics {
     pub millis_behind_latest: Family<ShardLabel, Gauge>,
     /// `shardsink_leases_held`.
     pub leases_held: Gauge,
+    /// `shardsink_retention_gaps_total`: shards found with records that
+    /// expired from the stream before they were read.
+    pub retention_gaps: Counter,
     last_checkpoint: std::sync::Arc<CheckpointAges>,
+    unarchived: std::sync::Arc<UnarchivedAges>,
 }
 
 impl Metrics {
@@ -115,6 +120,7 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("shardsink");
         let metrics_last_checkpoint = std::sync::Arc::new(CheckpointAges::default());
+        let unarchived = std::sync::Arc::new(UnarchivedAges::default());
         let metrics = Self {
             kinesis_records_read: Counter::default(),
             records_read: Counter::default(),
@@ -129,7 +135,9 @@ impl Metrics {
             dedup_list_requests: Counter::default(),
             millis_behind_latest: Family::default(),
             leases_held: Gauge::default(),
+            retention_gaps: Counter::default(),
             last_checkpoint: metrics_last_checkpoint.clone(),
+            unarchived: unarchived.clone(),
             registry: Registry::default(),
         };
         registry.register(
@@ -197,8 +205,14 @@ impl Metrics {
             "Leases this worker holds",
             metrics.leases_held.clone(),
         );
+        registry.register(
+            "retention_gaps",
+            "Times a shard's position had expired from the stream (retention) before its records were read: records may have been lost",
+            metrics.retention_gaps.clone(),
+        );
         registry.register_collector(Box::new(BuildInfo));
         registry.register_collector(Box::new(metrics_last_checkpoint));
+        registry.register_collector(Box::new(unarchived));
         Self {
             registry,
             ..metrics
@@ -264,6 +278,23 @@ impl Metrics {
         };
         self.millis_behind_latest.remove(&label);
         self.last_checkpoint.remove(shard_id);
+        lock(&self.unarchived.since).remove(shard_id);
+    }
+
+    /// The stream's retention period (DescribeStreamSummary
+    /// `RetentionPeriodHours`), against which unarchived records are aged.
+    pub fn set_stream_retention(&self, retention: Duration) {
+        let millis = u64::try_from(retention.as_millis()).unwrap_or(u64::MAX);
+        self.unarchived
+            .retention_millis
+            .store(millis, Ordering::Relaxed);
+    }
+
+    /// The arrival time (ms since the epoch) of the shard's oldest record
+    /// not yet archived — buffered, being written, or not read yet — or
+    /// `None` when everything read is archived and the shard is caught up.
+    pub fn unarchived_since(&self, shard_id: &str, arrival_millis: Option<i64>) {
+        lock(&self.unarchived.since).insert(shard_id.to_owned(), arrival_millis);
     }
 
     /// Records `MillisBehindLatest` for a shard.
@@ -291,26 +322,17 @@ struct CheckpointAges {
 
 impl CheckpointAges {
     fn set(&self, shard_id: &str, at: Instant) {
-        self.at
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(shard_id.to_owned(), at);
+        lock(&self.at).insert(shard_id.to_owned(), at);
     }
 
     fn remove(&self, shard_id: &str) {
-        self.at
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(shard_id);
+        lock(&self.at).remove(shard_id);
     }
 }
 
 impl Collector for CheckpointAges {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
-        let ages: Vec<(String, f64)> = self
-            .at
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        let ages: Vec<(String, f64)> = lock(&self.at)
             .iter()
             .map(|(shard, at)| (shard.clone(), at.elapsed().as_secs_f64()))
             .collect();
@@ -326,6 +348,58 @@ impl Collector for CheckpointAges {
         }
         Ok(())
     }
+}
+
+/// `shardsink_stream_retention_seconds` and
+/// `shardsink_retention_used_ratio{shard_id}`: how much of the stream's
+/// retention the oldest unarchived record of each held shard has used,
+/// computed at scrape time (so it keeps growing while writes are stuck). At
+/// 1 that record expires from the stream unread.
+#[derive(Debug, Default)]
+struct UnarchivedAges {
+    retention_millis: AtomicU64,
+    since: Mutex<HashMap<String, Option<i64>>>,
+}
+
+impl Collector for UnarchivedAges {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let retention = self.retention_millis.load(Ordering::Relaxed);
+        if retention == 0 {
+            return Ok(());
+        }
+        let retention_seconds = retention as f64 / 1_000.0;
+        ConstGauge::new(retention_seconds).encode(encoder.encode_descriptor(
+            "stream_retention_seconds",
+            "The stream's retention period (DescribeStreamSummary RetentionPeriodHours)",
+            None,
+            MetricType::Gauge,
+        )?)?;
+        let now = chrono::Utc::now().timestamp_millis();
+        let ratios: Vec<(String, f64)> = lock(&self.since)
+            .iter()
+            .map(|(shard, since)| {
+                let age = since.map_or(0, |since| now.saturating_sub(since).max(0));
+                (shard.clone(), age as f64 / retention as f64)
+            })
+            .collect();
+        let mut family = encoder.encode_descriptor(
+            "retention_used_ratio",
+            "Age of the shard's oldest unarchived record as a fraction of the stream's retention, per held shard; at 1 records expire unread",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (shard_id, ratio) in ratios {
+            ConstGauge::new(ratio).encode(family.encode_family(&ShardLabel { shard_id })?)?;
+        }
+        Ok(())
+    }
+}
+
+/// Locks a mutex whose data stays valid if a holder panicked.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// `shardsink_build_info{version}` = 1.
@@ -365,6 +439,13 @@ mod tests {
         metrics.behind("shardId-000000000001", 1_500);
         metrics.checkpoint("shardId-000000000001", true);
         metrics.leases_held.set(3);
+        metrics.retention_gaps.inc();
+        metrics.set_stream_retention(Duration::from_secs(24 * 3_600));
+        // Half a day old: half the retention used.
+        metrics.unarchived_since(
+            "shardId-000000000001",
+            Some(chrono::Utc::now().timestamp_millis() - 12 * 3_600_000),
+        );
         let text = metrics.encode();
         // Whole samples at the start of a line: a prefix added twice would
         // still contain the expected text.
@@ -379,6 +460,9 @@ mod tests {
             "shardsink_leases_held 3",
             "shardsink_build_info{version=\"",
             "shardsink_seconds_since_checkpoint{shard_id=\"shardId-000000000001\"} ",
+            "shardsink_retention_gaps_total 1",
+            "shardsink_stream_retention_seconds 86400",
+            "shardsink_retention_used_ratio{shard_id=\"shardId-000000000001\"} 0.5",
         ] {
             assert!(has(line), "missing {line:?} in\n{text}");
         }

@@ -1,10 +1,12 @@
 //! [`ShardReader`]: one shard's records, in order, through GetShardIterator
 //! and GetRecords.
 
-use tracing::error;
+use sequence_range::SequenceNumber;
+use tracing::{error, info, warn};
 
 use crate::aws::{Kinesis, KinesisError, ShardInfo, StartingPosition};
 use crate::record::ShardRecord;
+use crate::retention::RetentionGap;
 
 /// What one GetRecords call returned.
 #[derive(Debug, Default)]
@@ -20,6 +22,9 @@ pub struct ReadBatch {
     pub bytes: u64,
     /// `ChildShards` of a shard at `SHARD_END` (after a split or merge).
     pub child_shards: Vec<ShardInfo>,
+    /// Set on the read that found the position expired: records between it
+    /// and the first record of this read were trimmed unread.
+    pub retention_gap: Option<RetentionGap>,
 }
 
 impl ReadBatch {
@@ -42,6 +47,13 @@ impl ReadBatch {
 /// After `ExpiredIteratorException` the next [`read`](Self::read) gets a new
 /// iterator `AFTER_SEQUENCE_NUMBER` the last record returned (or at the
 /// starting position when none was), so no record is skipped or repeated.
+///
+/// When GetShardIterator says that sequence number has expired from the
+/// shard (retention), the reader falls back to `TRIM_HORIZON`. It still
+/// returns only records past the position it asked for, so a rejection of a
+/// position that is in fact still there changes nothing; and the read that
+/// shows where the shard now starts carries a [`RetentionGap`] if that is
+/// past the expired position (or the shard is empty): records were lost.
 #[derive(Debug)]
 pub struct ShardReader {
     kinesis: Kinesis,
@@ -50,6 +62,60 @@ pub struct ShardReader {
     iterator: Option<String>,
     last_sequence_number: Option<String>,
     limit: i32,
+    /// The expired position after a fall back to `TRIM_HORIZON`, until a
+    /// read shows where the shard now starts.
+    fallback: Option<Fallback>,
+}
+
+/// A position GetShardIterator rejected as expired.
+#[derive(Debug)]
+struct Fallback {
+    position: StartingPosition,
+    /// Records at or below this were asked not to be read again
+    /// (`AFTER_SEQUENCE_NUMBER`), or records below it
+    /// (`AT_SEQUENCE_NUMBER`).
+    sequence_number: SequenceNumber,
+    at: bool,
+    /// A record before the position was read: the position was not trimmed.
+    saw_earlier: bool,
+}
+
+impl Fallback {
+    fn new(position: &StartingPosition) -> Option<Self> {
+        let (text, at) = match position {
+            StartingPosition::AtSequenceNumber(n) => (n, true),
+            StartingPosition::AfterSequenceNumber(n) => (n, false),
+            _ => return None,
+        };
+        Some(Self {
+            position: position.clone(),
+            sequence_number: SequenceNumber::parse(text).ok()?,
+            at,
+            saw_earlier: false,
+        })
+    }
+
+    /// Whether records were lost, given the first record read at or past
+    /// the position (`None`: the shard holds none). Trimming removes the
+    /// oldest records first, so the position's records were trimmed exactly
+    /// when nothing before it is left and — for `AT_SEQUENCE_NUMBER` — the
+    /// first record left is not the position's own.
+    fn lost(&self, first: Option<&SequenceNumber>) -> bool {
+        let position_retained = self.at && first == Some(&self.sequence_number);
+        !(self.saw_earlier || position_retained)
+    }
+
+    /// Whether a record read from `TRIM_HORIZON` comes before the position
+    /// asked for.
+    fn is_before(&self, sequence_number: &str) -> bool {
+        SequenceNumber::parse(sequence_number).is_ok_and(|n| {
+            if self.at {
+                n < self.sequence_number
+            } else {
+                n <= self.sequence_number
+            }
+        })
+    }
 }
 
 impl ShardReader {
@@ -68,6 +134,43 @@ impl ShardReader {
             iterator: None,
             last_sequence_number: None,
             limit,
+            fallback: None,
+        }
+    }
+
+    /// GetShardIterator at `position`, falling back to `TRIM_HORIZON` when
+    /// the position's sequence number has expired from the shard.
+    async fn iterator_at(&mut self, position: StartingPosition) -> Result<String, KinesisError> {
+        match self
+            .kinesis
+            .get_shard_iterator(&self.shard_id, &position)
+            .await
+        {
+            Err(KinesisError::ExpiredPosition(source)) => {
+                let Some(fallback) = Fallback::new(&position) else {
+                    return Err(KinesisError::ExpiredPosition(source));
+                };
+                warn!(
+                    shard_id = %self.shard_id,
+                    position = ?position,
+                    error = %source,
+                    "the position to read from has expired from the stream; reading from TRIM_HORIZON"
+                );
+                self.fallback = Some(fallback);
+                self.kinesis
+                    .get_shard_iterator(&self.shard_id, &StartingPosition::TrimHorizon)
+                    .await
+            }
+            other => other,
+        }
+    }
+
+    /// Where the next fresh iterator starts: after the last record
+    /// returned, or the starting position when none was.
+    pub fn position(&self) -> StartingPosition {
+        match &self.last_sequence_number {
+            Some(last) => StartingPosition::AfterSequenceNumber(last.clone()),
+            None => self.start.clone(),
         }
     }
 
@@ -79,23 +182,20 @@ impl ShardReader {
     /// One GetRecords call (plus GetShardIterator when needed).
     ///
     /// # Errors
-    /// [`KinesisError`]; on `ExpiredIterator` the iterator is already reset.
+    /// [`KinesisError`]; on `ExpiredIterator` and `NotFound` the iterator is
+    /// already reset.
     pub async fn read(&mut self) -> Result<ReadBatch, KinesisError> {
         let iterator = match self.iterator.take() {
             Some(iterator) => iterator,
-            None => {
-                let position = match &self.last_sequence_number {
-                    Some(last) => StartingPosition::AfterSequenceNumber(last.clone()),
-                    None => self.start.clone(),
-                };
-                self.kinesis
-                    .get_shard_iterator(&self.shard_id, &position)
-                    .await?
-            }
+            None => self.iterator_at(self.position()).await?,
         };
         let output = match self.kinesis.get_records(&iterator, self.limit).await {
             Ok(output) => output,
-            Err(KinesisError::ExpiredIterator) => return Err(KinesisError::ExpiredIterator),
+            // A new iterator next time: GetShardIterator tells whether the
+            // shard is gone.
+            Err(err @ (KinesisError::ExpiredIterator | KinesisError::NotFound(_))) => {
+                return Err(err);
+            }
             Err(err) => {
                 // Keep the iterator: it is still valid for retries within
                 // five minutes; past that, Kinesis says it expired.
@@ -124,8 +224,36 @@ impl ShardReader {
             records: Vec::with_capacity(output.records.len()),
             bytes: 0,
             child_shards,
+            retention_gap: None,
         };
         for record in output.records {
+            if let Some(fallback) = &mut self.fallback {
+                if fallback.is_before(record.sequence_number()) {
+                    // Archived already: the position asked for is past it.
+                    fallback.saw_earlier = true;
+                    continue;
+                }
+                let first = SequenceNumber::parse(record.sequence_number()).ok();
+                let lost = fallback.lost(first.as_ref());
+                let expired = fallback.position.clone();
+                self.fallback = None;
+                if lost {
+                    batch.retention_gap = Some(RetentionGap {
+                        shard_id: self.shard_id.clone(),
+                        expired,
+                        first_retained: Some((
+                            record.sequence_number().to_owned(),
+                            record
+                                .approximate_arrival_timestamp()
+                                .and_then(|t| t.to_millis().ok())
+                                .unwrap_or(0),
+                        )),
+                        shard_left_stream: false,
+                    });
+                } else {
+                    info!(shard_id = %self.shard_id, "the position was still in the shard: nothing expired");
+                }
+            }
             batch.bytes += record.data().as_ref().len() as u64;
             match ShardRecord::from_kinesis(&self.shard_id, record) {
                 Ok(record) => {
@@ -136,6 +264,20 @@ impl ShardReader {
                 // could not be placed in any range.
                 Err(err) => {
                     error!(shard_id = %self.shard_id, error = %err, "skipping record with invalid sequence number")
+                }
+            }
+        }
+        // Nothing left in the shard past the expired position: everything
+        // after it was trimmed.
+        if batch.records.is_empty() && (batch.is_caught_up() || batch.shard_end) {
+            if let Some(fallback) = self.fallback.take() {
+                if fallback.lost(None) {
+                    batch.retention_gap = Some(RetentionGap {
+                        shard_id: self.shard_id.clone(),
+                        expired: fallback.position,
+                        first_retained: None,
+                        shard_left_stream: false,
+                    });
                 }
             }
         }

@@ -33,6 +33,7 @@ use crate::key::KeyLayout;
 use crate::metrics::{Metrics, RetryCause};
 use crate::reader::{ReadBatch, ShardReader};
 use crate::record::ShardRecord;
+use crate::retention::RetentionGap;
 use crate::writer::{BatchWriter, ShardError, error_chain};
 
 /// Kinesis allows 5 GetRecords calls a second per shard (GetRecords API
@@ -116,6 +117,10 @@ pub struct ShardTask {
     handled_through: Option<SequenceNumber>,
     last_checkpoint_at: Instant,
     progress: Progress,
+    /// When the next unread record arrived at the latest (ms since the
+    /// epoch): from the last read's `MillisBehindLatest`; `None` when caught
+    /// up.
+    unread_since: Option<i64>,
 }
 
 /// Per-shard counters for the progress log.
@@ -158,6 +163,7 @@ impl ShardTask {
                 millis_behind_latest: None,
                 logged_at: Instant::now(),
             },
+            unread_since: None,
         }
     }
 
@@ -213,9 +219,12 @@ impl ShardTask {
                 } => read,
             };
             let delay = match read {
-                Ok(read) => {
+                Ok(mut read) => {
                     transient.reset();
                     persistent.reset();
+                    if let Some(gap) = read.retention_gap.take() {
+                        self.on_retention_gap(gap).await?;
+                    }
                     let caught_up = read.is_caught_up();
                     let shard_end = read.shard_end;
                     self.note_read(&read);
@@ -242,6 +251,15 @@ impl ShardTask {
                     reader.reset_iterator();
                     Duration::ZERO
                 }
+                Err(KinesisError::NotFound(source)) => {
+                    self.ctx.metrics.retry(RetryCause::kinesis_error);
+                    if self.has_left_the_stream().await {
+                        return self.finish_shard_gone(reader.position()).await;
+                    }
+                    let delay = persistent.next_delay();
+                    error!(error = %error_chain(&*source), ?delay, "stream or shard not found; retrying");
+                    delay
+                }
                 Err(err) => {
                     self.ctx.metrics.retry(match err {
                         KinesisError::Throttled(_) => RetryCause::kinesis_throttled,
@@ -263,6 +281,7 @@ impl ShardTask {
                 }
             };
             drop(read_permit);
+            self.note_unarchived(None);
             self.log_progress(false);
             tokio::select! {
                 biased;
@@ -302,6 +321,76 @@ impl ShardTask {
                 }
             }
         }
+    }
+
+    /// Records of this shard expired unread ([`RetentionGap`]): the gap is
+    /// reported (marker, error log, counter) before anything is written past
+    /// it, and dedup goes on — records after the gap may be in S3 already
+    /// (a pending batch whose first records expired, say).
+    async fn on_retention_gap(&mut self, gap: RetentionGap) -> Result<(), ShardError> {
+        let mut backoff = Backoff::transient();
+        loop {
+            let reported = gap
+                .report(
+                    &self.checkpoint,
+                    &self.ctx.store,
+                    self.ctx.layout.prefix(),
+                    &self.ctx.metrics,
+                )
+                .await;
+            match reported {
+                Ok(()) => break,
+                Err(err) => {
+                    if self.lease.is_lost() {
+                        return Err(ShardError::LeaseLost {
+                            shard_id: self.shard_id.clone(),
+                        });
+                    }
+                    self.ctx.metrics.retry(if err.is_throttling() {
+                        RetryCause::s3_throttled
+                    } else {
+                        RetryCause::s3_error
+                    });
+                    let delay = backoff.next_delay();
+                    warn!(error = %error_chain(&err), ?delay, "writing the retention gap marker failed; retrying");
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+        self.dedup = Dedup::enabled();
+        Ok(())
+    }
+
+    /// Whether the stream exists and no longer lists this shard: it was
+    /// closed and then trimmed past the stream's retention. `false` when
+    /// ListShards fails (the stream is gone, or unreachable): the caller
+    /// retries.
+    async fn has_left_the_stream(&self) -> bool {
+        match self.ctx.kinesis.list_shards().await {
+            Ok(shards) => !shards.iter().any(|shard| shard.shard_id == self.shard_id),
+            Err(err) => {
+                warn!(error = %error_chain(&err), "cannot list the stream's shards");
+                false
+            }
+        }
+    }
+
+    /// The shard has left the stream while leased: every record after
+    /// `position` is gone. Reports the gap, writes what is buffered and
+    /// ends the shard as at `SHARD_END`, so its lease is released and
+    /// deleted and its children can start.
+    async fn finish_shard_gone(
+        mut self,
+        position: StartingPosition,
+    ) -> Result<ShardExit, ShardError> {
+        let gap = RetentionGap {
+            shard_id: self.shard_id.clone(),
+            expired: position,
+            first_retained: None,
+            shard_left_stream: true,
+        };
+        self.on_retention_gap(gap).await?;
+        self.finish_shard_end(Vec::new()).await
     }
 
     async fn on_record(&mut self, record: ShardRecord) -> Result<(), ShardError> {
@@ -390,6 +479,7 @@ impl ShardTask {
             }) = self.replay.take()
             {
                 let records = batch.user_records() as u64;
+                self.note_unarchived(batch.first_arrival_millis());
                 let written = self.writer.replay(&pending, batch).await?;
                 info!(key = %written.key, records, already_present = written.outcome == crate::aws::PutOutcome::AlreadyExists, "pending batch replayed");
                 self.after_write(pending.last);
@@ -439,6 +529,7 @@ impl ShardTask {
     }
 
     async fn write(&mut self, batch: Batch, reason: FlushReason) -> Result<(), ShardError> {
+        self.note_unarchived(batch.first_arrival_millis());
         let written = self.writer.write(batch, reason).await?;
         self.progress.batches_written += 1;
         if reason != FlushReason::Gap {
@@ -551,6 +642,20 @@ impl ShardTask {
         Ok(ShardExit::Shutdown)
     }
 
+    /// Tells the retention gauge when this shard's oldest unarchived record
+    /// arrived: the batch `writing` (if any), else the replay or buffered
+    /// batch, else the next unread record when behind, else none.
+    fn note_unarchived(&self, writing: Option<i64>) {
+        let buffered = self
+            .replay
+            .as_ref()
+            .and_then(|replay| replay.batch.as_ref())
+            .or(self.batch.as_ref())
+            .and_then(Batch::first_arrival_millis);
+        let since = writing.or(buffered).or(self.unread_since);
+        self.ctx.metrics.unarchived_since(&self.shard_id, since);
+    }
+
     fn note_read(&mut self, read: &ReadBatch) {
         let kinesis_records = read.records.len() as u64;
         let user_records: u64 = read
@@ -569,6 +674,13 @@ impl ShardTask {
         if let Some(behind) = read.millis_behind_latest {
             metrics.behind(&self.shard_id, behind);
         }
+        // The next unread record is no older than the last one returned,
+        // which is `MillisBehindLatest` behind the tip.
+        self.unread_since = match read.millis_behind_latest {
+            Some(behind) if behind > 0 => Some(Utc::now().timestamp_millis() - behind),
+            Some(_) => None,
+            None => self.unread_since,
+        };
     }
 
     fn log_progress(&mut self, force: bool) {
@@ -1120,6 +1232,152 @@ mod tests {
             keys,
             vec![key_for(1, 6, PAST)],
             "one object, closed once caught up"
+        );
+        token.cancel();
+        task.await.unwrap().unwrap();
+    }
+
+    /// The gap marker of `position` (a sequence number or sentinel), parsed.
+    fn gap_marker(h: &Harness, position: &str) -> Option<serde_json::Value> {
+        let key = format!("p/_retention-gaps/{SHARD}/{position}.json");
+        let body = h.bucket.objects.lock().unwrap().get(&key).cloned()?;
+        Some(serde_json::from_slice(&body).unwrap())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_checkpoint_past_retention_reads_on_from_the_trim_horizon() {
+        // Checkpointed at 3, then down past the retention: 1..=6 trimmed.
+        let h = harness(1_000);
+        for i in 1..=10 {
+            h.shard.push(&seq(i), PAST + 1_000 * i as i64, b"r");
+        }
+        h.shard.trimmed.store(6, Ordering::SeqCst);
+        let checkpoint = Checkpoint::SequenceNumber(SequenceNumber::parse(&seq(3)).unwrap());
+        let lease = h.lease(checkpoint, None).await;
+        h.run_until(lease, |h| h.row_checkpoint_is(10))
+            .await
+            .unwrap();
+        assert_eq!(h.written(), (7..=10).map(seq).collect::<Vec<_>>());
+        assert_eq!(h.ctx.metrics.retention_gaps.get(), 1);
+        let marker = gap_marker(&h, &seq(3)).expect("the gap is recorded in S3");
+        assert_eq!(marker["position"], "AFTER_SEQUENCE_NUMBER");
+        assert_eq!(marker["firstRetainedSequenceNumber"], seq(7));
+        assert_eq!(marker["shardLeftStream"], false);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pending_batch_whose_first_records_expired_is_deduplicated() {
+        // Batches 1..=4, 5..=8 and 9..=10 were PUT, the checkpoint after
+        // 5..=8 was lost, then 1..=6 expired: the replay cannot start at 5;
+        // what is left (7..=10) is found in S3 by dedup.
+        let h = harness(1_000);
+        for i in 1..=10 {
+            h.shard.push(&seq(i), PAST + 1_000 * i as i64, b"p");
+        }
+        let lease = h.lease(Checkpoint::TrimHorizon, None).await;
+        let h = Harness {
+            ctx: Arc::new(ShardContext {
+                limits: BufferLimits {
+                    max_records: 4,
+                    ..h.ctx.limits
+                },
+                ..clone_ctx(&h.ctx)
+            }),
+            ..h
+        };
+        h.run_until(lease, |h| lock_len(&h.bucket) == 3)
+            .await
+            .unwrap();
+        let pending = PendingBatch {
+            key: key_for(5, 8, PAST),
+            first: SequenceNumber::parse(&seq(5)).unwrap(),
+            last: SequenceNumber::parse(&seq(8)).unwrap(),
+        };
+        h.table.items.lock().unwrap().clear();
+        h.shard.trimmed.store(6, Ordering::SeqCst);
+        let checkpoint = Checkpoint::SequenceNumber(SequenceNumber::parse(&seq(4)).unwrap());
+        let lease = h.lease(checkpoint, Some(pending)).await;
+        h.run_until(lease, |h| h.row_checkpoint_is(10))
+            .await
+            .unwrap();
+        assert_eq!(sorted(h.written()), (1..=10).map(seq).collect::<Vec<_>>());
+        assert_eq!(h.ctx.metrics.retention_gaps.get(), 1);
+        let marker = gap_marker(&h, &seq(5)).expect("the gap is recorded");
+        assert_eq!(marker["position"], "AT_SEQUENCE_NUMBER");
+        assert_eq!(marker["firstRetainedSequenceNumber"], seq(7));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_position_rejected_but_still_there_loses_and_repeats_nothing() {
+        let h = harness(1_000);
+        for i in 1..=8 {
+            h.shard.push(&seq(i), PAST + 1_000 * i as i64, b"s");
+        }
+        h.shard.rejected_positions.store(1, Ordering::SeqCst);
+        let checkpoint = Checkpoint::SequenceNumber(SequenceNumber::parse(&seq(3)).unwrap());
+        let lease = h.lease(checkpoint, None).await;
+        h.run_until(lease, |h| h.row_checkpoint_is(8))
+            .await
+            .unwrap();
+        assert_eq!(h.written(), (4..=8).map(seq).collect::<Vec<_>>());
+        assert_eq!(h.ctx.metrics.retention_gaps.get(), 0, "nothing expired");
+        assert!(gap_marker(&h, &seq(3)).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shard_that_left_the_stream_ends_and_says_so() {
+        let h = harness(1_000);
+        for i in 1..=4 {
+            h.shard.push(&seq(i), PAST + 1_000 * i as i64, b"g");
+        }
+        h.shard.gone.store(true, Ordering::SeqCst);
+        let checkpoint = Checkpoint::SequenceNumber(SequenceNumber::parse(&seq(2)).unwrap());
+        let lease = h.lease(checkpoint, None).await;
+        let exit = h.run_until(lease, |_| false).await.unwrap();
+        assert_eq!(exit, ShardExit::ShardEnd(Vec::new()));
+        assert_eq!(h.row().await.checkpoint, Checkpoint::ShardEnd);
+        assert_eq!(h.ctx.metrics.retention_gaps.get(), 1);
+        let marker = gap_marker(&h, &seq(2)).expect("the gap is recorded");
+        assert_eq!(marker["shardLeftStream"], true);
+    }
+
+    /// The shard's `retention_used_ratio` series, if exported.
+    fn retention_ratio(h: &Harness) -> Option<f64> {
+        let text = h.ctx.metrics.encode();
+        let prefix = format!("shardsink_retention_used_ratio{{shard_id=\"{SHARD}\"}} ");
+        text.lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .map(|value| value.parse().unwrap())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_retention_gauge_ages_records_stuck_in_a_failing_write() {
+        let h = harness(2);
+        h.ctx
+            .metrics
+            .set_stream_retention(Duration::from_secs(24 * 3_600));
+        // Arrived a day and a half ago; S3 refuses every PUT.
+        let arrival = Utc::now().timestamp_millis() - 36 * 3_600_000;
+        for i in 1..=2 {
+            h.shard.push(&seq(i), arrival + i as i64, b"o");
+        }
+        h.bucket.failing_puts.store(usize::MAX, Ordering::SeqCst);
+        let lease = h.lease(Checkpoint::TrimHorizon, None).await;
+        let token = CancellationToken::new();
+        let task = tokio::spawn(ShardTask::new(h.ctx.clone(), lease).run(token.clone()));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let ratio = retention_ratio(&h).expect("a series for the shard");
+        assert!(
+            (1.49..1.6).contains(&ratio),
+            "a record a day and a half old in a 24 h stream: {ratio}"
+        );
+        h.bucket.failing_puts.store(0, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert_eq!(h.written().len(), 2);
+        assert_eq!(
+            retention_ratio(&h),
+            Some(0.0),
+            "archived and caught up: nothing waits"
         );
         token.cancel();
         task.await.unwrap().unwrap();

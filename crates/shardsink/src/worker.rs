@@ -42,6 +42,7 @@ use crate::health::Health;
 use crate::key::KeyLayout;
 use crate::metrics::{Metrics, Outcome};
 use crate::renewer::Renewer;
+use crate::retention::RetentionGap;
 use crate::shard::{ShardContext, ShardExit, ShardTask};
 use crate::shard_graph::{NewLease, ShardGraph};
 use crate::writer::{ShardError, error_chain};
@@ -311,9 +312,10 @@ impl Worker {
                 .into());
             }
             Some(result) => {
-                let status =
+                let summary =
                     result.with_context(|| format!("failed to describe stream {stream}"))?;
-                info!(stream = %stream, status = %status, "stream found");
+                info!(stream = %stream, status = %summary.status, retention = ?summary.retention, "stream found");
+                self.metrics.set_stream_retention(summary.retention);
             }
         }
         let bucket = self.store.bucket().to_owned();
@@ -509,6 +511,12 @@ impl Worker {
     /// # Errors
     /// A failure before any list was read.
     async fn list_shards(&mut self) -> anyhow::Result<bool> {
+        // The retention period can change (raised during an outage, say):
+        // read it again with the shard list for the retention gauge.
+        match self.kinesis.describe_stream_summary().await {
+            Ok(summary) => self.metrics.set_stream_retention(summary.retention),
+            Err(err) => debug!(error = %error_chain(&err), "describing the stream failed"),
+        }
         match self.kinesis.list_shards().await {
             Ok(shards) => {
                 if shards != self.shards {
@@ -624,7 +632,22 @@ impl Worker {
         };
         for lease in removable {
             if !lease.checkpoint.is_shard_end() {
-                warn!(shard_id = %lease.lease_key, checkpoint = %lease.checkpoint, "shard left the stream before it was read to its end: records past the checkpoint expired unread");
+                // Records past the checkpoint expired unread: said (marker,
+                // error, counter) before the lease, the last trace of them,
+                // is deleted; if the marker cannot be written, next time.
+                let gap = RetentionGap::of_unread_lease(&lease);
+                let reported = gap
+                    .report(
+                        &lease.checkpoint,
+                        &self.store,
+                        &self.settings.prefix,
+                        &self.metrics,
+                    )
+                    .await;
+                if let Err(err) = reported {
+                    warn!(shard_id = %lease.lease_key, error = %error_chain(&err), "writing the retention gap marker failed; the lease is kept until it is written");
+                    continue;
+                }
             }
             match self.table.delete_lease(&lease).await {
                 Ok(()) => {
@@ -988,13 +1011,14 @@ mod tests {
     /// A lease whose shard is missing from the shard list is deleted only
     /// when that list was read this round and nobody renews the lease: a
     /// failed ListShards (the last list kept, perhaps from before a
-    /// reshard) deletes nothing.
+    /// reshard) deletes nothing. A deleted lease that was not at SHARD_END
+    /// leaves a retention gap marker.
     #[tokio::test(start_paused = true)]
     async fn a_failed_shard_list_deletes_no_lease() {
         use shard_lease::{Checkpoint, Lease, LeaseTable};
 
         let (stream, bucket, table) = fakes_with_records(1, 5);
-        let clients = fake_aws::clients(stream.clone(), bucket, table.clone());
+        let clients = fake_aws::clients(stream.clone(), bucket.clone(), table.clone());
         let mut settings = settings("worker-a");
         settings.config.shard_sync_interval = Duration::from_secs(1);
         let (stop, worker) = start(settings, clients.clone());
@@ -1020,6 +1044,13 @@ mod tests {
         assert!(
             !has_row(child),
             "a lease of a shard gone from the stream stays"
+        );
+        // Its records were never read: that is said in S3 before the row,
+        // the last trace of them, goes.
+        let marker = format!("s/_retention-gaps/{child}/TRIM_HORIZON.json");
+        assert!(
+            bucket.objects.lock().unwrap().contains_key(&marker),
+            "no retention gap marker {marker}"
         );
         let _ = stop.send(());
         worker.await.unwrap().unwrap();

@@ -1,6 +1,8 @@
 //! Kinesis Data Streams calls: DescribeStreamSummary, ListShards,
 //! GetShardIterator, GetRecords.
 
+use std::time::Duration;
+
 use aws_sdk_kinesis::Client;
 use aws_sdk_kinesis::operation::get_records::{GetRecordsError, GetRecordsOutput};
 use aws_sdk_kinesis::types::{ShardIteratorType, StreamStatus};
@@ -27,6 +29,11 @@ pub enum KinesisError {
     /// The stream or shard does not exist (`ResourceNotFoundException`).
     #[error("kinesis stream or shard not found")]
     NotFound(#[source] BoxError),
+    /// The sequence number GetShardIterator was to start at (or after) is
+    /// no longer in the shard: the stream's retention trimmed it. See
+    /// [`is_expired_position`].
+    #[error("the starting sequence number is no longer in the shard")]
+    ExpiredPosition(#[source] BoxError),
     /// Any other failure; `retriable` per [`is_retriable`].
     #[error("kinesis {operation} failed")]
     Other {
@@ -45,7 +52,7 @@ impl KinesisError {
     pub fn is_retriable(&self) -> bool {
         match self {
             Self::ExpiredIterator | Self::Throttled(_) => true,
-            Self::NotFound(_) => false,
+            Self::NotFound(_) | Self::ExpiredPosition(_) => false,
             Self::Other { retriable, .. } => *retriable,
         }
     }
@@ -54,11 +61,14 @@ impl KinesisError {
     where
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
-        let code = match &err {
-            SdkError::ServiceError(context) => context.err().code().map(str::to_owned),
-            _ => None,
+        let (code, message) = match &err {
+            SdkError::ServiceError(context) => (context.err().code(), context.err().message()),
+            _ => (None, None),
         };
-        match code.as_deref() {
+        if operation == "GetShardIterator" && is_expired_position(code, message) {
+            return Self::ExpiredPosition(Box::new(err));
+        }
+        match code {
             Some("ExpiredIteratorException") => Self::ExpiredIterator,
             Some("ProvisionedThroughputExceededException") => Self::Throttled(Box::new(err)),
             Some("ResourceNotFoundException") => Self::NotFound(Box::new(err)),
@@ -69,6 +79,47 @@ impl KinesisError {
             },
         }
     }
+}
+
+/// Whether a GetShardIterator error says its `StartingSequenceNumber` has
+/// expired from the shard (trimmed by retention).
+///
+/// Kinesis answers `AT_SEQUENCE_NUMBER` / `AFTER_SEQUENCE_NUMBER` for a
+/// trimmed sequence number with `InvalidArgumentException` and a message
+/// about the `StartingSequenceNumber` (GetShardIterator API reference,
+/// Errors; consumers fall back to `TRIM_HORIZON` on it, e.g.
+/// harlow/kinesis-consumer #175). The same code and field also come with
+/// messages about a sequence number that belongs to another shard ("It
+/// encodes shardId-…") or another stream ("did not come from this stream"),
+/// and about a malformed request ("Must either specify …"): those are bugs or
+/// bad state, not expiry, and stay errors. Whatever the message, the reader
+/// that falls back confirms expiry from the shard itself: it reports a gap
+/// only when the shard's oldest record is past the expired position.
+pub fn is_expired_position(code: Option<&str>, message: Option<&str>) -> bool {
+    if code != Some("InvalidArgumentException") {
+        return false;
+    }
+    let message = message.unwrap_or_default().to_ascii_lowercase();
+    let about_starting_number =
+        message.contains("startingsequencenumber") || message.contains("starting sequence number");
+    let other_cause = [
+        "encodes",
+        "did not come from this stream",
+        "must either specify",
+    ]
+    .iter()
+    .any(|cause| message.contains(cause));
+    about_starting_number && !other_cause
+}
+
+/// The stream, as DescribeStreamSummary describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamSummary {
+    /// `StreamStatus`.
+    pub status: StreamStatus,
+    /// `RetentionPeriodHours`: how long records stay in the stream (24 h to
+    /// 365 days).
+    pub retention: Duration,
 }
 
 /// Where a shard iterator starts (GetShardIterator `ShardIteratorType`).
@@ -113,14 +164,15 @@ impl Kinesis {
         &self.stream
     }
 
-    /// The stream's status ([DescribeStreamSummary]); used at start to fail
-    /// early on a wrong stream name.
+    /// The stream's status and retention period ([DescribeStreamSummary]);
+    /// used at start to fail early on a wrong stream name, and then to know
+    /// how long unread records survive.
     ///
     /// [DescribeStreamSummary]: https://docs.aws.amazon.com/kinesis/latest/APIReference/API_DescribeStreamSummary.html
     ///
     /// # Errors
     /// [`KinesisError::NotFound`] when the stream does not exist.
-    pub async fn describe_stream_summary(&self) -> Result<StreamStatus, KinesisError> {
+    pub async fn describe_stream_summary(&self) -> Result<StreamSummary, KinesisError> {
         let output = self
             .client
             .describe_stream_summary()
@@ -129,10 +181,16 @@ impl Kinesis {
             .send()
             .await
             .map_err(|err| KinesisError::from_sdk("DescribeStreamSummary", err))?;
-        Ok(output
-            .stream_description_summary()
-            .map(|summary| summary.stream_status().clone())
-            .unwrap_or(StreamStatus::Active))
+        // The field is required; a server that leaves it out gets the
+        // smallest retention Kinesis allows (24 h).
+        let summary = output.stream_description_summary();
+        let hours = summary.map_or(24, |summary| summary.retention_period_hours());
+        Ok(StreamSummary {
+            status: summary.map_or(StreamStatus::Active, |summary| {
+                summary.stream_status().clone()
+            }),
+            retention: Duration::from_secs(u64::try_from(hours.max(1)).unwrap_or(24) * 3_600),
+        })
     }
 
     /// Every shard of the stream, open and closed, still within retention
@@ -270,6 +328,30 @@ mod tests {
             shard = shard.adjacent_parent_shard_id(adjacent);
         }
         shard.build().unwrap()
+    }
+
+    #[test]
+    fn only_an_expired_starting_sequence_number_is_an_expired_position() {
+        let invalid = Some("InvalidArgumentException");
+        for expired in [
+            "StartingSequenceNumber 49590338271490256608559692538361571095921575989136588898 used in GetShardIterator on shard shardId-000000000000 in stream orders under account 123456789012 is invalid because it is past the trim horizon.",
+            "The starting sequence number has expired.",
+        ] {
+            assert!(is_expired_position(invalid, Some(expired)), "{expired}");
+        }
+        for other in [
+            "Invalid StartingSequenceNumber. It encodes shardId-000000000007, while it was used in a call to shardId-000000000000",
+            "StartingSequenceNumber 495… used in GetShardIterator on shard shardId-000000000001 in stream orders under account 123 is invalid because it did not come from this stream.",
+            "Must either specify (1) AT_SEQUENCE_NUMBER or AFTER_SEQUENCE_NUMBER and StartingSequenceNumber or (2) TRIM_HORIZON or LATEST and no StartingSequenceNumber.",
+            "1 validation error detected: Value 'x' at 'shardId' failed to satisfy constraint",
+        ] {
+            assert!(!is_expired_position(invalid, Some(other)), "{other}");
+        }
+        assert!(!is_expired_position(
+            Some("ResourceNotFoundException"),
+            Some("StartingSequenceNumber has expired")
+        ));
+        assert!(!is_expired_position(invalid, None));
     }
 
     #[tokio::test]

@@ -12,5 +12,5 @@ pub mod s3;
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 pub use clients::AwsClients;
-pub use kinesis::{Kinesis, KinesisError, ShardInfo, StartingPosition};
+pub use kinesis::{Kinesis, KinesisError, ShardInfo, StartingPosition, StreamSummary};
 pub use s3::{ObjectStore, PutOutcome, S3Error};

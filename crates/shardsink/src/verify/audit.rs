@@ -4,7 +4,8 @@ use std::collections::HashSet;
 
 use super::args::Plan;
 use super::body::read_objects;
-use super::keys::{classify, list_keys};
+use super::gap_markers::read_markers;
+use super::keys::{Classified, classify, list_keys};
 use super::overlaps::overlaps;
 use super::report::Audit;
 use super::stream::{GapOutcome, check_gaps, read_checkpoints};
@@ -21,8 +22,13 @@ pub(super) async fn audit(plan: &Plan, clients: &AwsClients, tty: bool) -> anyho
     };
 
     let keys = list_keys(&store, &plan.list_prefix, tty).await?;
-    let (objects, foreign) = classify(&plan.list_prefix, keys);
+    let Classified {
+        objects,
+        gap_markers,
+        foreign,
+    } = classify(&plan.list_prefix, keys);
     let overlaps = overlaps(&objects);
+    let retention_gaps = read_markers(&store, gap_markers).await;
 
     let deep = if plan.deep {
         Some(read_objects(&store, &objects, tty).await)
@@ -50,6 +56,7 @@ pub(super) async fn audit(plan: &Plan, clients: &AwsClients, tty: bool) -> anyho
         overlaps,
         deep,
         gaps,
+        retention_gaps,
     })
 }
 
@@ -79,7 +86,8 @@ mod tests {
 
     /// The whole audit against in-memory S3, DynamoDB and Kinesis: a gap, an
     /// overlap, an unreadable object, a foreign key, a shard with nothing
-    /// archived, and GetRecords throttled twice on the way.
+    /// archived, a recorded retention gap, and GetRecords throttled twice on
+    /// the way.
     #[tokio::test(start_paused = true)]
     async fn audits_an_archive_through_the_sdk() {
         use std::sync::atomic::Ordering;
@@ -124,7 +132,23 @@ mod tests {
             objects.insert(stray.clone(), stray_body);
             objects.insert("p/README".to_owned(), bytes::Bytes::from_static(b"hi"));
         }
+        // A gap the daemon recorded: records after 0 expired unread.
+        let recorded_gap = crate::retention::RetentionGap {
+            shard_id: SHARD.to_owned(),
+            expired: crate::aws::StartingPosition::AfterSequenceNumber("0".to_owned()),
+            first_retained: Some(("1".to_owned(), MINUTE_MILLIS + 1_000)),
+            shard_left_stream: false,
+        };
         let clients = fake_aws::clients(stream, bucket, table);
+        recorded_gap
+            .report(
+                &Checkpoint::SequenceNumber(n(0)),
+                &ObjectStore::new(clients.s3.clone(), "bucket"),
+                "p",
+                &crate::metrics::Metrics::new(),
+            )
+            .await
+            .unwrap();
         LeaseTable::new(clients.dynamodb.clone(), "leases")
             .create_lease(&Lease::new(SHARD, Checkpoint::SequenceNumber(n(9)), vec![]))
             .await
@@ -174,6 +198,13 @@ mod tests {
         assert!(
             shard.reads.load(Ordering::SeqCst) >= 3,
             "throttled reads are retried"
+        );
+        assert_eq!(audit.retention_gaps.len(), 1, "{text}");
+        assert!(
+            text.contains(&format!(
+                "retention gap in {SHARD}: records after 0 before 1 (the oldest record left"
+            )),
+            "{text}"
         );
     }
 

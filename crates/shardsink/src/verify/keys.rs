@@ -8,6 +8,7 @@ use sequence_range::SequenceRange;
 
 use super::MAX_FAILURES;
 use super::args::is_aws_name;
+use super::gap_markers::is_marker_key;
 use super::progress::Phase;
 use crate::aws::ObjectStore;
 use crate::backoff::Backoff;
@@ -81,20 +82,32 @@ fn parse_minute([year, month, day, hour, minute]: [&str; 5]) -> Option<Minute> {
     Some(Minute::from_datetime(time.and_utc()))
 }
 
-/// Splits a listing into objects and foreign keys.
-pub(super) fn classify(
-    list_prefix: &str,
-    keys: Vec<String>,
-) -> (Vec<ArchivedKey>, Vec<ForeignKey>) {
-    let mut objects = Vec::with_capacity(keys.len());
-    let mut foreign = Vec::new();
+/// A listing, split.
+#[derive(Debug, Default)]
+pub(super) struct Classified {
+    pub(super) objects: Vec<ArchivedKey>,
+    /// Retention gap markers (`{prefix}/_retention-gaps/…`).
+    pub(super) gap_markers: Vec<String>,
+    pub(super) foreign: Vec<ForeignKey>,
+}
+
+/// Splits a listing into objects, retention gap markers and foreign keys.
+pub(super) fn classify(list_prefix: &str, keys: Vec<String>) -> Classified {
+    let mut classified = Classified {
+        objects: Vec::with_capacity(keys.len()),
+        ..Classified::default()
+    };
     for key in keys {
+        if is_marker_key(list_prefix, &key) {
+            classified.gap_markers.push(key);
+            continue;
+        }
         match parse_archived_key(list_prefix, &key) {
-            Ok(object) => objects.push(object),
-            Err(reason) => foreign.push(ForeignKey { key, reason }),
+            Ok(object) => classified.objects.push(object),
+            Err(reason) => classified.foreign.push(ForeignKey { key, reason }),
         }
     }
-    (objects, foreign)
+    classified
 }
 
 /// Every key under `list_prefix` (ListObjectsV2, all pages).
@@ -177,8 +190,13 @@ mod tests {
                 "{key} must be foreign"
             );
         }
-        let (objects, foreign) = classify("p/", vec![object(1, 2).key, "p/README".to_owned()]);
-        assert_eq!(objects.len(), 1);
-        assert_eq!(foreign[0].key, "p/README");
+        let marker = "p/_retention-gaps/shardId-000000000001/4959.json".to_owned();
+        let classified = classify(
+            "p/",
+            vec![object(1, 2).key, "p/README".to_owned(), marker.clone()],
+        );
+        assert_eq!(classified.objects.len(), 1);
+        assert_eq!(classified.foreign[0].key, "p/README");
+        assert_eq!(classified.gap_markers, vec![marker]);
     }
 }

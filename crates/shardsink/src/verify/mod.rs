@@ -5,8 +5,8 @@
 //! # Checks
 //! 1. **Keys.** Every key under `{prefix}/` is listed (all pages) and parsed
 //!    as `{prefix}/{yyyy}/{MM}/{dd}/{HH}/{mm}/{shardId}/{name}`, `name` by
-//!    [`crate::key::parse_object_name`]. A key that does not parse is
-//!    *foreign*: listed as a warning and otherwise ignored, as dedup ignores
+//!    [`crate::key::parse_object_name`]. Retention gap markers (check 5)
+//!    are set apart. A key that does not parse is *foreign*: listed as a warning and otherwise ignored, as dedup ignores
 //!    it. Foreign keys do not make the archive inexact.
 //! 2. **Overlaps.** Two objects of one shard whose sequence ranges share a
 //!    number. An object holds every record of its shard in its range
@@ -35,6 +35,11 @@
 //!    report says where each shard's check started. Key ranges alone cannot
 //!    show a gap: Kinesis does not hand out consecutive sequence numbers, so
 //!    a hole between two ranges may hold no record at all.
+//! 5. **Retention gaps.** Records that expired from the stream before the
+//!    daemon read them (it was down longer than the stream's retention) can
+//!    no longer be seen in the stream; the daemon records each such gap in a
+//!    marker under `{prefix}/_retention-gaps/` ([`crate::retention`]). Every
+//!    marker is fetched and reported; any marker makes the archive not exact.
 //!
 //! The lease table is read *before* the listing: a checkpoint is written
 //! only after its objects (I3), so every object a checkpoint read first
@@ -44,8 +49,9 @@
 //! Progress goes to stderr: an `indicatif` bar on a terminal, plain lines
 //! otherwise. The summary goes to stdout: counts, then up to 50 offending
 //! objects or records, up to 50 foreign keys, and `exact` or `NOT exact`.
-//! [`run`] returns `Ok(true)` when there is no overlap, no unreadable object
-//! and no gap; the binary exits 0, 1, or 2 when the audit cannot run.
+//! [`run`] returns `Ok(true)` when there is no overlap, no unreadable object,
+//! no gap and no recorded retention gap; the binary exits 0, 1, or 2 when
+//! the audit cannot run.
 //!
 //! # Layout
 //! - `args.rs`: [`VerifyArgs`], the flags, and their validation into a
@@ -57,6 +63,8 @@
 //! - `overlaps.rs`: check 2 — objects of one shard sharing a sequence number.
 //! - `body.rs`: check 3 (`--deep`) — fetching each object and checking its
 //!   lines against its key.
+//! - `gap_markers.rs`: check 5 — the retention gap markers, read and
+//!   described.
 //! - `gaps.rs`: check 4 without I/O — a shard's bound and its records, in
 //!   order, against its objects (`ShardGapCheck`).
 //! - `stream.rs`: the I/O of check 4 — checkpoints from the lease table,
@@ -73,6 +81,7 @@
 mod args;
 mod audit;
 mod body;
+mod gap_markers;
 mod gaps;
 mod keys;
 mod overlaps;
@@ -95,7 +104,7 @@ const MAX_FAILURES: u32 = 10;
 
 /// Runs the audit and prints its summary; `Ok(true)` when the archive is
 /// exact: no overlap, no unreadable object (with `--deep`), no gap (with
-/// `--stream`, when Kinesis answers).
+/// `--stream`, when Kinesis answers), no recorded retention gap.
 ///
 /// # Errors
 /// A bad argument (a [`ConfigError`](crate::config::ConfigError) naming it);

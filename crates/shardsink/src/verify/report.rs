@@ -7,6 +7,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use sequence_range::SequenceRange;
 
 use super::body::DeepSummary;
+use super::gap_markers::{RecordedGap, gap_marker_line};
 use super::gaps::{Bound, Gap, ShardGapResult};
 use super::keys::ForeignKey;
 use super::overlaps::Overlap;
@@ -27,6 +28,8 @@ pub(super) struct Audit {
     pub(super) overlaps: Vec<Overlap>,
     pub(super) deep: Option<DeepSummary>,
     pub(super) gaps: GapOutcome,
+    /// Gaps the daemon recorded: records expired from the stream unread.
+    pub(super) retention_gaps: Vec<RecordedGap>,
 }
 
 impl Audit {
@@ -44,7 +47,10 @@ impl Audit {
     }
 
     pub(super) fn is_exact(&self) -> bool {
-        self.overlaps.is_empty() && self.unreadable() == 0 && self.missing_records() == 0
+        self.overlaps.is_empty()
+            && self.unreadable() == 0
+            && self.missing_records() == 0
+            && self.retention_gaps.is_empty()
     }
 
     /// The summary printed on stdout.
@@ -111,6 +117,16 @@ impl Audit {
             }
         };
         let _ = writeln!(out, "gaps:         {gaps_line}");
+        let _ = writeln!(
+            out,
+            "retention:    {} recorded gaps{}",
+            self.retention_gaps.len(),
+            if self.retention_gaps.is_empty() {
+                ""
+            } else {
+                " (records expired from the stream before they were read: listed below)"
+            }
+        );
 
         if let GapOutcome::Checked {
             shards,
@@ -171,10 +187,11 @@ impl Audit {
         } else {
             let _ = writeln!(
                 out,
-                "NOT exact: {} overlaps, {} unreadable objects, {} missing records",
+                "NOT exact: {} overlaps, {} unreadable objects, {} missing records, {} retention gaps",
                 self.overlaps.len(),
                 self.unreadable(),
-                self.missing_records()
+                self.missing_records(),
+                self.retention_gaps.len()
             );
         }
         out
@@ -205,6 +222,7 @@ impl Audit {
         if let GapOutcome::Checked { shards, .. } = &self.gaps {
             lines.extend(shards.iter().flat_map(|s| &s.gaps).map(gap_line));
         }
+        lines.extend(self.retention_gaps.iter().map(gap_marker_line));
         lines
     }
 }
@@ -323,6 +341,7 @@ mod tests {
             overlaps,
             deep,
             gaps,
+            retention_gaps: vec![],
         }
     }
 
@@ -380,10 +399,29 @@ mod tests {
                 "gap in {SHARD}: 2 records 20 .. 30 (arrived 2026-11-21T05:28Z .. 2026-11-21T05:29Z)"
             ),
             format!("{SHARD}: 3 records checked from the oldest retained record 10"),
-            "NOT exact: 1 overlaps, 1 unreadable objects, 2 missing records".to_owned(),
+            "NOT exact: 1 overlaps, 1 unreadable objects, 2 missing records, 0 retention gaps"
+                .to_owned(),
         ] {
             assert!(text.contains(&expected), "{expected:?} not in:\n{text}");
         }
+
+        let mut lost = summary(
+            vec![],
+            Some(DeepSummary::default()),
+            GapOutcome::NotRequested,
+        );
+        lost.retention_gaps = vec![RecordedGap {
+            key: "orders/_retention-gaps/shardId-000000000001/TRIM_HORIZON.json".to_owned(),
+            marker: Err("not a gap marker: expected value".to_owned()),
+        }];
+        assert!(!lost.is_exact(), "records expired unread: not exact");
+        let text = lost.render();
+        assert!(
+            text.contains("retention:    1 recorded gaps")
+                && text.contains("retention gap marker orders/_retention-gaps/")
+                && text.contains("1 retention gaps"),
+            "{text}"
+        );
 
         let skipped = summary(vec![], None, GapOutcome::Skipped("no answer".to_owned()));
         assert!(skipped.is_exact());

@@ -1,0 +1,120 @@
+//! Check 5, recorded retention gaps: the markers the daemon writes under
+//! `{prefix}/_retention-gaps/` when records of a shard expired from the
+//! stream before it read them ([`crate::retention`]). Each is fetched and
+//! reported; any marker makes the archive not exact — records the stream
+//! once held are not in it.
+
+use super::MAX_FAILURES;
+use crate::aws::ObjectStore;
+use crate::backoff::Backoff;
+use crate::retention::{GapMarker, MARKER_FOLDER};
+
+/// One marker and what it says (or why it could not be read).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct RecordedGap {
+    pub(super) key: String,
+    pub(super) marker: Result<GapMarker, String>,
+}
+
+/// Whether `key` (under `list_prefix`) is a gap marker.
+pub(super) fn is_marker_key(list_prefix: &str, key: &str) -> bool {
+    key.strip_prefix(list_prefix)
+        .and_then(|rest| rest.strip_prefix(MARKER_FOLDER))
+        .is_some_and(|rest| rest.starts_with('/') && rest.ends_with(".json"))
+}
+
+/// Fetches and parses each marker; a marker that cannot be read still
+/// counts, with the reason.
+pub(super) async fn read_markers(store: &ObjectStore, keys: Vec<String>) -> Vec<RecordedGap> {
+    let mut gaps = Vec::with_capacity(keys.len());
+    for key in keys {
+        let mut backoff = Backoff::transient();
+        let mut failures = 0;
+        let marker = loop {
+            match store.get(&key).await {
+                Ok(body) => {
+                    break serde_json::from_slice::<GapMarker>(&body)
+                        .map_err(|err| format!("not a gap marker: {err}"));
+                }
+                Err(err) if err.is_retriable() && failures < MAX_FAILURES => {
+                    failures += 1;
+                    tokio::time::sleep(backoff.next_delay()).await;
+                }
+                Err(err) => break Err(format!("cannot read it: {err}")),
+            }
+        };
+        gaps.push(RecordedGap { key, marker });
+    }
+    gaps
+}
+
+/// One line for the summary.
+pub(super) fn gap_marker_line(gap: &RecordedGap) -> String {
+    match &gap.marker {
+        Ok(marker) => {
+            let from = match &marker.sequence_number {
+                Some(n) if marker.position == "AT_SEQUENCE_NUMBER" => format!("from {n}"),
+                Some(n) => format!("after {n}"),
+                None => format!("from {}", marker.position),
+            };
+            let to = match (
+                &marker.first_retained_sequence_number,
+                &marker.first_retained_arrival,
+            ) {
+                (Some(n), Some(arrival)) => {
+                    format!("before {n} (the oldest record left, arrived {arrival})")
+                }
+                (Some(n), None) => format!("before {n} (the oldest record left)"),
+                (None, _) if marker.shard_left_stream => {
+                    "to its end (the shard has left the stream)".to_owned()
+                }
+                (None, _) => "to its end (no record was left)".to_owned(),
+            };
+            format!(
+                "retention gap in {}: records {from} {to} expired from the stream before shardsink read them (found {}; {})",
+                marker.shard_id, marker.detected_at, gap.key
+            )
+        }
+        Err(reason) => format!("retention gap marker {}: {reason}", gap.key),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markers_are_told_from_objects_and_other_keys() {
+        assert!(is_marker_key(
+            "p/",
+            "p/_retention-gaps/shardId-000000000001/4959.json"
+        ));
+        assert!(is_marker_key(
+            "",
+            "_retention-gaps/shardId-000000000001/TRIM_HORIZON.json"
+        ));
+        assert!(!is_marker_key("p/", "p/_retention-gapsX/a.json"));
+        assert!(!is_marker_key("p/", "q/_retention-gaps/s/1.json"));
+        assert!(!is_marker_key("p/", "p/_retention-gaps/s/1.txt"));
+    }
+
+    #[test]
+    fn a_marker_reads_as_a_sentence() {
+        let gap = RecordedGap {
+            key: "p/_retention-gaps/shardId-000000000001/4959.json".to_owned(),
+            marker: Ok(GapMarker {
+                shard_id: "shardId-000000000001".to_owned(),
+                position: "AFTER_SEQUENCE_NUMBER".to_owned(),
+                sequence_number: Some("4959".to_owned()),
+                first_retained_sequence_number: Some("4971".to_owned()),
+                first_retained_arrival: Some("2026-11-21T05:27:03.045Z".to_owned()),
+                shard_left_stream: false,
+                detected_at: "2026-11-22T09:00:00.000Z".to_owned(),
+            }),
+        };
+        assert_eq!(
+            gap_marker_line(&gap),
+            "retention gap in shardId-000000000001: records after 4959 before 4971 (the oldest record left, arrived 2026-11-21T05:27:03.045Z) expired from the stream before shardsink read them (found 2026-11-22T09:00:00.000Z; p/_retention-gaps/shardId-000000000001/4959.json)"
+        );
+    }
+}
