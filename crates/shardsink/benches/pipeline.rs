@@ -14,8 +14,9 @@ use bytes::Bytes;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use sequence_range::{RangeSet, SequenceNumber, SequenceRange};
 use serde::Serialize;
-use shardsink::batch::{Batch, MemoryBudget};
+use shardsink::batch::Batch;
 use shardsink::compression::Compression;
+use shardsink::memory::MemoryBudget;
 use shardsink::record::ShardRecord;
 
 const RECORDS: usize = 10_000;
@@ -85,7 +86,7 @@ fn plain_serde_json(records: &[ShardRecord], out: &mut Vec<u8>) {
 
 /// What a shard task does per record with dedup off: group by minute, append.
 fn pipeline(records: &[ShardRecord], written: Option<&RangeSet>) -> usize {
-    let budget = MemoryBudget::new(u64::MAX);
+    let budget = MemoryBudget::new(u64::MAX, 64 << 20);
     let mut batch: Option<Batch> = None;
     let mut excluded = 0;
     for record in records {
@@ -139,7 +140,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| pipeline(black_box(&records), Some(&written)))
     });
 
-    let budget = MemoryBudget::new(u64::MAX);
+    let budget = MemoryBudget::new(u64::MAX, 64 << 20);
     let mut batch = Batch::new(
         SHARD,
         shardsink::minute::Minute::from_millis(MINUTE_START),

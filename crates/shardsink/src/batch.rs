@@ -1,15 +1,14 @@
 //! [`Batch`]: one shard's buffered records of one minute, encoded as JSON
-//! Lines, and the [`MemoryBudget`] all batches share.
+//! Lines, held against the process's [`MemoryBudget`].
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use sequence_range::{SequenceNumber, SequenceRange};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::encode::LineEncoder;
+use crate::memory::{MemoryBudget, Reservation};
 use crate::minute::Minute;
 use crate::record::ShardRecord;
 
@@ -22,74 +21,6 @@ pub struct BufferLimits {
     pub max_records: usize,
     /// Time since the batch's first record was added.
     pub max_age: Duration,
-}
-
-/// The most data one GetRecords response holds: 10 MiB ("Each GetRecords
-/// call can return up to 10 MiB of data", Kinesis API reference,
-/// GetRecords).
-pub const MAX_GET_RECORDS_BYTES: u64 = 10 << 20;
-
-/// The fewest GetRecords calls in flight a budget allows, however small.
-const MIN_READS_IN_FLIGHT: usize = 4;
-
-/// Memory the process may use for records: bytes buffered by all batches,
-/// against a limit, and permits for GetRecords calls in flight.
-///
-/// A response is held until its records are in batches, so with many shards
-/// catching up at once the responses alone could outgrow the buffers (100
-/// shards × 10 MiB). Reads therefore take a permit first: at most
-/// `limit / 10 MiB` (at least 4) are in flight, and the process holds at
-/// most about twice `limit` in records.
-#[derive(Debug)]
-pub struct MemoryBudget {
-    used: AtomicU64,
-    limit: u64,
-    reads: Arc<Semaphore>,
-    reads_limit: usize,
-}
-
-impl MemoryBudget {
-    /// A budget of `limit` bytes (`--buffer-memory-limit`).
-    pub fn new(limit: u64) -> Arc<Self> {
-        let reads = usize::try_from(limit / MAX_GET_RECORDS_BYTES)
-            .unwrap_or(usize::MAX)
-            .clamp(MIN_READS_IN_FLIGHT, Semaphore::MAX_PERMITS);
-        Arc::new(Self {
-            used: AtomicU64::new(0),
-            limit,
-            reads: Arc::new(Semaphore::new(reads)),
-            reads_limit: reads,
-        })
-    }
-
-    /// Bytes in use.
-    pub fn used(&self) -> u64 {
-        self.used.load(Ordering::Relaxed)
-    }
-
-    /// How many GetRecords calls may be in flight at once.
-    pub fn reads_in_flight_limit(&self) -> usize {
-        self.reads_limit
-    }
-
-    /// Permits free now.
-    #[cfg(test)]
-    pub(crate) fn reads_available(&self) -> usize {
-        self.reads.available_permits()
-    }
-
-    /// Waits for a permit to make one GetRecords call; hold it until the
-    /// response's records are in batches (or dropped).
-    ///
-    /// `None` only if the semaphore were closed, which nothing does; a read
-    /// then goes ahead without a permit rather than stall the shard.
-    pub async fn read_permit(&self) -> Option<OwnedSemaphorePermit> {
-        self.reads.clone().acquire_owned().await.ok()
-    }
-
-    fn is_exceeded(&self) -> bool {
-        self.used() > self.limit
-    }
 }
 
 /// One shard's records of one arrival minute, in sequence order, contiguous
@@ -107,7 +38,8 @@ pub struct Batch {
     user_records: usize,
     opened_at: Instant,
     budget: Arc<MemoryBudget>,
-    accounted: u64,
+    /// The bytes of `lines`, held against the budget.
+    reservation: Reservation,
 }
 
 impl Batch {
@@ -123,8 +55,8 @@ impl Batch {
             kinesis_records: 0,
             user_records: 0,
             opened_at: Instant::now(),
+            reservation: budget.reserve(),
             budget,
-            accounted: 0,
         }
     }
 
@@ -153,9 +85,8 @@ impl Batch {
         self.encoder.encode(record, &mut self.lines);
         self.kinesis_records += 1;
         self.user_records += record.user_record_count();
-        let grown = self.lines.len() as u64 - self.accounted;
-        self.budget.used.fetch_add(grown, Ordering::Relaxed);
-        self.accounted += grown;
+        self.reservation
+            .grow(self.lines.len() as u64 - self.reservation.bytes());
     }
 
     /// Arrival time of the first record (ms since the epoch); `None` when
@@ -225,18 +156,11 @@ impl Batch {
         &self.lines
     }
 
-    /// Takes the encoded JSON Lines out without copying them; the batch's
-    /// share of the memory budget is released when it is dropped here.
-    pub fn into_lines(mut self) -> Vec<u8> {
-        std::mem::take(&mut self.lines)
-    }
-}
-
-impl Drop for Batch {
-    fn drop(&mut self) {
-        self.budget
-            .used
-            .fetch_sub(self.accounted, Ordering::Relaxed);
+    /// Takes the encoded JSON Lines out without copying them, with their
+    /// reservation: they stay counted against the budget until the caller
+    /// drops it (after the write).
+    pub fn into_lines(self) -> (Vec<u8>, Reservation) {
+        (self.lines, self.reservation)
     }
 }
 
@@ -307,7 +231,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn flushes_on_count_then_tracks_the_range() {
-        let budget = MemoryBudget::new(1 << 30);
+        let budget = MemoryBudget::new(1 << 30, 1 << 20);
         let mut batch = Batch::new("s", Minute::from_millis(120_000), budget);
         for n in ["8", "9"] {
             batch.push(&record(n));
@@ -320,7 +244,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn flushes_on_age_and_bytes() {
-        let budget = MemoryBudget::new(1 << 30);
+        let budget = MemoryBudget::new(1 << 30, 1 << 20);
         let mut batch = Batch::new("s", Minute::from_millis(120_000), budget);
         batch.push(&record("1"));
         tokio::time::advance(Duration::from_secs(60)).await;
@@ -332,31 +256,9 @@ mod tests {
         assert_eq!(batch.flush_reason(&small), Some(FlushReason::MaxBytes));
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn reads_in_flight_are_bounded_by_the_budget() {
-        assert_eq!(MemoryBudget::new(256 << 20).reads_in_flight_limit(), 25);
-        let small = MemoryBudget::new(1 << 20);
-        assert_eq!(small.reads_in_flight_limit(), MIN_READS_IN_FLIGHT);
-        let mut held = Vec::new();
-        for _ in 0..MIN_READS_IN_FLIGHT {
-            held.push(small.read_permit().await);
-        }
-        let next = small.read_permit();
-        tokio::pin!(next);
-        assert!(
-            futures::poll!(next.as_mut()).is_pending(),
-            "a fifth read must wait"
-        );
-        held.pop();
-        assert!(
-            futures::poll!(next.as_mut()).is_ready(),
-            "a freed permit is taken"
-        );
-    }
-
     #[tokio::test]
     async fn the_memory_budget_is_shared_and_released_on_drop() {
-        let budget = MemoryBudget::new(150);
+        let budget = MemoryBudget::new(150, 150);
         let mut a = Batch::new("a", Minute::from_millis(120_000), budget.clone());
         let mut b = Batch::new("b", Minute::from_millis(120_000), budget.clone());
         a.push(&record("1"));
@@ -366,8 +268,11 @@ mod tests {
         assert_eq!(budget.used(), (a.len_bytes() + b.len_bytes()) as u64);
         drop(b);
         assert_eq!(a.flush_reason(&limits()), None);
-        let lines = a.into_lines();
+        let a_bytes = a.len_bytes() as u64;
+        let (lines, reservation) = a.into_lines();
         assert!(!lines.is_empty());
-        assert_eq!(budget.used(), 0, "taking the lines releases the budget");
+        assert_eq!(budget.used(), a_bytes, "lines being written stay counted");
+        drop(reservation);
+        assert_eq!(budget.used(), 0, "released once written");
     }
 }

@@ -98,6 +98,22 @@ pub fn content_type(codec: CompressionCodec) -> &'static str {
     }
 }
 
+/// A streaming reader of the lines in a body written with `codec`, read
+/// from `body` a buffer at a time (a whole object is never in memory).
+///
+/// # Errors
+/// When the codec's header cannot be read.
+pub fn decoder<'a>(
+    codec: CompressionCodec,
+    body: impl io::BufRead + 'a,
+) -> io::Result<Box<dyn io::Read + 'a>> {
+    Ok(match codec {
+        CompressionCodec::None => Box::new(body),
+        CompressionCodec::Gzip => Box::new(flate2::bufread::GzDecoder::new(body)),
+        CompressionCodec::Zstd => Box::new(zstd::stream::read::Decoder::with_buffer(body)?),
+    })
+}
+
 /// Decompresses an object body written with `codec`.
 ///
 /// # Errors
@@ -141,6 +157,23 @@ mod tests {
             if compression != Compression::None {
                 assert!(first.len() < body.len() / 4, "{compression:?} compresses");
             }
+        }
+    }
+
+    #[test]
+    fn the_streaming_decoder_reads_what_compress_wrote() {
+        for compression in [
+            Compression::None,
+            Compression::Gzip(6),
+            Compression::Zstd(3),
+        ] {
+            let body = compression.compress(&sample()).unwrap();
+            let mut out = Vec::new();
+            decoder(compression.codec(), &body[..])
+                .unwrap()
+                .read_to_end(&mut out)
+                .unwrap();
+            assert_eq!(out, sample(), "{compression:?}");
         }
     }
 

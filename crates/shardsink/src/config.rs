@@ -114,8 +114,10 @@ pub struct Config {
     #[arg(long, env = "SHARDSINK_BUFFER_MAX_AGE", default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
     pub buffer_max_age: Duration,
 
-    /// Limit on all shards' buffers together; past it, the shard that adds a
-    /// record flushes its buffer early. Bounds memory with many busy shards.
+    /// Limit on the records held: all shards' buffers, batches being written
+    /// and responses being placed. Past it, buffers are written early and
+    /// reads wait; replays after a crash take turns. The process peaks at
+    /// about twice this plus 100 MiB.
     #[arg(long, env = "SHARDSINK_BUFFER_MEMORY_LIMIT", default_value = "256MiB", value_parser = parse_byte_size, value_name = "SIZE")]
     pub buffer_memory_limit: u64,
 

@@ -21,6 +21,8 @@
 //!   `shard-lease` crate, sequence arithmetic in `sequence-range`.
 //! - [`metrics`]: Prometheus metrics; [`health`] and [`http`]: `/metrics`,
 //!   `/healthz`, `/readyz`; [`systemd`]: sd_notify readiness and watchdog.
+//! - [`memory`]: the budget every held record counts against (batches,
+//!   writes, responses, replays).
 //! - [`backoff`], [`shutdown`], [`failpoint`]: plumbing.
 //!
 //! Data flows: GetRecords → [`record::ShardRecord`] → dedup → [`batch::Batch`]
@@ -42,6 +44,7 @@ pub mod health;
 pub mod http;
 pub mod key;
 pub mod kpl;
+pub mod memory;
 pub mod metrics;
 pub mod minute;
 pub mod reader;

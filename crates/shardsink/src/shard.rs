@@ -19,17 +19,19 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sequence_range::SequenceNumber;
 use shard_lease::{Checkpoint, HeldLease, Lease, PendingBatch};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::aws::{Kinesis, KinesisError, ObjectStore, StartingPosition};
 use crate::backoff::Backoff;
-use crate::batch::{Batch, BufferLimits, FlushReason, MemoryBudget};
+use crate::batch::{Batch, BufferLimits, FlushReason};
 use crate::compression::Compression;
 use crate::config::InitialPosition;
 use crate::dedup::Dedup;
 use crate::key::KeyLayout;
+use crate::memory::MemoryBudget;
 use crate::metrics::{Metrics, RetryCause};
 use crate::reader::{ReadBatch, ShardReader};
 use crate::record::ShardRecord;
@@ -99,6 +101,9 @@ pub enum ShardExit {
 struct Replay {
     pending: PendingBatch,
     batch: Option<Batch>,
+    /// This shard's turn to replay ([`MemoryBudget::replay_permit`]), held
+    /// until the replay is written.
+    turn: Option<OwnedSemaphorePermit>,
 }
 
 /// One shard's reading and writing, for as long as the lease is held.
@@ -192,10 +197,22 @@ impl ShardTask {
         self.checkpoint = lease.checkpoint.clone();
         let start = self.start_position(&lease);
         info!(checkpoint = %lease.checkpoint, start = ?start, pending_batch = ?lease.pending_batch.as_ref().map(|p| &p.key), "shard started");
-        self.replay = lease.pending_batch.map(|pending| Replay {
-            pending,
-            batch: None,
-        });
+        let lost = self.lease.lost().clone();
+        if let Some(pending) = lease.pending_batch {
+            // A replay cannot be written early to make room: replays take
+            // turns (see `MemoryBudget`).
+            let turn = tokio::select! {
+                biased;
+                () = shutdown.cancelled() => return Ok(ShardExit::Shutdown),
+                () = lost.cancelled() => return Ok(ShardExit::LeaseLost),
+                turn = self.ctx.budget.replay_permit() => turn,
+            };
+            self.replay = Some(Replay {
+                pending,
+                batch: None,
+                turn,
+            });
+        }
         let mut reader = ShardReader::new(
             self.ctx.kinesis.clone(),
             self.shard_id.clone(),
@@ -203,19 +220,30 @@ impl ShardTask {
             self.ctx.max_records_per_read,
         );
         let (mut transient, mut persistent) = (Backoff::transient(), Backoff::persistent());
-        let lost = self.lease.lost().clone();
         loop {
+            // Over the memory budget: write what this shard holds before
+            // waiting for room to read.
+            if self.replay.is_none() && self.ctx.budget.is_exceeded() {
+                self.flush_if_due(false).await?;
+            }
             let started = Instant::now();
-            // The permit bounds the responses held by all shards together;
-            // it is held until this response's records are in batches.
+            // The permit bounds the responses held by all shards together,
+            // and the reservation counts the records of this one; both are
+            // held until its records are in batches.
             let budget = self.ctx.budget.clone();
+            let replaying = self.replay.is_some();
             let (read, read_permit) = tokio::select! {
                 biased;
                 () = shutdown.cancelled() => return self.finish_shutdown().await,
                 () = lost.cancelled() => return Ok(ShardExit::LeaseLost),
                 read = async {
-                    let permit = budget.read_permit().await;
-                    (reader.read().await, permit)
+                    let permit = budget.read_permit(replaying).await;
+                    let read = reader.read().await;
+                    let mut response = budget.reserve();
+                    if let Ok(read) = &read {
+                        response.grow(read.bytes);
+                    }
+                    (read, (permit, response))
                 } => read,
             };
             let delay = match read {
@@ -476,6 +504,7 @@ impl ShardTask {
             if let Some(Replay {
                 pending,
                 batch: Some(batch),
+                turn: _turn,
             }) = self.replay.take()
             {
                 let records = batch.user_records() as u64;
@@ -757,7 +786,7 @@ mod tests {
                 max_records,
                 max_age: Duration::from_secs(3_600),
             },
-            budget: MemoryBudget::new(1 << 30),
+            budget: MemoryBudget::new(1 << 30, 1 << 30),
             metrics: Arc::new(Metrics::new()),
             initial_position: InitialPosition::TrimHorizon,
             initial_timestamp: None,
@@ -1390,7 +1419,7 @@ mod tests {
         let budget = h.ctx.budget.clone();
         let mut held = Vec::new();
         for _ in 0..budget.reads_in_flight_limit() {
-            held.push(budget.read_permit().await);
+            held.push(budget.read_permit(false).await);
         }
         let lease = h.lease(Checkpoint::TrimHorizon, None).await;
         let reads = reads_during(&h, lease.clone(), Duration::from_secs(10)).await;
@@ -1398,6 +1427,59 @@ mod tests {
         drop(held);
         let reads = reads_during(&h, lease, Duration::from_secs(10)).await;
         assert!(reads > 0, "reads resume once permits are free");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reads_wait_while_the_memory_budget_is_exceeded() {
+        let h = harness(1_000);
+        h.shard.push(&seq(1), PAST, b"r");
+        let h = Harness {
+            ctx: Arc::new(ShardContext {
+                budget: MemoryBudget::new(1_000, 1_000),
+                ..clone_ctx(&h.ctx)
+            }),
+            ..h
+        };
+        // Another shard's batch being written holds more than the limit.
+        let mut other = h.ctx.budget.reserve();
+        other.grow(1_001);
+        let lease = h.lease(Checkpoint::TrimHorizon, None).await;
+        let reads = reads_during(&h, lease.clone(), Duration::from_secs(10)).await;
+        assert_eq!(reads, 0, "no read while over the budget");
+        drop(other);
+        let reads = reads_during(&h, lease, Duration::from_secs(10)).await;
+        assert!(reads > 0, "reads resume once the write released its bytes");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pending_batch_waits_for_its_turn_to_replay() {
+        let h = harness(1_000);
+        for i in 1..=4 {
+            h.shard.push(&seq(i), PAST + 1_000 * i as i64, b"t");
+        }
+        let pending = PendingBatch {
+            key: key_for(1, 4, PAST),
+            first: SequenceNumber::parse(&seq(1)).unwrap(),
+            last: SequenceNumber::parse(&seq(4)).unwrap(),
+        };
+        // One replay at a time (limit / max bytes = 1), and another shard's
+        // replay is under way.
+        let h = Harness {
+            ctx: Arc::new(ShardContext {
+                budget: MemoryBudget::new(1 << 20, 1 << 20),
+                ..clone_ctx(&h.ctx)
+            }),
+            ..h
+        };
+        let other = h.ctx.budget.replay_permit().await;
+        let lease = h.lease(Checkpoint::TrimHorizon, Some(pending)).await;
+        let reads = reads_during(&h, lease.clone(), Duration::from_secs(10)).await;
+        assert_eq!(reads, 0, "no read before its turn");
+        drop(other);
+        h.run_until(lease, |h| h.row_checkpoint_is(4))
+            .await
+            .unwrap();
+        assert_eq!(h.written(), (1..=4).map(seq).collect::<Vec<_>>());
     }
 
     #[tokio::test(start_paused = true)]

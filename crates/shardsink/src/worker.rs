@@ -35,11 +35,12 @@ use tracing::{debug, error, info, warn};
 
 use crate::aws::{AwsClients, Kinesis, KinesisError, ObjectStore, S3Error, ShardInfo};
 use crate::backoff::Backoff;
-use crate::batch::{BufferLimits, MemoryBudget};
+use crate::batch::BufferLimits;
 use crate::compression::Compression;
 use crate::config::{ConfigError, InitialPosition, Settings};
 use crate::health::Health;
 use crate::key::KeyLayout;
+use crate::memory::MemoryBudget;
 use crate::metrics::{Metrics, Outcome};
 use crate::renewer::Renewer;
 use crate::retention::RetentionGap;
@@ -213,7 +214,7 @@ impl Worker {
                 max_records: config.buffer_max_records,
                 max_age: config.buffer_max_age,
             },
-            budget: MemoryBudget::new(config.buffer_memory_limit),
+            budget: MemoryBudget::new(config.buffer_memory_limit, config.buffer_max_bytes),
             metrics: metrics.clone(),
             initial_position: config.initial_position,
             initial_timestamp: config.initial_timestamp,

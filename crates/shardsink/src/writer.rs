@@ -15,14 +15,16 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::Value;
 use shard_lease::{Checkpoint, HeldLease, LeaseError, PendingBatch};
+use tokio_util::io::SyncIoBridge;
 use tracing::{error, info, warn};
 
-use crate::aws::{ObjectStore, PutOutcome, S3Error};
+use crate::aws::{BoxError, ObjectStore, PutOutcome, S3Error};
 use crate::backoff::Backoff;
 use crate::batch::{Batch, FlushReason};
 use crate::compression::{self, Compression};
@@ -201,16 +203,24 @@ impl BatchWriter {
         reason: FlushReason,
     ) -> Result<WrittenBatch, ShardError> {
         let records = batch.user_records();
-        let lines = Bytes::from(batch.into_lines());
+        // The lines and the body stay counted against the memory budget
+        // until the PUT ended.
+        let (lines, mut reservation) = batch.into_lines();
+        let lines = Bytes::from(lines);
         let body = compress(compression, lines.clone())
             .await
             .map_err(|source| ShardError::Compression {
                 shard_id: self.shard_id().to_owned(),
                 source,
             })?;
+        if compression != Compression::None {
+            reservation.grow(body.len() as u64);
+        }
         let outcome = self
             .put(&pending.key, body.clone(), compression.codec(), &lines)
             .await?;
+        let body_len = body.len();
+        drop((lines, body, reservation));
         failpoint("after-put").await;
         let checkpoint = Checkpoint::SequenceNumber(pending.last.clone());
         self.lease_write("checkpoint", || self.lease.checkpoint(&checkpoint))
@@ -219,7 +229,7 @@ impl BatchWriter {
         match outcome {
             PutOutcome::Created => {
                 self.metrics.batch_written(Outcome::created);
-                self.metrics.bytes_written.inc_by(body.len() as u64);
+                self.metrics.bytes_written.inc_by(body_len as u64);
             }
             PutOutcome::AlreadyExists => self.metrics.batch_written(Outcome::already_present),
         }
@@ -229,7 +239,7 @@ impl BatchWriter {
             first = %pending.first,
             last = %pending.last,
             records,
-            bytes = body.len(),
+            bytes = body_len,
             reason = reason.as_str(),
             already_present = outcome == PutOutcome::AlreadyExists,
             "batch written"
@@ -248,7 +258,7 @@ impl BatchWriter {
         key: &str,
         body: Bytes,
         codec: CompressionCodec,
-        lines: &[u8],
+        lines: &Bytes,
     ) -> Result<PutOutcome, ShardError> {
         let mut backoff = Backoff::transient();
         let mut persistent = Backoff::persistent();
@@ -328,51 +338,54 @@ impl BatchWriter {
         }
     }
 
-    /// Whether the existing object `key` holds the same records as `lines`:
-    /// byte-equal after decompression, or else the same sequence numbers,
-    /// sub-sequence numbers and data line by line (an older shardsink may
-    /// have encoded the same records differently).
+    /// Whether the existing object `key` holds the same records as `lines`,
+    /// line by line: byte-equal, or else the same sequence number,
+    /// sub-sequence number and data (an older shardsink may have encoded the
+    /// same records differently). The object is streamed and decompressed a
+    /// buffer at a time, so neither it nor its decompressed copy is ever held
+    /// whole.
     async fn same_records(
         &self,
         key: &str,
         codec: CompressionCodec,
-        lines: &[u8],
+        lines: &Bytes,
     ) -> Result<bool, S3Error> {
-        let existing = self.store.get(key).await?;
-        let decoded = match compression::decompress(codec, &existing) {
-            Ok(decoded) => decoded,
-            Err(err) => {
-                warn!(key, error = %err, "existing object does not decompress");
-                return Ok(false);
+        let body = self.store.get_stream(key).await?.into_async_read();
+        let expected = lines.clone();
+        let compared = tokio::task::spawn_blocking(move || {
+            let source = TrackedRead::new(SyncIoBridge::new(body));
+            let read_failed = source.failed.clone();
+            let result = compare_lines(codec, std::io::BufReader::new(source), &expected);
+            (result, read_failed.load(Ordering::Relaxed))
+        })
+        .await;
+        let retriable = |source: BoxError| S3Error::Other {
+            operation: "GetObject",
+            bucket: self.store.bucket().to_owned(),
+            key: key.to_owned(),
+            retriable: true,
+            throttled: false,
+            source,
+        };
+        match compared {
+            Ok((Ok(comparison), _)) => {
+                if comparison == Comparison::SameRecords {
+                    warn!(
+                        key,
+                        "existing object holds the same records in another encoding"
+                    );
+                }
+                Ok(comparison != Comparison::Different)
             }
-        };
-        if decoded == lines {
-            return Ok(true);
+            // Reading the object failed (a dropped connection): try again.
+            Ok((Err(err), true)) => Err(retriable(Box::new(err))),
+            // The bytes arrived but do not decode: not these records.
+            Ok((Err(err), false)) => {
+                warn!(key, error = %err, "existing object does not decompress");
+                Ok(false)
+            }
+            Err(join_error) => Err(retriable(Box::new(join_error))),
         }
-        let identities = |text: &[u8]| -> Option<Vec<(Value, Value, Value)>> {
-            text.split(|b| *b == b'\n')
-                .filter(|line| !line.is_empty())
-                .map(|line| {
-                    let value: Value = serde_json::from_slice(line).ok()?;
-                    Some((
-                        value.get("sequenceNumber")?.clone(),
-                        value
-                            .get("subSequenceNumber")
-                            .cloned()
-                            .unwrap_or(Value::Null),
-                        value.get("data")?.clone(),
-                    ))
-                })
-                .collect()
-        };
-        let same = identities(&decoded).is_some_and(|existing| Some(existing) == identities(lines));
-        if same {
-            warn!(
-                key,
-                "existing object holds the same records in another encoding"
-            );
-        }
-        Ok(same)
     }
 
     /// Runs a lease write, retrying transient DynamoDB failures; a lost lease
@@ -436,6 +449,87 @@ fn retry_delay(err: &S3Error, transient: &mut Backoff, persistent: &mut Backoff)
         transient.next_delay()
     } else {
         persistent.next_delay()
+    }
+}
+
+/// How an existing object's lines compare with a batch's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Comparison {
+    /// Byte for byte.
+    SameBytes,
+    /// The same records, encoded differently.
+    SameRecords,
+    /// Other records.
+    Different,
+}
+
+/// Compares the lines `existing` decodes to (with `codec`) with `expected`,
+/// one line at a time.
+///
+/// # Errors
+/// I/O errors from reading or decoding `existing`.
+fn compare_lines(
+    codec: CompressionCodec,
+    existing: impl std::io::BufRead,
+    expected: &[u8],
+) -> std::io::Result<Comparison> {
+    use std::io::BufRead as _;
+
+    let mut existing = std::io::BufReader::new(compression::decoder(codec, existing)?);
+    let mut expected = expected.split_inclusive(|b| *b == b'\n');
+    let mut line = Vec::new();
+    let mut comparison = Comparison::SameBytes;
+    loop {
+        line.clear();
+        existing.read_until(b'\n', &mut line)?;
+        match (line.is_empty(), expected.next()) {
+            (true, None) => return Ok(comparison),
+            (true, Some(_)) | (false, None) => return Ok(Comparison::Different),
+            (false, Some(want)) if line == want => {}
+            (false, Some(want)) => match (identity(&line), identity(want)) {
+                (Some(have), Some(want)) if have == want => {
+                    comparison = Comparison::SameRecords;
+                }
+                _ => return Ok(Comparison::Different),
+            },
+        }
+    }
+}
+
+/// A line's record identity: sequence number, sub-sequence number, data.
+fn identity(line: &[u8]) -> Option<(Value, Value, Value)> {
+    let value: Value = serde_json::from_slice(line).ok()?;
+    Some((
+        value.get("sequenceNumber")?.clone(),
+        value
+            .get("subSequenceNumber")
+            .cloned()
+            .unwrap_or(Value::Null),
+        value.get("data")?.clone(),
+    ))
+}
+
+/// A reader that remembers whether it failed, to tell a failed download
+/// from a body that does not decode.
+struct TrackedRead<R> {
+    inner: R,
+    failed: Arc<AtomicBool>,
+}
+
+impl<R> TrackedRead<R> {
+    fn new(inner: R) -> Self {
+        Self {
+            inner,
+            failed: Arc::default(),
+        }
+    }
+}
+
+impl<R: std::io::Read> std::io::Read for TrackedRead<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.inner.read(buf).inspect_err(|_| {
+            self.failed.store(true, Ordering::Relaxed);
+        })
     }
 }
 
@@ -519,5 +613,31 @@ mod tests {
             .await;
         assert!(outcome.is_some(), "the lease stayed confirmed");
         renewals.abort();
+    }
+
+    fn compare(existing: &[u8], expected: &[u8]) -> std::io::Result<Comparison> {
+        let body = Compression::Zstd(3).compress(existing).unwrap();
+        compare_lines(CompressionCodec::Zstd, &body[..], expected)
+    }
+
+    #[test]
+    fn an_existing_object_is_compared_line_by_line() {
+        let lines = b"{\"sequenceNumber\":\"1\",\"partitionKey\":\"a\",\"data\":\"eA==\"}\n\
+                      {\"sequenceNumber\":\"2\",\"partitionKey\":\"b\",\"data\":\"eQ==\"}\n";
+        assert_eq!(compare(lines, lines).unwrap(), Comparison::SameBytes);
+        // The same records with the fields in another order.
+        let reencoded = b"{\"data\":\"eA==\",\"sequenceNumber\":\"1\"}\n\
+                          {\"data\":\"eQ==\",\"sequenceNumber\":\"2\"}\n";
+        assert_eq!(compare(reencoded, lines).unwrap(), Comparison::SameRecords);
+        let other_data = b"{\"sequenceNumber\":\"1\",\"partitionKey\":\"a\",\"data\":\"eA==\"}\n\
+                           {\"sequenceNumber\":\"2\",\"partitionKey\":\"b\",\"data\":\"eg==\"}\n";
+        assert_eq!(compare(other_data, lines).unwrap(), Comparison::Different);
+        let first_only = &lines[..lines.iter().position(|b| *b == b'\n').unwrap() + 1];
+        assert_eq!(compare(first_only, lines).unwrap(), Comparison::Different);
+        assert_eq!(compare(lines, first_only).unwrap(), Comparison::Different);
+        assert!(
+            compare_lines(CompressionCodec::Zstd, &b"not zstd"[..], lines).is_err(),
+            "a body that does not decode is an error, not a match"
+        );
     }
 }

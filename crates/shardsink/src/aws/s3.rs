@@ -182,6 +182,26 @@ impl ObjectStore {
         Ok(body.into_bytes())
     }
 
+    /// The body of `key` as a stream ([GetObject]): read it a buffer at a
+    /// time instead of holding the whole object.
+    ///
+    /// [GetObject]: https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetObject.html
+    ///
+    /// # Errors
+    /// [`S3Error`] up to the response headers; errors while reading the body
+    /// come from the stream.
+    pub async fn get_stream(&self, key: &str) -> Result<ByteStream, S3Error> {
+        let output = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|err| self.error("GetObject", key, err))?;
+        Ok(output.body)
+    }
+
     /// One page (up to 1,000 keys) of the keys under `prefix`
     /// ([ListObjectsV2]), in ascending UTF-8 binary order on S3 general
     /// purpose buckets.
