@@ -115,9 +115,9 @@ pub struct Config {
     pub buffer_max_age: Duration,
 
     /// Limit on the records held: all shards' buffers, batches being written
-    /// and responses being placed. Past it, buffers are written early and
-    /// reads wait; replays after a crash take turns. The process peaks at
-    /// about twice this plus 100 MiB.
+    /// and GetRecords responses. Past it, buffers are written early and
+    /// reads wait; replays after a crash take turns. The process stays
+    /// under twice this plus 100 MiB.
     #[arg(long, env = "SHARDSINK_BUFFER_MEMORY_LIMIT", default_value = "256MiB", value_parser = parse_byte_size, value_name = "SIZE")]
     pub buffer_memory_limit: u64,
 

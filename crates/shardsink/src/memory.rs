@@ -3,27 +3,31 @@
 //! being replayed.
 //!
 //! Everything that holds records takes a [`Reservation`] of its bytes:
-//! - a batch being built (its encoded lines, growing record by record);
+//! - a GetRecords call, before it is made: the most a response can take while
+//!   the SDK decodes it ([`READ_RESERVATION`]); once it returned, what its
+//!   records take, until they are in batches;
+//! - a batch being built: its encoded lines, growing record by record;
 //! - a batch being written: its lines and its compressed body, until the PUT
-//!   and the checkpoint after it ended;
-//! - a GetRecords response, until its records are in batches.
+//!   ended.
 //!
-//! Three rules keep the total near the limit:
+//! Three rules keep the total within the limit:
 //! 1. A shard that adds a record while the budget is exceeded writes its own
-//!    batch early ([`crate::batch::FlushReason::MemoryLimit`]), and so does a
-//!    shard about to read.
-//! 2. A read waits until the budget is not exceeded, and for one of
-//!    `limit / 10 MiB` (at least 4) read permits: a response is up to 10 MiB
-//!    and is held whole until its records are in batches.
+//!    batch early ([`crate::batch::FlushReason::MemoryLimit`]).
+//! 2. A read waits until its reservation fits under the limit
+//!    ([`MemoryBudget::try_reserve_read`]). A shard never waits for room while
+//!    it holds a batch: it writes the batch first. Whatever the others hold
+//!    is then being written or being placed, and is released soon, so the
+//!    wait ends.
 //! 3. A pending batch being replayed cannot be written early (it must be
-//!    exactly the records recorded in the lease row), so it is exempt from
-//!    rule 2; instead at most `limit / --buffer-max-bytes` (at least one)
-//!    replays run at once, and the others wait before their first read.
+//!    exactly the records recorded in the lease row), so its reads go ahead
+//!    past the limit; instead at most `limit / (2 × --buffer-max-bytes)` (at
+//!    least one) replays run at once — a replayed batch holds its lines and
+//!    then its compressed body too — and the other shards with a pending
+//!    batch wait their turn before their first read.
 //!
-//! The records in memory then stay within about twice the limit: the limit
-//! itself (batches, writes, responses whose records are being placed), plus
-//! the responses in flight (at most the limit again), plus the replays the
-//! limit allows.
+//! The records in memory then stay within the limit plus the replays it
+//! allows; the process itself (runtime, clients, compression contexts) comes
+//! on top.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,8 +39,11 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 /// GetRecords).
 pub const MAX_GET_RECORDS_BYTES: u64 = 10 << 20;
 
-/// The fewest GetRecords calls in flight a budget allows, however small.
-const MIN_READS_IN_FLIGHT: usize = 4;
+/// What a GetRecords call is reserved before it is made: the most a
+/// response takes in memory while the SDK decodes it — its JSON body, where
+/// the data is base64 (4/3 of 10 MiB), and the decoded records (10 MiB) —
+/// with some slack for the rest of the JSON.
+pub const READ_RESERVATION: u64 = 24 << 20;
 
 /// Memory the process may use for records (see the module documentation).
 #[derive(Debug)]
@@ -45,8 +52,6 @@ pub struct MemoryBudget {
     limit: u64,
     /// Woken whenever bytes are released.
     released: Notify,
-    reads: Arc<Semaphore>,
-    reads_limit: usize,
     replays: Arc<Semaphore>,
 }
 
@@ -54,18 +59,14 @@ impl MemoryBudget {
     /// A budget of `limit` bytes (`--buffer-memory-limit`), for batches of
     /// up to `max_batch_bytes` (`--buffer-max-bytes`).
     pub fn new(limit: u64, max_batch_bytes: u64) -> Arc<Self> {
-        let reads = usize::try_from(limit / MAX_GET_RECORDS_BYTES)
-            .unwrap_or(usize::MAX)
-            .clamp(MIN_READS_IN_FLIGHT, Semaphore::MAX_PERMITS);
-        let replays = usize::try_from(limit / max_batch_bytes.max(1))
+        // A replay holds up to a batch of lines and then its body as well.
+        let replays = usize::try_from(limit / max_batch_bytes.saturating_mul(2).max(1))
             .unwrap_or(usize::MAX)
             .clamp(1, Semaphore::MAX_PERMITS);
         Arc::new(Self {
             used: AtomicU64::new(0),
             limit,
             released: Notify::new(),
-            reads: Arc::new(Semaphore::new(reads)),
-            reads_limit: reads,
             replays: Arc::new(Semaphore::new(replays)),
         })
     }
@@ -80,17 +81,6 @@ impl MemoryBudget {
         self.used() > self.limit
     }
 
-    /// How many GetRecords calls may be in flight at once.
-    pub fn reads_in_flight_limit(&self) -> usize {
-        self.reads_limit
-    }
-
-    /// Read permits free now.
-    #[cfg(test)]
-    pub(crate) fn reads_available(&self) -> usize {
-        self.reads.available_permits()
-    }
-
     /// An empty reservation, to grow as records are held.
     pub fn reserve(self: &Arc<Self>) -> Reservation {
         Reservation {
@@ -99,38 +89,43 @@ impl MemoryBudget {
         }
     }
 
-    /// Waits until a GetRecords call may be made: the budget not exceeded
-    /// (unless `replaying`: a replay must read on to finish, see the module
-    /// documentation), then a read permit. Hold the permit until the
-    /// response's records are in batches.
-    ///
-    /// `None` only if the semaphore were closed, which nothing does; a read
-    /// then goes ahead without a permit rather than stall the shard.
-    pub async fn read_permit(&self, replaying: bool) -> Option<OwnedSemaphorePermit> {
-        if !replaying {
-            self.wait_for_room().await;
-        }
-        self.reads.clone().acquire_owned().await.ok()
+    /// The reservation for one GetRecords call, if it fits under the limit
+    /// now (taken atomically): [`READ_RESERVATION`], or the whole limit if
+    /// that is smaller, so that a read always fits an empty budget. Shrink it
+    /// to the response's records once they are known.
+    pub fn try_reserve_read(self: &Arc<Self>) -> Option<Reservation> {
+        let bytes = READ_RESERVATION.min(self.limit);
+        self.used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                (used.saturating_add(bytes) <= self.limit).then_some(used + bytes)
+            })
+            .ok()
+            .map(|_| Reservation {
+                budget: self.clone(),
+                bytes,
+            })
+    }
+
+    /// The reservation for one GetRecords call of a replay, which goes ahead
+    /// whatever is used (see the module documentation).
+    pub fn reserve_read_anyway(self: &Arc<Self>) -> Reservation {
+        let mut reservation = self.reserve();
+        reservation.grow(READ_RESERVATION.min(self.limit));
+        reservation
+    }
+
+    /// Waits until some bytes are released; register with
+    /// [`released`](Self::released) before checking, so that a release in
+    /// between is not missed.
+    pub fn released(&self) -> tokio::sync::futures::Notified<'_> {
+        self.released.notified()
     }
 
     /// Waits for a turn to replay a pending batch; hold it until the replay
-    /// is written. `None` as for [`read_permit`](Self::read_permit).
+    /// is written. `None` only if the semaphore were closed, which nothing
+    /// does; the replay then goes ahead rather than stall the shard.
     pub async fn replay_permit(&self) -> Option<OwnedSemaphorePermit> {
         self.replays.clone().acquire_owned().await.ok()
-    }
-
-    /// Returns once the budget is not exceeded.
-    async fn wait_for_room(&self) {
-        loop {
-            // Registered before the check, so a release in between wakes it.
-            let released = self.released.notified();
-            tokio::pin!(released);
-            released.as_mut().enable();
-            if !self.is_exceeded() {
-                return;
-            }
-            released.await;
-        }
     }
 
     fn release(&self, bytes: u64) {
@@ -155,6 +150,17 @@ impl Reservation {
         self.bytes += bytes;
     }
 
+    /// Holds exactly `bytes` from now on, growing or releasing the
+    /// difference.
+    pub fn resize(&mut self, bytes: u64) {
+        if bytes >= self.bytes {
+            self.grow(bytes - self.bytes);
+        } else {
+            self.budget.release(self.bytes - bytes);
+            self.bytes = bytes;
+        }
+    }
+
     /// Bytes held.
     pub fn bytes(&self) -> u64 {
         self.bytes
@@ -171,55 +177,53 @@ impl Drop for Reservation {
 mod tests {
     use super::*;
 
-    #[tokio::test(start_paused = true)]
-    async fn reads_in_flight_are_bounded_by_the_budget() {
-        assert_eq!(
-            MemoryBudget::new(256 << 20, 64 << 20).reads_in_flight_limit(),
-            25
-        );
+    #[test]
+    fn a_read_is_reserved_only_if_it_fits() {
+        let budget = MemoryBudget::new(64 << 20, 64 << 20);
+        let first = budget.try_reserve_read().expect("an empty budget");
+        let mut second = budget.try_reserve_read().expect("48 MiB of 64");
+        assert!(budget.try_reserve_read().is_none(), "72 MiB would not fit");
+        // The response held 3 MiB of records: the rest is free again.
+        second.resize(3 << 20);
+        assert_eq!(budget.used(), (24 + 3) << 20);
+        assert!(budget.try_reserve_read().is_some());
+        drop((first, second));
+        assert_eq!(budget.used(), 0);
         let small = MemoryBudget::new(1 << 20, 1 << 20);
-        assert_eq!(small.reads_in_flight_limit(), MIN_READS_IN_FLIGHT);
-        let mut held = Vec::new();
-        for _ in 0..MIN_READS_IN_FLIGHT {
-            held.push(small.read_permit(false).await);
-        }
-        let next = small.read_permit(false);
-        tokio::pin!(next);
-        assert!(
-            futures::poll!(next.as_mut()).is_pending(),
-            "a fifth read must wait"
-        );
-        held.pop();
-        assert!(
-            futures::poll!(next.as_mut()).is_ready(),
-            "a freed permit is taken"
-        );
+        let whole = small.try_reserve_read().expect("fits an empty budget");
+        assert_eq!(whole.bytes(), 1 << 20);
+        assert!(small.try_reserve_read().is_none());
     }
 
     #[tokio::test]
-    async fn reads_wait_while_the_budget_is_exceeded_except_a_replays() {
-        let budget = MemoryBudget::new(100, 100);
-        let mut held = budget.reserve();
-        held.grow(101);
-        let read = budget.read_permit(false);
-        tokio::pin!(read);
-        assert!(futures::poll!(read.as_mut()).is_pending(), "over the limit");
-        assert!(
-            futures::poll!(std::pin::pin!(budget.read_permit(true))).is_ready(),
-            "a replay reads on"
-        );
+    async fn a_release_wakes_a_waiting_reader() {
+        let budget = MemoryBudget::new(30 << 20, 30 << 20);
+        let held = budget.try_reserve_read().unwrap();
+        let released = budget.released();
+        tokio::pin!(released);
+        released.as_mut().enable();
+        assert!(budget.try_reserve_read().is_none());
+        assert!(futures::poll!(released.as_mut()).is_pending());
         drop(held);
-        assert_eq!(budget.used(), 0);
-        assert!(
-            futures::poll!(read.as_mut()).is_ready(),
-            "room again: the read goes ahead"
-        );
+        assert!(futures::poll!(released.as_mut()).is_ready());
+        assert!(budget.try_reserve_read().is_some());
+    }
+
+    #[test]
+    fn a_replay_reads_whatever_is_used() {
+        let budget = MemoryBudget::new(30 << 20, 30 << 20);
+        let _held = budget.try_reserve_read().unwrap();
+        let replay = budget.reserve_read_anyway();
+        assert!(budget.is_exceeded());
+        drop(replay);
+        assert!(!budget.is_exceeded());
     }
 
     #[tokio::test]
     async fn replays_take_turns() {
-        // 64 MiB of budget, batches of up to 32 MiB: two replays at once.
-        let budget = MemoryBudget::new(64 << 20, 32 << 20);
+        // 64 MiB of budget, batches of up to 16 MiB (lines and body: 32 MiB
+        // a replay): two replays at once.
+        let budget = MemoryBudget::new(64 << 20, 16 << 20);
         let (first, second) = (budget.replay_permit().await, budget.replay_permit().await);
         let third = budget.replay_permit();
         tokio::pin!(third);

@@ -221,31 +221,44 @@ impl ShardTask {
         );
         let (mut transient, mut persistent) = (Backoff::transient(), Backoff::persistent());
         loop {
-            // Over the memory budget: write what this shard holds before
-            // waiting for room to read.
-            if self.replay.is_none() && self.ctx.budget.is_exceeded() {
-                self.flush_if_due(false).await?;
-            }
-            let started = Instant::now();
-            // The permit bounds the responses held by all shards together,
-            // and the reservation counts the records of this one; both are
-            // held until its records are in batches.
             let budget = self.ctx.budget.clone();
-            let replaying = self.replay.is_some();
-            let (read, read_permit) = tokio::select! {
+            // Room in the memory budget for the response, taken before the
+            // call; held (shrunk to the records) until they are in batches.
+            let mut response = loop {
+                let reserved = if self.replay.is_some() {
+                    Some(budget.reserve_read_anyway())
+                } else {
+                    budget.try_reserve_read()
+                };
+                if let Some(reservation) = reserved {
+                    break reservation;
+                }
+                // Never wait for room while holding a batch: write it.
+                if let Some(batch) = self.batch.take() {
+                    self.write(batch, FlushReason::MemoryLimit).await?;
+                    continue;
+                }
+                let released = budget.released();
+                tokio::pin!(released);
+                released.as_mut().enable();
+                if let Some(reservation) = budget.try_reserve_read() {
+                    break reservation;
+                }
+                tokio::select! {
+                    biased;
+                    () = shutdown.cancelled() => return self.finish_shutdown().await,
+                    () = lost.cancelled() => return Ok(ShardExit::LeaseLost),
+                    () = released => {}
+                }
+            };
+            let started = Instant::now();
+            let read = tokio::select! {
                 biased;
                 () = shutdown.cancelled() => return self.finish_shutdown().await,
                 () = lost.cancelled() => return Ok(ShardExit::LeaseLost),
-                read = async {
-                    let permit = budget.read_permit(replaying).await;
-                    let read = reader.read().await;
-                    let mut response = budget.reserve();
-                    if let Ok(read) = &read {
-                        response.grow(read.bytes);
-                    }
-                    (read, (permit, response))
-                } => read,
+                read = reader.read() => read,
             };
+            response.resize(read.as_ref().map_or(0, |read| read.bytes));
             let delay = match read {
                 Ok(mut read) => {
                     transient.reset();
@@ -308,7 +321,7 @@ impl ShardTask {
                     delay
                 }
             };
-            drop(read_permit);
+            drop(response);
             self.note_unarchived(None);
             self.log_progress(false);
             tokio::select! {
@@ -1413,20 +1426,29 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn reads_wait_for_a_permit_of_the_memory_budget() {
+    async fn a_shard_without_room_to_read_writes_its_batch_first() {
+        // The next read needs the whole 1 MiB budget, and this shard's own
+        // batch holds some of it: rather than wait with it (nobody else
+        // would free anything), it writes the batch, though no buffering
+        // limit is reached and its minute is still open.
         let h = harness(1_000);
-        h.shard.push(&seq(1), PAST, b"r");
-        let budget = h.ctx.budget.clone();
-        let mut held = Vec::new();
-        for _ in 0..budget.reads_in_flight_limit() {
-            held.push(budget.read_permit(false).await);
+        let future = Utc::now().timestamp_millis() + 3_600_000;
+        for i in 1..=3 {
+            h.shard.push(&seq(i), future, b"m");
         }
+        let h = Harness {
+            ctx: Arc::new(ShardContext {
+                budget: MemoryBudget::new(1 << 20, 1 << 20),
+                ..clone_ctx(&h.ctx)
+            }),
+            ..h
+        };
         let lease = h.lease(Checkpoint::TrimHorizon, None).await;
-        let reads = reads_during(&h, lease.clone(), Duration::from_secs(10)).await;
-        assert_eq!(reads, 0, "no read without a permit");
-        drop(held);
-        let reads = reads_during(&h, lease, Duration::from_secs(10)).await;
-        assert!(reads > 0, "reads resume once permits are free");
+        h.run_until(lease, |h| lock_len(&h.bucket) == 1)
+            .await
+            .unwrap();
+        assert_eq!(h.written(), (1..=3).map(seq).collect::<Vec<_>>());
+        assert_eq!(h.ctx.budget.used(), 0, "everything released");
     }
 
     #[tokio::test(start_paused = true)]
@@ -1483,7 +1505,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn an_idle_shard_holds_no_read_permit_while_it_waits() {
+    async fn an_idle_shard_holds_no_reservation_while_it_waits() {
         let h = harness(1_000);
         let lease = h.lease(Checkpoint::TrimHorizon, None).await;
         let token = CancellationToken::new();
@@ -1491,10 +1513,7 @@ mod tests {
         // Caught up: one read a second, each instant in paused time.
         tokio::time::sleep(Duration::from_millis(5_500)).await;
         assert!(h.shard.reads.load(Ordering::SeqCst) >= 5);
-        assert_eq!(
-            h.ctx.budget.reads_available(),
-            h.ctx.budget.reads_in_flight_limit()
-        );
+        assert_eq!(h.ctx.budget.used(), 0, "nothing reserved between reads");
         token.cancel();
         task.await.unwrap().unwrap();
     }

@@ -291,6 +291,28 @@ impl Daemon {
         all[all.len().saturating_sub(lines)..].join("\n")
     }
 
+    /// The process's peak resident set size so far, in bytes: `VmHWM` from
+    /// `/proc/<pid>/status` (Linux). Read it while the process runs: once
+    /// it has exited the kernel no longer reports it, so call this before
+    /// [`Daemon::kill`] or a graceful stop.
+    ///
+    /// # Errors
+    /// The process has already been reaped; the status file cannot be read
+    /// or has no `VmHWM` line (an exited, not yet reaped process).
+    pub fn peak_rss_bytes(&self) -> Result<u64> {
+        if let Some(status) = self.status {
+            bail!(
+                "cannot read the peak RSS of shardsink (pid {}): it exited ({status})",
+                self.pid()
+            );
+        }
+        let path = format!("/proc/{}/status", self.pid());
+        let status = fs::read_to_string(&path).with_context(|| format!("failed to read {path}"))?;
+        status_kib(&status, "VmHWM")
+            .map(|kib| kib * 1024)
+            .with_context(|| format!("no VmHWM in {path} (has the process exited?)"))
+    }
+
     /// Whether the process is still running (reaps it if it has exited).
     pub fn is_running(&mut self) -> bool {
         self.exit_status().is_none()
@@ -419,6 +441,14 @@ impl Drop for Daemon {
             );
         }
     }
+}
+
+/// A `/proc/<pid>/status` field given in kB (`VmHWM:     1234 kB`), in KiB.
+fn status_kib(status: &str, field: &str) -> Option<u64> {
+    status.lines().find_map(|line| {
+        let value = line.strip_prefix(field)?.strip_prefix(':')?;
+        value.trim().strip_suffix("kB")?.trim().parse().ok()
+    })
 }
 
 /// What a short-lived run printed, and how it ended.
@@ -594,6 +624,38 @@ mod tests {
             "error: invalid value for --compression: --compression lz4\n"
         );
         assert_eq!(run.stdout, "");
+    }
+
+    #[test]
+    fn reads_status_fields() {
+        let status =
+            "Name:\tshardsink\nVmPeak:\t  812344 kB\nVmHWM:\t  179200 kB\nVmRSS:\t  150000 kB\n";
+        assert_eq!(status_kib(status, "VmHWM"), Some(179_200));
+        assert_eq!(status_kib(status, "VmRSS"), Some(150_000));
+        assert_eq!(status_kib(status, "VmSwap"), None);
+        assert_eq!(status_kib("VmHWM:\t?\n", "VmHWM"), None);
+    }
+
+    #[tokio::test]
+    async fn reads_the_peak_rss_of_a_running_process() {
+        let binary = stand_in(
+            "sleeper.sh",
+            "#!/bin/sh\ntrap 'exit 0' TERM\nwhile :; do sleep 0.05; done\n",
+        );
+        let mut daemon =
+            Daemon::spawn_binary(&binary, &Settings::new("harness-self-test", "b")).unwrap();
+        let peak = daemon.peak_rss_bytes().unwrap();
+        // Read right after the spawn: any size from a forked child to the
+        // shell it became.
+        assert!(
+            (4 * 1024..1 << 30).contains(&peak),
+            "a shell's peak RSS: {peak} bytes"
+        );
+        daemon.kill().unwrap();
+        assert!(
+            daemon.peak_rss_bytes().is_err(),
+            "an exited process has no peak RSS to read"
+        );
     }
 
     #[test]
