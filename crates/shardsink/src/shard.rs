@@ -13,6 +13,7 @@
 //! task awaits each write — record pending, PUT, checkpoint — before reading
 //! on.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,7 +25,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, warn};
 
-use crate::aws::{Kinesis, KinesisError, ObjectStore, StartingPosition};
+use crate::aws::{Kinesis, KinesisError, ObjectStore, S3Error, StartingPosition};
 use crate::backoff::Backoff;
 use crate::batch::{Batch, BufferLimits, FlushReason};
 use crate::compression::Compression;
@@ -369,36 +370,51 @@ impl ShardTask {
     /// it, and dedup goes on — records after the gap may be in S3 already
     /// (a pending batch whose first records expired, say).
     async fn on_retention_gap(&mut self, gap: RetentionGap) -> Result<(), ShardError> {
+        let (checkpoint, ctx) = (&self.checkpoint, &self.ctx);
+        self.retry_s3("writing the retention gap marker", || {
+            gap.report(checkpoint, &ctx.store, ctx.layout.prefix(), &ctx.metrics)
+        })
+        .await?;
+        self.dedup = Dedup::enabled();
+        Ok(())
+    }
+
+    /// Runs an S3 call until it succeeds (see [`Self::after_s3_failure`]).
+    async fn retry_s3<T, F, Fut>(&self, what: &'static str, op: F) -> Result<T, ShardError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, S3Error>>,
+    {
         let mut backoff = Backoff::transient();
         loop {
-            let reported = gap
-                .report(
-                    &self.checkpoint,
-                    &self.ctx.store,
-                    self.ctx.layout.prefix(),
-                    &self.ctx.metrics,
-                )
-                .await;
-            match reported {
-                Ok(()) => break,
-                Err(err) => {
-                    if self.lease.is_lost() {
-                        return Err(ShardError::LeaseLost {
-                            shard_id: self.shard_id.clone(),
-                        });
-                    }
-                    self.ctx.metrics.retry(if err.is_throttling() {
-                        RetryCause::s3_throttled
-                    } else {
-                        RetryCause::s3_error
-                    });
-                    let delay = backoff.next_delay();
-                    warn!(error = %error_chain(&err), ?delay, "writing the retention gap marker failed; retrying");
-                    tokio::time::sleep(delay).await;
-                }
+            match op().await {
+                Ok(value) => return Ok(value),
+                Err(err) => self.after_s3_failure(what, &err, &mut backoff).await?,
             }
         }
-        self.dedup = Dedup::enabled();
+    }
+
+    /// After a failed S3 call: stops when the lease is lost (the next owner
+    /// does the work); otherwise counts the retry, logs it and backs off.
+    async fn after_s3_failure(
+        &self,
+        what: &'static str,
+        err: &S3Error,
+        backoff: &mut Backoff,
+    ) -> Result<(), ShardError> {
+        if self.lease.is_lost() {
+            return Err(ShardError::LeaseLost {
+                shard_id: self.shard_id.clone(),
+            });
+        }
+        self.ctx.metrics.retry(if err.is_throttling() {
+            RetryCause::s3_throttled
+        } else {
+            RetryCause::s3_error
+        });
+        let delay = backoff.next_delay();
+        warn!(operation = what, error = %error_chain(err), ?delay, "s3 call failed; retrying");
+        tokio::time::sleep(delay).await;
         Ok(())
     }
 
@@ -552,19 +568,8 @@ impl ShardTask {
             match result {
                 Ok(written) => return Ok(written),
                 Err(err) => {
-                    if self.lease.is_lost() {
-                        return Err(ShardError::LeaseLost {
-                            shard_id: self.shard_id.clone(),
-                        });
-                    }
-                    self.ctx.metrics.retry(if err.is_throttling() {
-                        RetryCause::s3_throttled
-                    } else {
-                        RetryCause::s3_error
-                    });
-                    let delay = backoff.next_delay();
-                    warn!(error = %error_chain(&err), ?delay, "dedup listing failed; retrying");
-                    tokio::time::sleep(delay).await;
+                    self.after_s3_failure("dedup listing", &err, &mut backoff)
+                        .await?;
                 }
             }
         }

@@ -163,15 +163,8 @@ impl ObjectStore {
     /// # Errors
     /// [`S3Error`].
     pub async fn get(&self, key: &str) -> Result<Bytes, S3Error> {
-        let output = self
-            .client
-            .get_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .send()
-            .await
-            .map_err(|err| self.error("GetObject", key, err))?;
-        let body = output.body.collect().await.map_err(|err| S3Error::Other {
+        let stream = self.get_stream(key).await?;
+        let body = stream.collect().await.map_err(|err| S3Error::Other {
             operation: "GetObject",
             bucket: self.bucket.clone(),
             key: key.to_owned(),
