@@ -14,10 +14,7 @@ use bytes::Bytes;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use sequence_range::{RangeSet, SequenceNumber, SequenceRange};
 use serde::Serialize;
-use shardsink::batch::Batch;
-use shardsink::compression::Compression;
-use shardsink::memory::MemoryBudget;
-use shardsink::record::ShardRecord;
+use shardsink::bench::{Batch, Compression, MemoryBudget, Minute, ShardRecord};
 
 const RECORDS: usize = 10_000;
 const SHARD: &str = "shardId-000000000007";
@@ -141,11 +138,7 @@ fn bench(c: &mut Criterion) {
     });
 
     let budget = MemoryBudget::new(u64::MAX, 64 << 20);
-    let mut batch = Batch::new(
-        SHARD,
-        shardsink::minute::Minute::from_millis(MINUTE_START),
-        budget,
-    );
+    let mut batch = Batch::new(SHARD, Minute::from_millis(MINUTE_START), budget);
     for record in &records {
         batch.push(record);
     }

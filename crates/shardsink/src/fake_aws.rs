@@ -189,8 +189,8 @@ impl FakeBucket {
             .filter(|(key, _)| key.contains(".jsonl"))
             .flat_map(|(key, body)| {
                 let ext = &key[key.find(".jsonl").unwrap()..];
-                let codec = crate::compression::codec_from_extension(ext).unwrap();
-                let text = crate::compression::decompress(codec, body).unwrap();
+                let codec = crate::output::compression::codec_from_extension(ext).unwrap();
+                let text = crate::output::compression::decompress(codec, body).unwrap();
                 String::from_utf8(text)
                     .unwrap()
                     .lines()

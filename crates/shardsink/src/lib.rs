@@ -3,61 +3,55 @@
 //! moves. See `docs/DESIGN.md` for why the output is exact.
 //!
 //! # Layout
-//! - [`config`]: settings (flags and `SHARDSINK_*` variables) and validation.
-//! - [`worker`]: [`run`] — start-up checks, shard discovery, the lease loop
-//!   (create, take, renew, release) and one [`shard::ShardTask`] per leased
-//!   shard; graceful shutdown.
-//! - [`shard`]: a shard task — reads records ([`reader`]), replays the pending
-//!   batch, excludes records already in S3 ([`dedup`]), groups records by
-//!   arrival [`minute`] into a [`batch`], and writes batches in order
-//!   ([`writer`]).
-//! - [`writer`]: record the batch in the lease row → PUT with
+//! The folders follow a record from Kinesis to S3:
+//! - [`config`]: settings (flags and `SHARDSINK_*` variables) and their
+//!   validation.
+//! - `worker`: [`run`] — start-up checks, shard discovery, the lease loop
+//!   (create, take, renew, release) and one shard task per leased shard;
+//!   graceful shutdown.
+//! - `read`: a shard's records from GetShardIterator and GetRecords, KPL
+//!   aggregates unpacked, retention gaps, and the shard graph of parents and
+//!   children.
+//! - `shard`: the shard task — replays the pending batch, skips records
+//!   already in S3 (dedup), groups records by arrival minute into batches,
+//!   within the process's memory budget.
+//! - `output`: what a batch becomes: JSON Lines, compression, the object key
+//!   and its minute.
+//! - `commit`: record the batch in the lease row → PUT with
 //!   `If-None-Match: *` → checkpoint.
-//! - [`retention`]: records that expired from the stream unread — the error
-//!   log, the counter and the marker object `verify` reports.
-//! - [`record`] and [`kpl`]: Kinesis records, KPL aggregates unpacked;
-//!   [`encode`]: JSON Lines; [`compression`]; [`key`]: the object key layout.
-//! - [`aws`]: one thin function per Kinesis and S3 call; leases live in the
-//!   `shard-lease` crate, sequence arithmetic in `sequence-range`.
-//! - [`metrics`]: Prometheus metrics; [`health`] and [`http`]: `/metrics`,
-//!   `/healthz`, `/readyz`; [`systemd`]: sd_notify readiness and watchdog.
-//! - [`memory`]: the budget every held record counts against (batches,
-//!   writes, responses, replays).
-//! - [`backoff`], [`shutdown`], [`failpoint`]: plumbing.
+//! - `aws`: one thin function per Kinesis and S3 call, and the backoff;
+//!   leases live in the `shard-lease` crate, sequence arithmetic in
+//!   `sequence-range`.
+//! - `ops`: metrics, health, the HTTP endpoints, systemd, signals,
+//!   failpoints.
+//! - [`verify`]: `shardsink verify`, the audit of an archive.
 //!
-//! Data flows: GetRecords → [`record::ShardRecord`] → dedup → [`batch::Batch`]
-//! (encoded lines) → compressed body → pending batch in the lease row → PUT →
-//! checkpoint.
+//! Data flows: GetRecords (`read`) → records → replay / dedup / minute
+//! batches (`shard`) → encoded lines and compressed body (`output`) →
+//! pending batch in the lease row → PUT → checkpoint (`commit`).
 #![deny(missing_docs)]
 
-pub mod aws;
-pub mod backoff;
-pub mod batch;
-pub mod compression;
+mod aws;
+mod commit;
 pub mod config;
-pub mod dedup;
-pub mod encode;
-pub mod failpoint;
 #[cfg(test)]
 mod fake_aws;
-pub mod health;
-pub mod http;
-pub mod key;
-pub mod kpl;
-pub mod memory;
-pub mod metrics;
-pub mod minute;
-pub mod reader;
-pub mod record;
-pub mod renewer;
-pub mod retention;
-pub mod shard;
-pub mod shard_graph;
-pub mod shutdown;
-pub mod systemd;
+pub mod ops;
+mod output;
+mod read;
+mod shard;
 pub mod verify;
-pub mod worker;
-pub mod writer;
+mod worker;
 
 pub use config::{Config, ConfigError, Settings};
 pub use worker::{Summary, run};
+
+/// What the benchmarks in `benches/` measure; not an API.
+#[doc(hidden)]
+pub mod bench {
+    pub use crate::output::batch::Batch;
+    pub use crate::output::compression::Compression;
+    pub use crate::output::minute::Minute;
+    pub use crate::read::record::ShardRecord;
+    pub use crate::shard::memory::MemoryBudget;
+}

@@ -80,7 +80,7 @@ fn daemon_main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(code) => return code,
     };
-    match runtime.block_on(shardsink::run(settings, shardsink::shutdown::signal())) {
+    match runtime.block_on(shardsink::run(settings, shardsink::ops::shutdown::signal())) {
         Ok(_) => ExitCode::SUCCESS,
         Err(err) => match err.downcast_ref::<ConfigError>() {
             Some(config_error) => {
@@ -123,7 +123,7 @@ fn health_main(args: &[String]) -> ExitCode {
             .map_or(9898, |address| address.port());
         SocketAddr::from(([127, 0, 0, 1], port))
     });
-    match shardsink::http::probe(address, path) {
+    match shardsink::ops::http::probe(address, path) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {
             eprintln!(

@@ -159,11 +159,6 @@ impl Kinesis {
         Self { client, stream }
     }
 
-    /// The stream.
-    pub fn stream(&self) -> &StreamRef {
-        &self.stream
-    }
-
     /// The stream's status and retention period ([DescribeStreamSummary]);
     /// used at start to fail early on a wrong stream name, and then to know
     /// how long unread records survive.

@@ -1,16 +1,26 @@
 //! Thin wrappers around the AWS calls shardsink makes, one file per service,
 //! one documented function per call. The rest of the daemon calls these, not
 //! the SDK builders.
+//!
+//! - `clients`: [`AwsClients`], built from the standard AWS configuration;
+//! - `kinesis`: [`Kinesis`] — DescribeStreamSummary, ListShards,
+//!   GetShardIterator, GetRecords;
+//! - `s3`: [`ObjectStore`] — HeadBucket, conditional PutObject, GetObject,
+//!   ListObjectsV2;
+//! - `backoff`: the backoff every retry loop uses;
+//! - `recorder` (test builds): every AWS operation a run makes, for the IAM
+//!   policy test.
 
-pub mod clients;
-pub mod kinesis;
+pub(crate) mod backoff;
+pub(crate) mod clients;
+pub(crate) mod kinesis;
 #[cfg(feature = "failpoints")]
-pub mod recorder;
-pub mod s3;
+pub(crate) mod recorder;
+pub(crate) mod s3;
 
 /// An SDK error, boxed.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-pub use clients::AwsClients;
-pub use kinesis::{Kinesis, KinesisError, ShardInfo, StartingPosition, StreamSummary};
-pub use s3::{ObjectStore, PutOutcome, S3Error};
+pub(crate) use clients::AwsClients;
+pub(crate) use kinesis::{Kinesis, KinesisError, ShardInfo, StartingPosition};
+pub(crate) use s3::{ObjectStore, PutOutcome, S3Error};

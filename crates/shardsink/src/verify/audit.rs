@@ -67,10 +67,10 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::compression::Compression;
     use crate::config::{CompressionCodec, StreamRef};
     use crate::fake_aws::{FakeBucket, FakeStream, FakeTable};
-    use crate::minute::Minute;
+    use crate::output::compression::Compression;
+    use crate::output::minute::Minute;
     use crate::verify::test_support::{MINUTE_MILLIS, SHARD, missing, n, object_in};
 
     /// In-memory Kinesis, S3 and DynamoDB; [`SHARD`] holds records 1 to 9,
@@ -94,9 +94,9 @@ mod tests {
 
         use shard_lease::Lease;
 
-        use crate::encode::LineEncoder;
         use crate::fake_aws;
-        use crate::record::ShardRecord;
+        use crate::output::encode::LineEncoder;
+        use crate::read::record::ShardRecord;
 
         let (stream, bucket, table) = fakes_with_nine_records();
         let shard = stream.shard(SHARD);
@@ -133,7 +133,7 @@ mod tests {
             objects.insert("p/README".to_owned(), bytes::Bytes::from_static(b"hi"));
         }
         // A gap the daemon recorded: records after 0 expired unread.
-        let recorded_gap = crate::retention::RetentionGap {
+        let recorded_gap = crate::read::retention::RetentionGap {
             shard_id: SHARD.to_owned(),
             expired: crate::aws::StartingPosition::AfterSequenceNumber("0".to_owned()),
             first_retained: Some(("1".to_owned(), MINUTE_MILLIS + 1_000)),
@@ -145,7 +145,7 @@ mod tests {
                 &Checkpoint::SequenceNumber(n(0)),
                 &ObjectStore::new(clients.s3.clone(), "bucket"),
                 "p",
-                &crate::metrics::Metrics::new(),
+                &crate::ops::metrics::Metrics::new(),
             )
             .await
             .unwrap();

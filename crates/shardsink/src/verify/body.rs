@@ -17,10 +17,10 @@ use super::MAX_FAILURES;
 use super::keys::ArchivedKey;
 use super::progress::Phase;
 use super::report::{error_chain, minute_text};
+use crate::aws::backoff::Backoff;
 use crate::aws::{ObjectStore, S3Error};
-use crate::backoff::Backoff;
-use crate::compression::{decompress, extension};
-use crate::minute::Minute;
+use crate::output::compression::{decompress, extension};
+use crate::output::minute::Minute;
 
 /// Objects fetched and checked at once with `--deep`.
 const DEEP_CONCURRENCY: usize = 8;
@@ -264,8 +264,8 @@ async fn get_object(store: &ObjectStore, key: &str) -> Result<Bytes, S3Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compression::Compression;
     use crate::config::CompressionCodec;
+    use crate::output::compression::Compression;
     use crate::verify::test_support::{MINUTE_MILLIS, SHARD, object, object_in};
 
     fn line(shard: &str, sequence_number: &str, sub: Option<u64>, timestamp: &str) -> String {
@@ -285,8 +285,8 @@ mod tests {
 
     #[test]
     fn a_batch_written_by_shardsink_reads_clean() {
-        use crate::encode::LineEncoder;
-        use crate::record::ShardRecord;
+        use crate::output::encode::LineEncoder;
+        use crate::read::record::ShardRecord;
         let minute = Minute::from_millis(MINUTE_MILLIS);
         let encoder = LineEncoder::new(SHARD, minute);
         let mut lines = Vec::new();

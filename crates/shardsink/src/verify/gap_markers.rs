@@ -1,13 +1,13 @@
 //! Check 5, recorded retention gaps: the markers the daemon writes under
 //! `{prefix}/_retention-gaps/` when records of a shard expired from the
-//! stream before it read them ([`crate::retention`]). Each is fetched and
+//! stream before it read them ([`crate::read::retention`]). Each is fetched and
 //! reported; any marker makes the archive not exact — records the stream
 //! once held are not in it.
 
 use super::MAX_FAILURES;
 use crate::aws::ObjectStore;
-use crate::backoff::Backoff;
-use crate::retention::{GapMarker, MARKER_FOLDER};
+use crate::aws::backoff::Backoff;
+use crate::read::retention::{GapMarker, MARKER_FOLDER};
 
 /// One marker and what it says (or why it could not be read).
 #[derive(Debug, Clone, PartialEq, Eq)]

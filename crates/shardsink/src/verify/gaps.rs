@@ -6,7 +6,7 @@ use sequence_range::{RangeSet, SequenceNumber, SequenceRange};
 use shard_lease::Checkpoint;
 
 use super::keys::ArchivedKey;
-use crate::minute::Minute;
+use crate::output::minute::Minute;
 
 /// Up to where a shard's records must be archived.
 #[derive(Debug, Clone, PartialEq, Eq)]

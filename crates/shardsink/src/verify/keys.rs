@@ -11,10 +11,10 @@ use super::args::is_aws_name;
 use super::gap_markers::is_marker_key;
 use super::progress::Phase;
 use crate::aws::ObjectStore;
-use crate::backoff::Backoff;
+use crate::aws::backoff::Backoff;
 use crate::config::CompressionCodec;
-use crate::key::parse_object_name;
-use crate::minute::Minute;
+use crate::output::key::parse_object_name;
+use crate::output::minute::Minute;
 
 /// A key that is a shardsink object.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use super::gaps::{Bound, Gap, ShardGapResult};
 use super::keys::ForeignKey;
 use super::overlaps::Overlap;
 use super::stream::GapOutcome;
-use crate::minute::Minute;
+use crate::output::minute::Minute;
 
 /// Most offending items (overlaps, unreadable objects, gaps) the summary
 /// lists; the same for foreign keys.

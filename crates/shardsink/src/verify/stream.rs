@@ -17,8 +17,8 @@ use super::gaps::{Flow, ReadEnd, ShardGapCheck, ShardGapResult, shard_bound};
 use super::keys::ArchivedKey;
 use super::progress::Phase;
 use super::report::error_chain;
+use crate::aws::backoff::Backoff;
 use crate::aws::{AwsClients, Kinesis, KinesisError, StartingPosition};
-use crate::backoff::Backoff;
 
 /// Shards read at once for the gap check (each paced on its own).
 const SHARD_CONCURRENCY: usize = 16;

@@ -5,8 +5,8 @@ use sequence_range::{SequenceNumber, SequenceRange};
 use super::gaps::ShardGapResult;
 use super::keys::ArchivedKey;
 use crate::config::CompressionCodec;
-use crate::key::KeyLayout;
-use crate::minute::Minute;
+use crate::output::key::KeyLayout;
+use crate::output::minute::Minute;
 
 pub(super) const SHARD: &str = "shardId-000000000001";
 /// 2026-11-21T05:27:00Z.

@@ -24,14 +24,14 @@ use shard_lease::{Checkpoint, HeldLease, LeaseError, PendingBatch};
 use tokio_util::io::SyncIoBridge;
 use tracing::{error, info, warn};
 
+use crate::aws::backoff::Backoff;
 use crate::aws::{BoxError, ObjectStore, PutOutcome, S3Error};
-use crate::backoff::Backoff;
-use crate::batch::{Batch, FlushReason};
-use crate::compression::{self, Compression};
 use crate::config::CompressionCodec;
-use crate::failpoint::failpoint;
-use crate::key::{KeyLayout, parse_object_name};
-use crate::metrics::{Metrics, Outcome, RetryCause};
+use crate::ops::failpoint::failpoint;
+use crate::ops::metrics::{Metrics, Outcome, RetryCause};
+use crate::output::batch::{Batch, FlushReason};
+use crate::output::compression::{self, Compression};
+use crate::output::key::{KeyLayout, parse_object_name};
 
 /// Why a shard task stopped other than by reaching `SHARD_END` or shutdown.
 #[derive(Debug, thiserror::Error)]
@@ -552,7 +552,7 @@ mod tests {
 
     use super::*;
     use crate::fake_aws::{self, FakeBucket, FakeStream, FakeTable};
-    use crate::key::KeyLayout;
+    use crate::output::key::KeyLayout;
 
     const FAILOVER: Duration = Duration::from_secs(10);
 

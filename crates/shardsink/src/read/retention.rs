@@ -30,7 +30,7 @@ use shard_lease::{Checkpoint, Lease};
 use tracing::error;
 
 use crate::aws::{ObjectStore, S3Error, StartingPosition};
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 
 /// The folder of gap markers under the prefix.
 pub const MARKER_FOLDER: &str = "_retention-gaps";

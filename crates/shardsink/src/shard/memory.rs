@@ -12,7 +12,7 @@
 //!
 //! Three rules keep the total within the limit:
 //! 1. A shard that adds a record while the budget is exceeded writes its own
-//!    batch early ([`crate::batch::FlushReason::MemoryLimit`]).
+//!    batch early ([`crate::output::batch::FlushReason::MemoryLimit`]).
 //! 2. A read waits until its reservation fits under the limit
 //!    ([`MemoryBudget::try_reserve_read`]). A shard never waits for room while
 //!    it holds a batch: it writes the batch first. Whatever the others hold
@@ -34,15 +34,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
-/// The most data one GetRecords response holds: 10 MiB ("Each GetRecords
-/// call can return up to 10 MiB of data", Kinesis API reference,
-/// GetRecords).
-pub const MAX_GET_RECORDS_BYTES: u64 = 10 << 20;
-
 /// What a GetRecords call is reserved before it is made: the most a
 /// response takes in memory while the SDK decodes it — its JSON body, where
-/// the data is base64 (4/3 of 10 MiB), and the decoded records (10 MiB) —
-/// with some slack for the rest of the JSON.
+/// the data is base64 (4/3 of the 10 MiB a response holds at most: "Each
+/// GetRecords call can return up to 10 MiB of data", Kinesis API reference,
+/// GetRecords), and the decoded records (10 MiB) — with some slack for the
+/// rest of the JSON.
 pub const READ_RESERVATION: u64 = 24 << 20;
 
 /// Memory the process may use for records (see the module documentation).

@@ -13,8 +13,8 @@ use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::health::Health;
-use crate::metrics::Metrics;
+use crate::ops::health::Health;
+use crate::ops::metrics::Metrics;
 
 /// `Content-Type` of the exposition format prometheus-client writes.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

@@ -857,7 +857,7 @@ mod tests {
     #[test]
     fn configuration_reference_names_every_setting() {
         use clap::CommandFactory as _;
-        let reference = include_str!("../../../docs/CONFIGURATION.md");
+        let reference = include_str!("../../../../docs/CONFIGURATION.md");
         for arg in Config::command().get_arguments() {
             let Some(flag) = arg.get_long() else { continue };
             if matches!(flag, "help" | "version") {

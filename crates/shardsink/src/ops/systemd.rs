@@ -11,7 +11,7 @@ use sd_notify::NotifyState;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use crate::health::Health;
+use crate::ops::health::Health;
 
 /// Tells systemd the service is ready.
 pub fn ready() {

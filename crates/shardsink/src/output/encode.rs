@@ -12,8 +12,8 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
-use crate::minute::Minute;
-use crate::record::ShardRecord;
+use crate::output::minute::Minute;
+use crate::read::record::ShardRecord;
 
 /// Per-batch encoding context: the parts of a line shared by every record of
 /// one shard and minute.
@@ -140,7 +140,7 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::kpl;
+    use crate::read::kpl;
 
     fn record(
         sequence_number: &str,

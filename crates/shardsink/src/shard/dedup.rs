@@ -12,13 +12,15 @@
 //! shard was first read; past the first clean batch, nothing can be in S3
 //! yet. It is turned on again the next time the lease is taken.
 
-use sequence_range::{RangeSet, SequenceNumber, SequenceRange};
+#[cfg(test)]
+use sequence_range::SequenceRange;
+use sequence_range::{RangeSet, SequenceNumber};
 use tracing::{debug, warn};
 
 use crate::aws::{ObjectStore, S3Error};
-use crate::key::{KeyLayout, parse_object_name};
-use crate::metrics::Metrics;
-use crate::minute::Minute;
+use crate::ops::metrics::Metrics;
+use crate::output::key::{KeyLayout, parse_object_name};
+use crate::output::minute::Minute;
 
 /// Dedup state of one shard.
 #[derive(Debug)]
@@ -167,9 +169,10 @@ pub async fn list_written(
 }
 
 /// The pieces of `group` not in `written`: what is left to write of a group
-/// of one shard's records after dedup. Used by the benchmarks and tests as the
-/// set-level statement of what [`Dedup::is_written`] does record by record.
-pub fn remaining(group: &SequenceRange, written: &RangeSet) -> RangeSet {
+/// of one shard's records after dedup — the set-level statement of what
+/// [`Dedup::is_written`] does record by record, for the tests.
+#[cfg(test)]
+fn remaining(group: &SequenceRange, written: &RangeSet) -> RangeSet {
     RangeSet::from(group.clone()).difference(written)
 }
 
@@ -182,7 +185,7 @@ mod tests {
 
     use super::*;
     use crate::config::CompressionCodec;
-    use crate::key::object_name;
+    use crate::output::key::object_name;
 
     const PREFIX: &str = "p/2026/11/21/05/27/shardId-000000000000/";
 

@@ -5,8 +5,8 @@ use sequence_range::SequenceNumber;
 use tracing::{error, info, warn};
 
 use crate::aws::{Kinesis, KinesisError, ShardInfo, StartingPosition};
-use crate::record::ShardRecord;
-use crate::retention::RetentionGap;
+use crate::read::record::ShardRecord;
+use crate::read::retention::RetentionGap;
 
 /// What one GetRecords call returned.
 #[derive(Debug, Default)]

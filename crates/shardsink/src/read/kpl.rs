@@ -68,6 +68,7 @@
 //! [`deaggregate`] does not copy user data: every [`UserRecord::data`] is a
 //! slice of the input [`Bytes`].
 
+#[cfg(test)]
 use std::collections::HashMap;
 
 use bytes::Bytes;
@@ -85,6 +86,7 @@ const DIGEST_LEN: usize = 16;
 
 /// Smallest length in bytes of an aggregated record: magic and digest around
 /// an empty protobuf message.
+#[cfg(test)]
 const MIN_AGGREGATE_LEN: usize = KPL_MAGIC.len() + DIGEST_LEN;
 
 /// One user record unpacked from a KPL aggregated record.
@@ -299,9 +301,11 @@ pub fn deaggregate(data: &Bytes) -> Result<Option<Vec<UserRecord>>, KplError> {
 /// still wrapped in an aggregate, an empty slice gives an aggregate with no
 /// user records (which [`deaggregate`] rejects with [`KplError::NoRecords`]),
 /// and no Kinesis limit (1 MiB per record, 256-byte keys) is enforced.
-/// Used by tests and by the end-to-end producer.
+/// Used by tests (the end-to-end producer has its own, written
+/// independently).
 ///
 /// Source: `aggregation-format.md` in awslabs/amazon-kinesis-producer.
+#[cfg(test)]
 #[must_use]
 pub fn aggregate(records: &[(String, Option<String>, Vec<u8>)]) -> Vec<u8> {
     let mut partition_keys = KeyTable::default();
@@ -347,11 +351,13 @@ fn lookup(table: &[String], index: u64) -> Option<&str> {
 
 /// A key table under construction: keys in first-seen order, deduplicated.
 #[derive(Default)]
+#[cfg(test)]
 struct KeyTable<'a> {
     keys: Vec<Bytes>,
     index: HashMap<&'a str, u64>,
 }
 
+#[cfg(test)]
 impl<'a> KeyTable<'a> {
     /// Index of `key` in the table, appending it if new.
     fn index_of(&mut self, key: &'a str) -> u64 {

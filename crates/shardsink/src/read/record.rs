@@ -5,8 +5,8 @@ use bytes::Bytes;
 use sequence_range::{ParseSequenceNumberError, SequenceNumber};
 use tracing::warn;
 
-use crate::kpl::{self, UserRecord};
-use crate::minute::Minute;
+use crate::output::minute::Minute;
+use crate::read::kpl::{self, UserRecord};
 
 /// One Kinesis record: the unit of sequence ranges, checkpoints and batch
 /// boundaries. A KPL aggregated record carries several user records, written

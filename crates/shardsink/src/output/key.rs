@@ -18,9 +18,9 @@ use sequence_range::key_encoding::{
 };
 use sequence_range::{KeyDecodeError, SequenceRange};
 
-use crate::compression::{codec_from_extension, extension};
 use crate::config::CompressionCodec;
-use crate::minute::Minute;
+use crate::output::compression::{codec_from_extension, extension};
+use crate::output::minute::Minute;
 
 /// Builds keys under one prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]

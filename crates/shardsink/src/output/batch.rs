@@ -7,10 +7,10 @@ use std::time::Duration;
 use sequence_range::{SequenceNumber, SequenceRange};
 use tokio::time::Instant;
 
-use crate::encode::LineEncoder;
-use crate::memory::{MemoryBudget, Reservation};
-use crate::minute::Minute;
-use crate::record::ShardRecord;
+use crate::output::encode::LineEncoder;
+use crate::output::minute::Minute;
+use crate::read::record::ShardRecord;
+use crate::shard::memory::{MemoryBudget, Reservation};
 
 /// When a batch is flushed (Firehose-style buffering hints).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,6 +17,8 @@
 //! On shutdown every task writes its buffer and checkpoints, leases are
 //! released so another worker can take them at once, and a summary is logged.
 
+pub(crate) mod renewer;
+
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::Arc;
@@ -33,21 +35,21 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
+use crate::aws::backoff::Backoff;
 use crate::aws::{AwsClients, Kinesis, KinesisError, ObjectStore, S3Error, ShardInfo};
-use crate::backoff::Backoff;
-use crate::batch::BufferLimits;
-use crate::compression::Compression;
+use crate::commit::writer::{ShardError, error_chain};
 use crate::config::{ConfigError, InitialPosition, Settings};
-use crate::health::Health;
-use crate::key::KeyLayout;
-use crate::memory::MemoryBudget;
-use crate::metrics::{Metrics, Outcome};
-use crate::renewer::Renewer;
-use crate::retention::RetentionGap;
-use crate::shard::{ShardContext, ShardExit, ShardTask};
-use crate::shard_graph::{NewLease, ShardGraph};
-use crate::writer::{ShardError, error_chain};
-use crate::{http, systemd};
+use crate::ops::health::Health;
+use crate::ops::metrics::{Metrics, Outcome};
+use crate::ops::{http, systemd};
+use crate::output::batch::BufferLimits;
+use crate::output::compression::Compression;
+use crate::output::key::KeyLayout;
+use crate::read::retention::RetentionGap;
+use crate::read::shard_graph::{NewLease, ShardGraph};
+use crate::shard::memory::MemoryBudget;
+use crate::shard::task::{ShardContext, ShardExit, ShardTask};
+use crate::worker::renewer::Renewer;
 
 /// What a run did, logged at exit.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -216,7 +218,6 @@ impl Worker {
             },
             budget: MemoryBudget::new(config.buffer_memory_limit, config.buffer_max_bytes),
             metrics: metrics.clone(),
-            initial_position: config.initial_position,
             initial_timestamp: config.initial_timestamp,
             idle_time_between_reads: config.idle_time_between_reads,
             max_records_per_read: config.max_records_per_read,

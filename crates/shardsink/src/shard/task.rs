@@ -25,19 +25,18 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, warn};
 
+use crate::aws::backoff::Backoff;
 use crate::aws::{Kinesis, KinesisError, ObjectStore, S3Error, StartingPosition};
-use crate::backoff::Backoff;
-use crate::batch::{Batch, BufferLimits, FlushReason};
-use crate::compression::Compression;
-use crate::config::InitialPosition;
-use crate::dedup::Dedup;
-use crate::key::KeyLayout;
-use crate::memory::MemoryBudget;
-use crate::metrics::{Metrics, RetryCause};
-use crate::reader::{ReadBatch, ShardReader};
-use crate::record::ShardRecord;
-use crate::retention::RetentionGap;
-use crate::writer::{BatchWriter, ShardError, error_chain};
+use crate::commit::writer::{BatchWriter, ShardError, error_chain};
+use crate::ops::metrics::{Metrics, RetryCause};
+use crate::output::batch::{Batch, BufferLimits, FlushReason};
+use crate::output::compression::Compression;
+use crate::output::key::KeyLayout;
+use crate::read::reader::{ReadBatch, ShardReader};
+use crate::read::record::ShardRecord;
+use crate::read::retention::RetentionGap;
+use crate::shard::dedup::Dedup;
+use crate::shard::memory::MemoryBudget;
 
 /// Kinesis allows 5 GetRecords calls a second per shard (GetRecords API
 /// reference); a busy shard is read at most this often.
@@ -72,8 +71,6 @@ pub struct ShardContext {
     pub budget: Arc<MemoryBudget>,
     /// Process-wide metrics.
     pub metrics: Arc<Metrics>,
-    /// Start of a shard without a checkpoint.
-    pub initial_position: InitialPosition,
     /// Start time for `AT_TIMESTAMP`.
     pub initial_timestamp: Option<DateTime<Utc>>,
     /// Wait between reads of a caught-up shard.
@@ -761,7 +758,7 @@ mod tests {
     use super::*;
     use crate::config::CompressionCodec;
     use crate::fake_aws::{self, FakeBucket, FakeShard, FakeStream, FakeTable};
-    use crate::key::object_name;
+    use crate::output::key::object_name;
 
     const SHARD: &str = "shardId-000000000000";
     /// 2020-01-01T00:00:00Z: a minute long over.
@@ -806,7 +803,6 @@ mod tests {
             },
             budget: MemoryBudget::new(1 << 30, 1 << 30),
             metrics: Arc::new(Metrics::new()),
-            initial_position: InitialPosition::TrimHorizon,
             initial_timestamp: None,
             idle_time_between_reads: Duration::from_secs(1),
             max_records_per_read: 10_000,
@@ -883,8 +879,10 @@ mod tests {
         .unwrap();
         format!(
             "{}{}",
-            KeyLayout::new("p")
-                .shard_minute_prefix(crate::minute::Minute::from_millis(minute_millis), SHARD),
+            KeyLayout::new("p").shard_minute_prefix(
+                crate::output::minute::Minute::from_millis(minute_millis),
+                SHARD
+            ),
             object_name(&range, CompressionCodec::Zstd)
         )
     }
@@ -970,7 +968,7 @@ mod tests {
         let foreign = format!(
             "{}README.txt",
             KeyLayout::new("p")
-                .shard_minute_prefix(crate::minute::Minute::from_millis(PAST), SHARD)
+                .shard_minute_prefix(crate::output::minute::Minute::from_millis(PAST), SHARD)
         );
         h.bucket
             .objects
@@ -1065,7 +1063,7 @@ mod tests {
         assert_eq!(
             h.ctx
                 .metrics
-                .batches(crate::metrics::Outcome::already_present),
+                .batches(crate::ops::metrics::Outcome::already_present),
             1,
             "412, then verified"
         );
@@ -1093,7 +1091,6 @@ mod tests {
             limits: ctx.limits,
             budget: ctx.budget.clone(),
             metrics: ctx.metrics.clone(),
-            initial_position: ctx.initial_position,
             initial_timestamp: ctx.initial_timestamp,
             idle_time_between_reads: ctx.idle_time_between_reads,
             max_records_per_read: ctx.max_records_per_read,
@@ -1115,7 +1112,7 @@ mod tests {
                 .as_s()
                 .unwrap()
                 .clone();
-            let first = crate::key::parse_object_name(key.rsplit('/').next().unwrap())
+            let first = crate::output::key::parse_object_name(key.rsplit('/').next().unwrap())
                 .unwrap()
                 .range
                 .first()

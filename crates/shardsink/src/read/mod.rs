@@ -1,0 +1,16 @@
+//! Reading: a shard's records, in order, from Kinesis.
+//!
+//! - `reader`: [`ShardReader`](reader::ShardReader), GetShardIterator and GetRecords for one
+//!   shard, with the fall back to `TRIM_HORIZON` when a position expired;
+//! - `record`: [`ShardRecord`](record::ShardRecord), one Kinesis record as shardsink handles it;
+//! - `kpl`: KPL aggregated records unpacked into user records;
+//! - `retention`: [`RetentionGap`](retention::RetentionGap), records that expired unread, and the
+//!   marker object that records them;
+//! - `shard_graph`: parents and children after resharding — which shards get
+//!   a lease, which may be worked on, which leases may go.
+
+pub(crate) mod kpl;
+pub(crate) mod reader;
+pub(crate) mod record;
+pub(crate) mod retention;
+pub(crate) mod shard_graph;
