@@ -30,9 +30,9 @@ const LENGTH_PREFIX_WIDTH: usize = 3;
 
 /// Appends the ascending form of `n` to `out`.
 pub fn encode_ascending(n: &SequenceNumber, out: &mut String) {
-    let digits = n.to_string();
+    let digits = n.as_str();
     debug_assert!(digits.len() <= SequenceNumber::MAX_DIGITS);
-    push_length_prefixed(&digits, out);
+    push_length_prefixed(digits, out);
 }
 
 /// Appends the descending form of `n` to `out`.

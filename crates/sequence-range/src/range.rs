@@ -59,7 +59,16 @@ impl SequenceRange {
     /// Whether `self` ends exactly one before `other` starts (or the reverse),
     /// so that their union is one range.
     pub fn is_adjacent_to(&self, other: &Self) -> bool {
-        self.last.successor() == other.first || other.last.successor() == self.first
+        other.first.follows(&self.last) || self.first.follows(&other.last)
+    }
+
+    /// Ends the range at `n` when `n` is past its end; a smaller `n` changes
+    /// nothing. Reuses the end's buffers, so growing a range record by record
+    /// allocates nothing.
+    pub fn extend_to(&mut self, n: &SequenceNumber) {
+        if *n > self.last {
+            self.last.clone_from(n);
+        }
     }
 
     /// Splits the range into its two ends.
@@ -137,5 +146,14 @@ mod tests {
     #[test]
     fn displays_as_first_dash_last() {
         assert_eq!(range(9, 10).to_string(), "9-10");
+    }
+
+    #[test]
+    fn extends_only_forward() {
+        let mut r = range(9, 10);
+        r.extend_to(&SequenceNumber::from(12u64));
+        assert_eq!(r.to_string(), "9-12");
+        r.extend_to(&SequenceNumber::from(3u64));
+        assert_eq!(r.to_string(), "9-12", "a smaller number changes nothing");
     }
 }

@@ -84,11 +84,11 @@ impl RangeSet {
     pub fn insert(&mut self, range: SequenceRange) {
         // `lo..hi` are the ranges that overlap or touch `range`.
         let mut lo = self.ranges.partition_point(|r| r.last() < range.first());
-        if lo > 0 && self.ranges[lo - 1].last().successor() == *range.first() {
+        if lo > 0 && range.first().follows(self.ranges[lo - 1].last()) {
             lo -= 1;
         }
         let mut hi = self.ranges.partition_point(|r| r.first() <= range.last());
-        if hi < self.ranges.len() && range.last().successor() == *self.ranges[hi].first() {
+        if hi < self.ranges.len() && self.ranges[hi].first().follows(range.last()) {
             hi += 1;
         }
         let (mut first, mut last) = range.into_bounds();

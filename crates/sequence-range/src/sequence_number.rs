@@ -22,8 +22,33 @@ const MAX_INPUT_IN_ERROR: usize = 160;
 /// Parsing accepts exactly the API's pattern: no sign, no whitespace, no leading
 /// zeros except the number `0` itself. [`Display`](fmt::Display) writes the same
 /// canonical text back, so `parse(s)?.to_string() == s` for every valid `s`.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SequenceNumber(BigUint);
+///
+/// The canonical text is kept next to the integer ([`as_str`](Self::as_str)):
+/// a number is parsed once, where it is read, and written out many times (in
+/// every line and key) without converting it back to decimal. Equal numbers
+/// have equal texts, so comparisons and hashes follow the integer.
+/// [`clone_from`](Clone::clone_from) reuses both buffers, so keeping "the
+/// last number seen" up to date allocates nothing.
+#[derive(PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SequenceNumber {
+    // Field order matters: the derived `Ord` compares the integer first.
+    value: BigUint,
+    text: String,
+}
+
+impl Clone for SequenceNumber {
+    fn clone(&self) -> Self {
+        Self {
+            value: self.value.clone(),
+            text: self.text.clone(),
+        }
+    }
+
+    fn clone_from(&mut self, source: &Self) {
+        self.value.clone_from(&source.value);
+        self.text.clone_from(&source.text);
+    }
+}
 
 impl SequenceNumber {
     /// Most decimal digits a sequence number may have (Kinesis API reference,
@@ -40,10 +65,18 @@ impl SequenceNumber {
         validate_digits(text)?;
         // Every byte is an ASCII digit, so the radix-10 parse cannot fail.
         BigUint::parse_bytes(text.as_bytes(), 10)
-            .map(Self)
+            .map(|value| Self {
+                value,
+                text: text.to_owned(),
+            })
             .ok_or_else(|| {
                 ParseSequenceNumberError::new(text, ParseErrorKind::NotDecimal { position: 0 })
             })
+    }
+
+    /// The canonical decimal text, as Kinesis writes it.
+    pub fn as_str(&self) -> &str {
+        &self.text
     }
 
     /// Checks that `text` is a canonical sequence number without building the
@@ -66,35 +99,38 @@ impl SequenceNumber {
 
     /// The number 0, the smallest sequence number.
     pub fn zero() -> Self {
-        Self(BigUint::zero())
+        Self::from(BigUint::zero())
     }
 
     /// The integer value.
     pub fn as_biguint(&self) -> &BigUint {
-        &self.0
+        &self.value
     }
 
     /// `self + 1`: the smallest sequence number greater than `self`. Kinesis
     /// does not hand out consecutive numbers, so this is interval arithmetic,
     /// not "the next record".
     pub fn successor(&self) -> Self {
-        Self(&self.0 + BigUint::one())
+        Self::from(&self.value + BigUint::one())
+    }
+
+    /// Whether `self` is `other + 1`, without building the successor.
+    pub fn follows(&self, other: &Self) -> bool {
+        self.value > other.value && &self.value - &other.value == BigUint::one()
     }
 
     /// `self - 1`, or `None` for 0.
     pub fn predecessor(&self) -> Option<Self> {
-        if self.0.is_zero() {
+        if self.value.is_zero() {
             None
         } else {
-            Some(Self(&self.0 - BigUint::one()))
+            Some(Self::from(&self.value - BigUint::one()))
         }
     }
 
     /// Number of decimal digits in the canonical text (1 for 0).
     pub fn digit_count(&self) -> usize {
-        // `to_str_radix` is exact; sequence numbers are short enough that the
-        // allocation does not matter where this is called (once per batch key).
-        self.0.to_str_radix(10).len()
+        self.text.len()
     }
 }
 
@@ -150,31 +186,34 @@ impl FromStr for SequenceNumber {
 
 impl fmt::Display for SequenceNumber {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
+        f.pad(&self.text)
     }
 }
 
 impl fmt::Debug for SequenceNumber {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SequenceNumber({})", self.0)
+        write!(f, "SequenceNumber({})", self.text)
     }
 }
 
 impl From<u64> for SequenceNumber {
     fn from(value: u64) -> Self {
-        Self(BigUint::from(value))
+        Self::from(BigUint::from(value))
     }
 }
 
 impl From<u128> for SequenceNumber {
     fn from(value: u128) -> Self {
-        Self(BigUint::from(value))
+        Self::from(BigUint::from(value))
     }
 }
 
 impl From<BigUint> for SequenceNumber {
     fn from(value: BigUint) -> Self {
-        Self(value)
+        Self {
+            text: value.to_str_radix(10),
+            value,
+        }
     }
 }
 
@@ -337,5 +376,24 @@ mod tests {
         fn never_panics_on_arbitrary_text(text in ".{0,140}") {
             let _ = SequenceNumber::parse(&text);
         }
+    }
+
+    #[test]
+    fn keeps_its_text_and_knows_its_neighbours() {
+        let text = "49590338271490256608559692538361571095921575989136588898";
+        let n = SequenceNumber::parse(text).unwrap();
+        assert_eq!(n.as_str(), text);
+        assert_eq!(n.digit_count(), 56);
+        let next = n.successor();
+        assert_eq!(
+            next.as_str(),
+            "49590338271490256608559692538361571095921575989136588899"
+        );
+        assert!(next.follows(&n));
+        assert!(!n.follows(&n) && !n.follows(&next));
+        assert_eq!(SequenceNumber::from(10u64).as_str(), "10");
+        let mut last = SequenceNumber::from(9u64);
+        last.clone_from(&n);
+        assert_eq!((last.as_str(), &last), (text, &n));
     }
 }

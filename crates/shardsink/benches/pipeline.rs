@@ -14,7 +14,7 @@ use bytes::Bytes;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use sequence_range::{RangeSet, SequenceNumber, SequenceRange};
 use serde::Serialize;
-use shardsink::bench::{Batch, Compression, MemoryBudget, Minute, ShardRecord};
+use shardsink::bench::{Batch, Compression, MemoryBudget, ShardRecord};
 
 const RECORDS: usize = 10_000;
 const SHARD: &str = "shardId-000000000007";
@@ -42,8 +42,7 @@ fn records() -> Vec<ShardRecord> {
                 })
                 .collect();
             ShardRecord {
-                sequence_number: SequenceNumber::from(base.as_biguint() + (i as u64) * 1_000_003)
-                    .to_string(),
+                sequence_number: SequenceNumber::from(base.as_biguint() + (i as u64) * 1_000_003),
                 arrival_millis: MINUTE_START + (i as i64 * 5) % 60_000,
                 partition_key: format!("customer-{:06}", i % 5000),
                 data: Bytes::from(data),
@@ -67,7 +66,7 @@ fn plain_serde_json(records: &[ShardRecord], out: &mut Vec<u8>) {
     for record in records {
         let line = PlainLine {
             shard_id: SHARD,
-            sequence_number: &record.sequence_number,
+            sequence_number: record.sequence_number.as_str(),
             partition_key: &record.partition_key,
             approximate_arrival_timestamp: chrono::DateTime::from_timestamp_millis(
                 record.arrival_millis,
@@ -88,7 +87,7 @@ fn pipeline(records: &[ShardRecord], written: Option<&RangeSet>) -> usize {
     let mut excluded = 0;
     for record in records {
         if let Some(written) = written {
-            if written.contains(&record.parsed_sequence_number()) {
+            if written.contains(&record.sequence_number) {
                 excluded += 1;
                 continue;
             }
@@ -97,9 +96,10 @@ fn pipeline(records: &[ShardRecord], written: Option<&RangeSet>) -> usize {
         if batch.as_ref().is_some_and(|b| b.minute() != minute) {
             black_box(batch.take());
         }
-        batch
-            .get_or_insert_with(|| Batch::new(SHARD, minute, budget.clone()))
-            .push(record);
+        match &mut batch {
+            Some(batch) => batch.push(record),
+            None => batch = Some(Batch::start(SHARD, record, budget.clone())),
+        }
     }
     black_box(batch.map_or(0, |b| b.len_bytes())) + excluded
 }
@@ -128,8 +128,8 @@ fn bench(c: &mut Criterion) {
     let written: RangeSet = records
         .chunks(10)
         .map(|chunk| {
-            let first = SequenceNumber::parse(&chunk[0].sequence_number).unwrap();
-            let last = SequenceNumber::parse(&chunk[4].sequence_number).unwrap();
+            let first = chunk[0].sequence_number.clone();
+            let last = chunk[4].sequence_number.clone();
             SequenceRange::new(first, last).unwrap()
         })
         .collect();
@@ -138,8 +138,8 @@ fn bench(c: &mut Criterion) {
     });
 
     let budget = MemoryBudget::new(u64::MAX, 64 << 20);
-    let mut batch = Batch::new(SHARD, Minute::from_millis(MINUTE_START), budget);
-    for record in &records {
+    let mut batch = Batch::start(SHARD, &records[0], budget);
+    for record in &records[1..] {
         batch.push(record);
     }
     group.bench_function("zstd level 3, whole batch", |b| {

@@ -51,7 +51,6 @@ pub use worker::{Summary, run};
 pub mod bench {
     pub use crate::output::batch::Batch;
     pub use crate::output::compression::Compression;
-    pub use crate::output::minute::Minute;
     pub use crate::read::record::ShardRecord;
     pub use crate::shard::memory::MemoryBudget;
 }

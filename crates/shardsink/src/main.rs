@@ -8,18 +8,12 @@
 //! - `shardsink health [--ready]` probes a running shardsink's `/healthz`
 //!   (or `/readyz`), for container health checks (exit 0 healthy, 1 not).
 
-use std::io::IsTerminal as _;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use clap::Parser as _;
 use clap::error::ErrorKind;
 use shardsink::config::{Config, ConfigError, LogFormat, one_line_error};
-use tracing_subscriber::EnvFilter;
-
-/// Log filter unless `SHARDSINK_LOG` (or `RUST_LOG`) says otherwise: shardsink
-/// at info, libraries at warn.
-const DEFAULT_LOG_FILTER: &str = "warn,shardsink=info,shard_lease=info";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
@@ -72,7 +66,7 @@ fn daemon_main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_tracing(settings.config.log_format);
+    shardsink::ops::log::init(settings.config.log_format);
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
 
@@ -145,7 +139,7 @@ fn verify_main(args: &[String]) -> ExitCode {
         Ok(args) => args,
         Err(code) => return code,
     };
-    init_tracing(LogFormat::Text);
+    shardsink::ops::log::init(LogFormat::Text);
     let runtime = match runtime() {
         Ok(runtime) => runtime,
         Err(code) => return code,
@@ -157,29 +151,5 @@ fn verify_main(args: &[String]) -> ExitCode {
             eprintln!("shardsink verify: {err:#}");
             ExitCode::from(2)
         }
-    }
-}
-
-fn init_tracing(format: LogFormat) {
-    let filter = EnvFilter::try_from_env("SHARDSINK_LOG")
-        .or_else(|_| EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal());
-    let json = match format {
-        LogFormat::Json => true,
-        LogFormat::Text => false,
-        LogFormat::Auto => !std::io::stderr().is_terminal(),
-    };
-    if json {
-        builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .init();
-    } else {
-        builder.init();
     }
 }

@@ -10,6 +10,7 @@ use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use chrono::{DateTime, Utc};
+use sequence_range::SequenceNumber;
 use shard_lease::retry::is_retriable;
 
 use super::BoxError;
@@ -132,9 +133,9 @@ pub enum StartingPosition {
     /// The first record at or after this time.
     AtTimestamp(DateTime<Utc>),
     /// The record with this sequence number.
-    AtSequenceNumber(String),
+    AtSequenceNumber(SequenceNumber),
     /// The record after this sequence number.
-    AfterSequenceNumber(String),
+    AfterSequenceNumber(SequenceNumber),
 }
 
 /// A shard as ListShards describes it.
@@ -264,10 +265,10 @@ impl Kinesis {
                 )),
             StartingPosition::AtSequenceNumber(sequence_number) => request
                 .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
-                .starting_sequence_number(sequence_number),
+                .starting_sequence_number(sequence_number.as_str()),
             StartingPosition::AfterSequenceNumber(sequence_number) => request
                 .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
-                .starting_sequence_number(sequence_number),
+                .starting_sequence_number(sequence_number.as_str()),
         };
         let output = request
             .send()

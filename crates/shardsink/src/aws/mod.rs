@@ -7,7 +7,8 @@
 //!   GetShardIterator, GetRecords;
 //! - `s3`: [`ObjectStore`] — HeadBucket, conditional PutObject, GetObject,
 //!   ListObjectsV2;
-//! - `backoff`: the backoff every retry loop uses;
+//! - `retry`: the one retry loop every call goes through, and how each
+//!   service's failures are classified; `backoff`: its delays;
 //! - `recorder` (test builds): every AWS operation a run makes, for the IAM
 //!   policy test.
 
@@ -16,6 +17,7 @@ pub(crate) mod clients;
 pub(crate) mod kinesis;
 #[cfg(feature = "failpoints")]
 pub(crate) mod recorder;
+pub(crate) mod retry;
 pub(crate) mod s3;
 
 /// An SDK error, boxed.

@@ -51,16 +51,6 @@ impl S3Error {
             }
         )
     }
-    /// Whether S3 throttled the call.
-    pub fn is_throttling(&self) -> bool {
-        matches!(
-            self,
-            Self::Other {
-                throttled: true,
-                ..
-            }
-        )
-    }
 }
 
 /// What a conditional PUT did.

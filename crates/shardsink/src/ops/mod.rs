@@ -7,11 +7,13 @@
 //!   probe;
 //! - `systemd`: `READY=1`, `STATUS=`, the watchdog, `STOPPING=1`;
 //! - `shutdown`: SIGTERM and Ctrl-C;
-//! - `failpoint`: named points where tests crash or pause the process.
+//! - `failpoint`: named points where tests crash or pause the process;
+//! - `log`: the log subscriber and `error_chain`.
 
 pub(crate) mod failpoint;
 pub(crate) mod health;
 pub mod http;
+pub mod log;
 pub(crate) mod metrics;
 pub mod shutdown;
 pub(crate) mod systemd;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sequence_range::{SequenceNumber, SequenceRange};
+use sequence_range::SequenceRange;
 use tokio::time::Instant;
 
 use crate::output::encode::LineEncoder;
@@ -25,15 +25,16 @@ pub struct BufferLimits {
 
 /// One shard's records of one arrival minute, in sequence order, contiguous
 /// (no record of the shard between `first` and `last` is missing), encoded.
+/// Never empty: it starts with its first record, so its range always exists.
 #[derive(Debug)]
 pub struct Batch {
     minute: Minute,
     encoder: LineEncoder,
     lines: Vec<u8>,
-    first: Option<String>,
+    /// `[first, last]`: the first record's sequence number to the last's.
+    range: SequenceRange,
     /// `ApproximateArrivalTimestamp` of the first record, ms since the epoch.
-    first_arrival: Option<i64>,
-    last: Option<String>,
+    first_arrival: i64,
     kinesis_records: usize,
     user_records: usize,
     opened_at: Instant,
@@ -43,45 +44,39 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// An empty batch for `shard_id` and `minute`.
-    pub fn new(shard_id: &str, minute: Minute, budget: Arc<MemoryBudget>) -> Self {
-        Self {
+    /// A batch of `shard_id`'s records arriving in `first`'s minute, holding
+    /// `first`.
+    pub fn start(shard_id: &str, first: &ShardRecord, budget: Arc<MemoryBudget>) -> Self {
+        let minute = first.minute();
+        let mut batch = Self {
             minute,
             encoder: LineEncoder::new(shard_id, minute),
             lines: Vec::new(),
-            first: None,
-            first_arrival: None,
-            last: None,
+            range: SequenceRange::single(first.sequence_number.clone()),
+            first_arrival: first.arrival_millis,
             kinesis_records: 0,
             user_records: 0,
             opened_at: Instant::now(),
             reservation: budget.reserve(),
             budget,
-        }
+        };
+        batch.append(first);
+        batch
     }
 
     /// Appends a record of this batch's minute, after the batch's last.
     pub fn push(&mut self, record: &ShardRecord) {
         debug_assert_eq!(record.minute(), self.minute);
         debug_assert!(
-            self.last
-                .as_deref()
-                .is_none_or(|last| SequenceNumber::cmp_text(last, &record.sequence_number).is_lt()),
+            *self.range.last() < record.sequence_number,
             "records must arrive in sequence order"
         );
-        if self.first.is_none() {
-            self.first = Some(record.sequence_number.clone());
-            self.first_arrival = Some(record.arrival_millis);
-            self.opened_at = Instant::now();
-        }
-        // Reuse the buffer: no allocation per record.
-        match &mut self.last {
-            Some(last) => {
-                last.clear();
-                last.push_str(&record.sequence_number);
-            }
-            None => self.last = Some(record.sequence_number.clone()),
-        }
+        // Reuses the range's buffers: no allocation per record.
+        self.range.extend_to(&record.sequence_number);
+        self.append(record);
+    }
+
+    fn append(&mut self, record: &ShardRecord) {
         self.encoder.encode(record, &mut self.lines);
         self.kinesis_records += 1;
         self.user_records += record.user_record_count();
@@ -89,15 +84,9 @@ impl Batch {
             .grow(self.lines.len() as u64 - self.reservation.bytes());
     }
 
-    /// Arrival time of the first record (ms since the epoch); `None` when
-    /// empty.
-    pub fn first_arrival_millis(&self) -> Option<i64> {
+    /// Arrival time of the first record (ms since the epoch).
+    pub fn first_arrival_millis(&self) -> i64 {
         self.first_arrival
-    }
-
-    /// Whether no record has been added.
-    pub fn is_empty(&self) -> bool {
-        self.first.is_none()
     }
 
     /// The arrival minute.
@@ -120,17 +109,9 @@ impl Batch {
         self.user_records
     }
 
-    /// Sequence number text of the last record.
-    pub fn last_sequence_number(&self) -> Option<&str> {
-        self.last.as_deref()
-    }
-
     /// Why the batch must be flushed now, if it must: a size or count limit,
     /// the process-wide memory budget, or its age.
     pub fn flush_reason(&self, limits: &BufferLimits) -> Option<FlushReason> {
-        if self.is_empty() {
-            return None;
-        }
         if self.lines.len() as u64 >= limits.max_bytes {
             Some(FlushReason::MaxBytes)
         } else if self.user_records >= limits.max_records {
@@ -144,11 +125,9 @@ impl Batch {
         }
     }
 
-    /// The sequence range `[first, last]`; `None` for an empty batch.
-    pub fn range(&self) -> Option<SequenceRange> {
-        let first = SequenceNumber::parse(self.first.as_deref()?).ok()?;
-        let last = SequenceNumber::parse(self.last.as_deref()?).ok()?;
-        SequenceRange::new(first, last).ok()
+    /// The sequence range `[first, last]`.
+    pub fn range(&self) -> &SequenceRange {
+        &self.range
     }
 
     /// The encoded JSON Lines.
@@ -213,7 +192,7 @@ mod tests {
 
     fn record(sequence_number: &str) -> ShardRecord {
         ShardRecord {
-            sequence_number: sequence_number.to_owned(),
+            sequence_number: sequence_range::SequenceNumber::parse(sequence_number).unwrap(),
             arrival_millis: 120_000,
             partition_key: "pk".to_owned(),
             data: Bytes::from_static(b"0123456789"),
@@ -232,21 +211,19 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn flushes_on_count_then_tracks_the_range() {
         let budget = MemoryBudget::new(1 << 30, 1 << 20);
-        let mut batch = Batch::new("s", Minute::from_millis(120_000), budget);
-        for n in ["8", "9"] {
-            batch.push(&record(n));
-            assert_eq!(batch.flush_reason(&limits()), None);
-        }
+        let mut batch = Batch::start("s", &record("8"), budget);
+        assert_eq!(batch.flush_reason(&limits()), None);
+        batch.push(&record("9"));
+        assert_eq!(batch.flush_reason(&limits()), None);
         batch.push(&record("10"));
         assert_eq!(batch.flush_reason(&limits()), Some(FlushReason::MaxRecords));
-        assert_eq!(batch.range().unwrap().to_string(), "8-10");
+        assert_eq!(batch.range().to_string(), "8-10");
     }
 
     #[tokio::test(start_paused = true)]
     async fn flushes_on_age_and_bytes() {
         let budget = MemoryBudget::new(1 << 30, 1 << 20);
-        let mut batch = Batch::new("s", Minute::from_millis(120_000), budget);
-        batch.push(&record("1"));
+        let batch = Batch::start("s", &record("1"), budget);
         tokio::time::advance(Duration::from_secs(60)).await;
         assert_eq!(batch.flush_reason(&limits()), Some(FlushReason::MaxAge));
         let small = BufferLimits {
@@ -259,11 +236,9 @@ mod tests {
     #[tokio::test]
     async fn the_memory_budget_is_shared_and_released_on_drop() {
         let budget = MemoryBudget::new(150, 150);
-        let mut a = Batch::new("a", Minute::from_millis(120_000), budget.clone());
-        let mut b = Batch::new("b", Minute::from_millis(120_000), budget.clone());
-        a.push(&record("1"));
+        let a = Batch::start("a", &record("1"), budget.clone());
         assert_eq!(a.flush_reason(&limits()), None);
-        b.push(&record("1"));
+        let b = Batch::start("b", &record("1"), budget.clone());
         assert_eq!(b.flush_reason(&limits()), Some(FlushReason::MemoryLimit));
         assert_eq!(budget.used(), (a.len_bytes() + b.len_bytes()) as u64);
         drop(b);

@@ -74,7 +74,7 @@ impl LineEncoder {
     ) {
         out.extend_from_slice(&self.head);
         // Validated decimal digits: nothing to escape.
-        out.extend_from_slice(record.sequence_number.as_bytes());
+        out.extend_from_slice(record.sequence_number.as_str().as_bytes());
         out.push(b'"');
         if let Some(sub) = sub_sequence_number {
             out.extend_from_slice(br#","subSequenceNumber":"#);
@@ -149,7 +149,7 @@ mod tests {
         data: &[u8],
     ) -> ShardRecord {
         ShardRecord {
-            sequence_number: sequence_number.to_owned(),
+            sequence_number: sequence_range::SequenceNumber::parse(sequence_number).unwrap(),
             arrival_millis,
             partition_key: partition_key.to_owned(),
             data: Bytes::copy_from_slice(data),

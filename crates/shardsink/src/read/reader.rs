@@ -60,7 +60,7 @@ pub struct ShardReader {
     shard_id: String,
     start: StartingPosition,
     iterator: Option<String>,
-    last_sequence_number: Option<String>,
+    last_sequence_number: Option<SequenceNumber>,
     limit: i32,
     /// The expired position after a fall back to `TRIM_HORIZON`, until a
     /// read shows where the shard now starts.
@@ -82,14 +82,14 @@ struct Fallback {
 
 impl Fallback {
     fn new(position: &StartingPosition) -> Option<Self> {
-        let (text, at) = match position {
-            StartingPosition::AtSequenceNumber(n) => (n, true),
-            StartingPosition::AfterSequenceNumber(n) => (n, false),
+        let (sequence_number, at) = match position {
+            StartingPosition::AtSequenceNumber(n) => (n.clone(), true),
+            StartingPosition::AfterSequenceNumber(n) => (n.clone(), false),
             _ => return None,
         };
         Some(Self {
             position: position.clone(),
-            sequence_number: SequenceNumber::parse(text).ok()?,
+            sequence_number,
             at,
             saw_earlier: false,
         })
@@ -107,14 +107,12 @@ impl Fallback {
 
     /// Whether a record read from `TRIM_HORIZON` comes before the position
     /// asked for.
-    fn is_before(&self, sequence_number: &str) -> bool {
-        SequenceNumber::parse(sequence_number).is_ok_and(|n| {
-            if self.at {
-                n < self.sequence_number
-            } else {
-                n <= self.sequence_number
-            }
-        })
+    fn is_before(&self, n: &SequenceNumber) -> bool {
+        if self.at {
+            *n < self.sequence_number
+        } else {
+            *n <= self.sequence_number
+        }
     }
 }
 
@@ -227,14 +225,23 @@ impl ShardReader {
             retention_gap: None,
         };
         for record in output.records {
+            let bytes = record.data().as_ref().len() as u64;
+            let record = match ShardRecord::from_kinesis(&self.shard_id, record) {
+                Ok(record) => record,
+                // Kinesis never returns such a record; if a server did, it
+                // could not be placed in any range.
+                Err(err) => {
+                    error!(shard_id = %self.shard_id, error = %err, "skipping record with invalid sequence number");
+                    continue;
+                }
+            };
             if let Some(fallback) = &mut self.fallback {
-                if fallback.is_before(record.sequence_number()) {
+                if fallback.is_before(&record.sequence_number) {
                     // Archived already: the position asked for is past it.
                     fallback.saw_earlier = true;
                     continue;
                 }
-                let first = SequenceNumber::parse(record.sequence_number()).ok();
-                let lost = fallback.lost(first.as_ref());
+                let lost = fallback.lost(Some(&record.sequence_number));
                 let expired = fallback.position.clone();
                 self.fallback = None;
                 if lost {
@@ -242,11 +249,8 @@ impl ShardReader {
                         shard_id: self.shard_id.clone(),
                         expired,
                         first_retained: Some((
-                            record.sequence_number().to_owned(),
-                            record
-                                .approximate_arrival_timestamp()
-                                .and_then(|t| t.to_millis().ok())
-                                .unwrap_or(0),
+                            record.sequence_number.clone(),
+                            record.arrival_millis,
                         )),
                         shard_left_stream: false,
                     });
@@ -254,18 +258,9 @@ impl ShardReader {
                     info!(shard_id = %self.shard_id, "the position was still in the shard: nothing expired");
                 }
             }
-            batch.bytes += record.data().as_ref().len() as u64;
-            match ShardRecord::from_kinesis(&self.shard_id, record) {
-                Ok(record) => {
-                    self.last_sequence_number = Some(record.sequence_number.clone());
-                    batch.records.push(record);
-                }
-                // Kinesis never returns such a record; if a server did, it
-                // could not be placed in any range.
-                Err(err) => {
-                    error!(shard_id = %self.shard_id, error = %err, "skipping record with invalid sequence number")
-                }
-            }
+            batch.bytes += bytes;
+            self.last_sequence_number = Some(record.sequence_number.clone());
+            batch.records.push(record);
         }
         // Nothing left in the shard past the expired position: everything
         // after it was trimmed.
@@ -384,7 +379,7 @@ mod tests {
             Err(KinesisError::ExpiredIterator)
         ));
         let batch = reader.read().await.unwrap();
-        assert_eq!(batch.records[0].sequence_number, "12");
+        assert_eq!(batch.records[0].sequence_number.as_str(), "12");
         assert!(batch.shard_end, "no NextShardIterator means SHARD_END");
         assert_eq!(batch.millis_behind_latest, Some(0));
         assert_eq!(reacquire.num_calls(), 1);

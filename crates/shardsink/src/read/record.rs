@@ -14,9 +14,9 @@ use crate::read::kpl::{self, UserRecord};
 /// across batches, so ranges and checkpoints stay whole Kinesis records.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardRecord {
-    /// The sequence number, as Kinesis returned it (validated canonical
-    /// decimal text; compare with [`SequenceNumber::cmp_text`]).
-    pub sequence_number: String,
+    /// The sequence number, parsed once here (it keeps Kinesis's text for
+    /// output).
+    pub sequence_number: SequenceNumber,
     /// `ApproximateArrivalTimestamp`, milliseconds since the Unix epoch.
     pub arrival_millis: i64,
     /// The record's partition key.
@@ -51,7 +51,7 @@ impl ShardRecord {
             partition_key,
             ..
         } = record;
-        SequenceNumber::validate_text(&sequence_number)?;
+        let parsed = SequenceNumber::parse(&sequence_number)?;
         let arrival_millis = match approximate_arrival_timestamp {
             Some(time) => time.to_millis().unwrap_or(0),
             None => {
@@ -71,7 +71,7 @@ impl ShardRecord {
             }
         };
         Ok(Self {
-            sequence_number,
+            sequence_number: parsed,
             arrival_millis,
             partition_key: partition_key.unwrap_or_default(),
             data,
@@ -87,12 +87,6 @@ impl ShardRecord {
     /// How many lines the record becomes.
     pub fn user_record_count(&self) -> usize {
         self.user_records.as_ref().map_or(1, Vec::len)
-    }
-
-    /// The sequence number as an integer.
-    pub fn parsed_sequence_number(&self) -> SequenceNumber {
-        // Validated in `from_kinesis`; `parse` cannot fail on it.
-        SequenceNumber::parse(&self.sequence_number).unwrap_or_else(|_| SequenceNumber::zero())
     }
 }
 
@@ -116,7 +110,7 @@ mod tests {
     fn converts_a_plain_record() {
         let record =
             ShardRecord::from_kinesis("shardId-0", sdk_record("42", b"hello".to_vec())).unwrap();
-        assert_eq!(record.sequence_number, "42");
+        assert_eq!(record.sequence_number.as_str(), "42");
         assert_eq!(record.arrival_millis, 1_763_702_823_123);
         assert_eq!(record.minute().path(), "2025/11/21/05/27");
         assert_eq!(&record.data[..], b"hello");

@@ -25,6 +25,7 @@
 
 use bytes::Bytes;
 use chrono::{DateTime, SecondsFormat, Utc};
+use sequence_range::SequenceNumber;
 use serde::{Deserialize, Serialize};
 use shard_lease::{Checkpoint, Lease};
 use tracing::error;
@@ -45,7 +46,7 @@ pub struct RetentionGap {
     /// The oldest record the shard still held when the gap was found:
     /// sequence number and arrival time (ms since the epoch). `None` when
     /// the shard held no record at all, or has left the stream.
-    pub first_retained: Option<(String, i64)>,
+    pub first_retained: Option<(SequenceNumber, i64)>,
     /// The shard itself has left the stream (every record trimmed after it
     /// was closed by a reshard).
     pub shard_left_stream: bool,
@@ -76,8 +77,8 @@ impl RetentionGap {
     /// `(position name, sequence number)` of the expired position.
     fn position(&self) -> (&'static str, Option<&str>) {
         match &self.expired {
-            StartingPosition::AtSequenceNumber(n) => ("AT_SEQUENCE_NUMBER", Some(n)),
-            StartingPosition::AfterSequenceNumber(n) => ("AFTER_SEQUENCE_NUMBER", Some(n)),
+            StartingPosition::AtSequenceNumber(n) => ("AT_SEQUENCE_NUMBER", Some(n.as_str())),
+            StartingPosition::AfterSequenceNumber(n) => ("AFTER_SEQUENCE_NUMBER", Some(n.as_str())),
             StartingPosition::TrimHorizon => ("TRIM_HORIZON", None),
             StartingPosition::Latest => ("LATEST", None),
             StartingPosition::AtTimestamp(_) => ("AT_TIMESTAMP", None),
@@ -103,7 +104,10 @@ impl RetentionGap {
             shard_id: self.shard_id.clone(),
             position: position.to_owned(),
             sequence_number: sequence_number.map(str::to_owned),
-            first_retained_sequence_number: self.first_retained.as_ref().map(|(n, _)| n.clone()),
+            first_retained_sequence_number: self
+                .first_retained
+                .as_ref()
+                .map(|(n, _)| n.to_string()),
             first_retained_arrival: self
                 .first_retained
                 .as_ref()
@@ -119,7 +123,7 @@ impl RetentionGap {
     /// its end: every record after its checkpoint.
     pub fn of_unread_lease(lease: &Lease) -> Self {
         let expired = match &lease.checkpoint {
-            Checkpoint::SequenceNumber(n) => StartingPosition::AfterSequenceNumber(n.to_string()),
+            Checkpoint::SequenceNumber(n) => StartingPosition::AfterSequenceNumber(n.clone()),
             Checkpoint::TrimHorizon | Checkpoint::ShardEnd => StartingPosition::TrimHorizon,
             Checkpoint::Latest => StartingPosition::Latest,
             Checkpoint::AtTimestamp => StartingPosition::AtTimestamp(
@@ -193,8 +197,8 @@ mod tests {
     fn markers_are_keyed_by_shard_and_expired_position() {
         let gap = RetentionGap {
             shard_id: "shardId-000000000002".to_owned(),
-            expired: StartingPosition::AfterSequenceNumber("4959".to_owned()),
-            first_retained: Some(("4971".to_owned(), 1_795_238_823_045)),
+            expired: StartingPosition::AfterSequenceNumber(SequenceNumber::from(4959u64)),
+            first_retained: Some((SequenceNumber::from(4971u64), 1_795_238_823_045)),
             shard_left_stream: false,
         };
         assert_eq!(

@@ -17,6 +17,7 @@ use sequence_range::SequenceRange;
 use sequence_range::{RangeSet, SequenceNumber};
 use tracing::{debug, warn};
 
+use crate::aws::retry::{Retry, Stopped};
 use crate::aws::{ObjectStore, S3Error};
 use crate::ops::metrics::Metrics;
 use crate::output::key::{KeyLayout, parse_object_name};
@@ -60,10 +61,12 @@ impl Dedup {
 
     /// Whether the record with `sequence_number`, arriving in `minute`, is
     /// already in S3. Lists the shard-minute prefix the first time a minute is
-    /// asked about. Always `false` once dedup is off.
+    /// asked about, retrying failed listings with `retry`. Always `false`
+    /// once dedup is off.
     ///
     /// # Errors
-    /// [`S3Error`] from the listing; the caller retries.
+    /// When `retry` stops (the lease was lost).
+    #[allow(clippy::too_many_arguments)]
     pub async fn is_written(
         &mut self,
         store: &ObjectStore,
@@ -72,7 +75,8 @@ impl Dedup {
         minute: Minute,
         sequence_number: &SequenceNumber,
         metrics: &Metrics,
-    ) -> Result<bool, S3Error> {
+        retry: &Retry<'_, S3Error>,
+    ) -> Result<bool, Stopped<S3Error>> {
         if !self.enabled {
             return Ok(false);
         }
@@ -82,7 +86,9 @@ impl Dedup {
             .is_none_or(|(loaded, _)| *loaded != minute);
         if stale {
             let prefix = layout.shard_minute_prefix(minute, shard_id);
-            let listing = list_written(store, &prefix, sequence_number).await?;
+            let listing = retry
+                .run(|| list_written(store, &prefix, sequence_number))
+                .await?;
             metrics.dedup_list_requests.inc_by(listing.requests);
             debug!(
                 shard_id,
@@ -300,13 +306,29 @@ mod tests {
         let shard = "shardId-000000000000";
         assert!(
             dedup
-                .is_written(&store, &layout, shard, minute, &15u64.into(), &metrics)
+                .is_written(
+                    &store,
+                    &layout,
+                    shard,
+                    minute,
+                    &15u64.into(),
+                    &metrics,
+                    &Retry::new("list")
+                )
                 .await
                 .unwrap()
         );
         assert!(
             !dedup
-                .is_written(&store, &layout, shard, minute, &21u64.into(), &metrics)
+                .is_written(
+                    &store,
+                    &layout,
+                    shard,
+                    minute,
+                    &21u64.into(),
+                    &metrics,
+                    &Retry::new("list")
+                )
                 .await
                 .unwrap()
         );
@@ -317,7 +339,15 @@ mod tests {
         assert!(!dedup.is_enabled(), "a clean batch turns it off");
         assert!(
             !dedup
-                .is_written(&store, &layout, shard, minute, &15u64.into(), &metrics)
+                .is_written(
+                    &store,
+                    &layout,
+                    shard,
+                    minute,
+                    &15u64.into(),
+                    &metrics,
+                    &Retry::new("list")
+                )
                 .await
                 .unwrap()
         );

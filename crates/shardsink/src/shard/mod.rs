@@ -2,10 +2,20 @@
 //!
 //! - `task`: [`ShardTask`](task::ShardTask), the loop from GetRecords to written batches for
 //!   as long as the lease is held;
+//! - `error`: [`ShardError`](error::ShardError), how a shard task stops;
 //! - `dedup`: [`Dedup`](dedup::Dedup), skipping records already in S3 after a start;
+//! - `replay`: [`Replay`](replay::Replay), the pending batch rebuilt record
+//!   by record and written first;
+//! - `frontier`: [`Frontier`](frontier::Frontier), how far the shard is in S3
+//!   and checkpointed;
+//! - `progress`: the shard's counters, progress log and retention gauge;
 //! - `memory`: [`MemoryBudget`](memory::MemoryBudget), the records the whole process holds, against
 //!   `--buffer-memory-limit`.
 
 pub(crate) mod dedup;
+pub(crate) mod error;
+pub(crate) mod frontier;
 pub(crate) mod memory;
+pub(crate) mod progress;
+pub(crate) mod replay;
 pub(crate) mod task;

@@ -1,42 +1,44 @@
 //! [`ShardTask`]: reads one leased shard and writes its records to S3.
 //!
 //! Per record, in sequence order:
-//! 1. While a pending batch from the lease row is being replayed, the record
-//!    goes into the replay batch until the pending batch's last record; then
-//!    that batch is written under its recorded key.
+//! 1. While the pending batch from the lease row is being rebuilt
+//!    ([`Replay`]), the record goes into it until the batch's last record;
+//!    then that batch is written under its recorded key (C6).
 //! 2. While dedup is on, a record already in S3 is skipped; the batch being
 //!    built ends before it (batches are contiguous runs of records).
 //! 3. A record of another arrival minute ends the batch being built.
 //! 4. The record is appended; a batch past a buffering limit is written.
 //!
-//! Batches are written one at a time, in order (brief contract line 4): the
-//! task awaits each write — record pending, PUT, checkpoint — before reading
-//! on.
+//! Batches are written one at a time, in order (C4): the task awaits each
+//! write — record pending, PUT, checkpoint — before reading on.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sequence_range::SequenceNumber;
-use shard_lease::{Checkpoint, HeldLease, Lease, PendingBatch};
-use tokio::sync::OwnedSemaphorePermit;
+use shard_lease::{Checkpoint, HeldLease, Lease};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::aws::backoff::Backoff;
-use crate::aws::{Kinesis, KinesisError, ObjectStore, S3Error, StartingPosition};
-use crate::commit::writer::{BatchWriter, ShardError, error_chain};
-use crate::ops::metrics::{Metrics, RetryCause};
+use crate::aws::retry::{Classify, Failure, Retry, Stopped};
+use crate::aws::{Kinesis, KinesisError, ObjectStore, S3Error, ShardInfo, StartingPosition};
+use crate::commit::writer::BatchWriter;
+use crate::ops::log::error_chain;
+use crate::ops::metrics::Metrics;
 use crate::output::batch::{Batch, BufferLimits, FlushReason};
 use crate::output::compression::Compression;
 use crate::output::key::KeyLayout;
-use crate::read::reader::{ReadBatch, ShardReader};
+use crate::read::reader::ShardReader;
 use crate::read::record::ShardRecord;
 use crate::read::retention::RetentionGap;
 use crate::shard::dedup::Dedup;
-use crate::shard::memory::MemoryBudget;
+use crate::shard::error::ShardError;
+use crate::shard::frontier::Frontier;
+use crate::shard::memory::{MemoryBudget, Reservation};
+use crate::shard::progress::Progress;
+use crate::shard::replay::{Replay, Step};
 
 /// Kinesis allows 5 GetRecords calls a second per shard (GetRecords API
 /// reference); a busy shard is read at most this often.
@@ -46,13 +48,6 @@ const MIN_READ_INTERVAL: Duration = Duration::from_millis(200);
 /// local clock: slack for clock skew between this host and Kinesis. A record
 /// of the minute that still arrives later only makes one more object.
 const MINUTE_CLOSE_GRACE: Duration = Duration::from_secs(2);
-
-/// How often a shard whose last records were all found already in S3
-/// checkpoints past them while idle.
-const IDLE_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(10);
-
-/// How often each shard logs its progress.
-const PROGRESS_INTERVAL: Duration = Duration::from_secs(30);
 
 /// What every shard task shares.
 #[derive(Debug)]
@@ -87,21 +82,11 @@ pub struct ShardContext {
 pub enum ShardExit {
     /// The shard is closed and every record is in S3; checkpoint `SHARD_END`.
     /// Carries the `ChildShards` GetRecords reported, if any.
-    ShardEnd(Vec<crate::aws::ShardInfo>),
+    ShardEnd(Vec<ShardInfo>),
     /// The lease was lost; nothing more was written.
     LeaseLost,
     /// Shutdown requested; the buffer was written and checkpointed.
     Shutdown,
-}
-
-/// The pending batch being replayed.
-#[derive(Debug)]
-struct Replay {
-    pending: PendingBatch,
-    batch: Option<Batch>,
-    /// This shard's turn to replay ([`MemoryBudget::replay_permit`]), held
-    /// until the replay is written.
-    turn: Option<OwnedSemaphorePermit>,
 }
 
 /// One shard's reading and writing, for as long as the lease is held.
@@ -114,26 +99,8 @@ pub struct ShardTask {
     dedup: Dedup,
     batch: Option<Batch>,
     replay: Option<Replay>,
-    /// The checkpoint in the lease row.
-    checkpoint: Checkpoint,
-    /// The last Kinesis record that is in S3 with nothing buffered before it.
-    handled_through: Option<SequenceNumber>,
-    last_checkpoint_at: Instant,
+    frontier: Frontier,
     progress: Progress,
-    /// When the next unread record arrived at the latest (ms since the
-    /// epoch): from the last read's `MillisBehindLatest`; `None` when caught
-    /// up.
-    unread_since: Option<i64>,
-}
-
-/// Per-shard counters for the progress log.
-#[derive(Debug)]
-struct Progress {
-    records_read: u64,
-    batches_written: u64,
-    duplicates_excluded: u64,
-    millis_behind_latest: Option<i64>,
-    logged_at: Instant,
 }
 
 impl ShardTask {
@@ -156,17 +123,8 @@ impl ShardTask {
             dedup: Dedup::enabled(),
             batch: None,
             replay: None,
-            checkpoint: Checkpoint::TrimHorizon,
-            handled_through: None,
-            last_checkpoint_at: Instant::now(),
-            progress: Progress {
-                records_read: 0,
-                batches_written: 0,
-                duplicates_excluded: 0,
-                millis_behind_latest: None,
-                logged_at: Instant::now(),
-            },
-            unread_since: None,
+            frontier: Frontier::new(Checkpoint::TrimHorizon),
+            progress: Progress::new(),
         }
     }
 
@@ -192,7 +150,7 @@ impl ShardTask {
         if lease.checkpoint.is_shard_end() {
             return Ok(ShardExit::ShardEnd(Vec::new()));
         }
-        self.checkpoint = lease.checkpoint.clone();
+        self.frontier = Frontier::new(lease.checkpoint.clone());
         let start = self.start_position(&lease);
         info!(checkpoint = %lease.checkpoint, start = ?start, pending_batch = ?lease.pending_batch.as_ref().map(|p| &p.key), "shard started");
         let lost = self.lease.lost().clone();
@@ -205,11 +163,7 @@ impl ShardTask {
                 () = lost.cancelled() => return Ok(ShardExit::LeaseLost),
                 turn = self.ctx.budget.replay_permit() => turn,
             };
-            self.replay = Some(Replay {
-                pending,
-                batch: None,
-                turn,
-            });
+            self.replay = Some(Replay::new(pending, turn));
         }
         let mut reader = ShardReader::new(
             self.ctx.kinesis.clone(),
@@ -219,35 +173,10 @@ impl ShardTask {
         );
         let (mut transient, mut persistent) = (Backoff::transient(), Backoff::persistent());
         loop {
-            let budget = self.ctx.budget.clone();
             // Room in the memory budget for the response, taken before the
             // call; held (shrunk to the records) until they are in batches.
-            let mut response = loop {
-                let reserved = if self.replay.is_some() {
-                    Some(budget.reserve_read_anyway())
-                } else {
-                    budget.try_reserve_read()
-                };
-                if let Some(reservation) = reserved {
-                    break reservation;
-                }
-                // Never wait for room while holding a batch: write it.
-                if let Some(batch) = self.batch.take() {
-                    self.write(batch, FlushReason::MemoryLimit).await?;
-                    continue;
-                }
-                let released = budget.released();
-                tokio::pin!(released);
-                released.as_mut().enable();
-                if let Some(reservation) = budget.try_reserve_read() {
-                    break reservation;
-                }
-                tokio::select! {
-                    biased;
-                    () = shutdown.cancelled() => return self.finish_shutdown().await,
-                    () = lost.cancelled() => return Ok(ShardExit::LeaseLost),
-                    () = released => {}
-                }
+            let Some(mut response) = self.reserve_read(&shutdown).await? else {
+                return self.finish_shutdown().await;
             };
             let started = Instant::now();
             let read = tokio::select! {
@@ -265,12 +194,11 @@ impl ShardTask {
                         self.on_retention_gap(gap).await?;
                     }
                     let caught_up = read.is_caught_up();
-                    let shard_end = read.shard_end;
-                    self.note_read(&read);
+                    self.progress.read(&read, &self.shard_id, &self.ctx.metrics);
                     for record in read.records {
                         self.on_record(record).await?;
                     }
-                    if shard_end {
+                    if read.shard_end {
                         return self.finish_shard_end(read.child_shards).await;
                     }
                     self.flush_if_due(caught_up).await?;
@@ -285,35 +213,39 @@ impl ShardTask {
                     }
                 }
                 Err(KinesisError::ExpiredIterator) => {
-                    self.ctx.metrics.retry(RetryCause::kinesis_expired_iterator);
+                    self.ctx
+                        .metrics
+                        .retry(crate::ops::metrics::RetryCause::kinesis_expired_iterator);
                     info!("shard iterator expired; getting a new one");
                     reader.reset_iterator();
                     Duration::ZERO
                 }
-                Err(KinesisError::NotFound(source)) => {
-                    self.ctx.metrics.retry(RetryCause::kinesis_error);
-                    if self.has_left_the_stream().await {
+                Err(err) => {
+                    if matches!(err, KinesisError::NotFound(_)) && self.has_left_the_stream().await
+                    {
                         return self.finish_shard_gone(reader.position()).await;
                     }
-                    let delay = persistent.next_delay();
-                    error!(error = %error_chain(&*source), ?delay, "stream or shard not found; retrying");
-                    delay
-                }
-                Err(err) => {
-                    self.ctx.metrics.retry(match err {
-                        KinesisError::Throttled(_) => RetryCause::kinesis_throttled,
-                        _ => RetryCause::kinesis_error,
-                    });
-                    let delay = if err.is_retriable() {
-                        transient.next_delay()
-                    } else {
-                        persistent.next_delay()
+                    let delay = match err.classify() {
+                        Failure::Transient(cause) => {
+                            self.ctx.metrics.retry(cause);
+                            let delay = transient.next_delay();
+                            warn!(error = %error_chain(&err), ?delay, "read failed; retrying");
+                            delay
+                        }
+                        Failure::Persistent(cause) => {
+                            self.ctx.metrics.retry(cause);
+                            let delay = persistent.next_delay();
+                            error!(error = %error_chain(&err), ?delay, "read failed; retrying until it is fixed");
+                            delay
+                        }
+                        // Nothing a shard's read returns is final: keep
+                        // trying slowly, loudly.
+                        Failure::Final => {
+                            let delay = persistent.next_delay();
+                            error!(error = %error_chain(&err), ?delay, "read failed; retrying");
+                            delay
+                        }
                     };
-                    if err.is_retriable() {
-                        warn!(error = %error_chain(&err), ?delay, "read failed; retrying");
-                    } else {
-                        error!(error = %error_chain(&err), ?delay, "read failed; retrying");
-                    }
                     // Buffers still age while reads fail.
                     self.flush_if_due(false).await?;
                     delay
@@ -331,14 +263,49 @@ impl ShardTask {
         }
     }
 
+    /// Room in the memory budget for one GetRecords response (see
+    /// `MemoryBudget`). A replay reads whatever is used; otherwise the task
+    /// waits for room — writing its own batch first, never waiting while it
+    /// holds one. `None` when shutdown came first.
+    async fn reserve_read(
+        &mut self,
+        shutdown: &CancellationToken,
+    ) -> Result<Option<Reservation>, ShardError> {
+        let budget = self.ctx.budget.clone();
+        loop {
+            if self.replay.is_some() {
+                return Ok(Some(budget.reserve_read_anyway()));
+            }
+            if let Some(reservation) = budget.try_reserve_read() {
+                return Ok(Some(reservation));
+            }
+            if let Some(batch) = self.batch.take() {
+                self.write(batch, FlushReason::MemoryLimit).await?;
+                continue;
+            }
+            let released = budget.released();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            if let Some(reservation) = budget.try_reserve_read() {
+                return Ok(Some(reservation));
+            }
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => return Ok(None),
+                () = self.lease.lost().cancelled() => return Err(self.lease_lost()),
+                () = released => {}
+            }
+        }
+    }
+
     /// Where reading starts: the pending batch's first record, after the
     /// checkpoint, or the initial position.
     fn start_position(&self, lease: &Lease) -> StartingPosition {
         if let Some(pending) = &lease.pending_batch {
-            return StartingPosition::AtSequenceNumber(pending.first.to_string());
+            return StartingPosition::AtSequenceNumber(pending.first.clone());
         }
         match &lease.checkpoint {
-            Checkpoint::SequenceNumber(n) => StartingPosition::AfterSequenceNumber(n.to_string()),
+            Checkpoint::SequenceNumber(n) => StartingPosition::AfterSequenceNumber(n.clone()),
             Checkpoint::TrimHorizon | Checkpoint::ShardEnd => StartingPosition::TrimHorizon,
             Checkpoint::Latest => StartingPosition::Latest,
             Checkpoint::AtTimestamp => {
@@ -362,56 +329,31 @@ impl ShardTask {
         }
     }
 
+    fn lease_lost(&self) -> ShardError {
+        ShardError::LeaseLost {
+            shard_id: self.shard_id.clone(),
+        }
+    }
+
+    /// An S3 retry loop that stops when the lease is lost (the next owner
+    /// does the work).
+    fn s3_retry(&self, what: &'static str) -> Retry<'_, S3Error> {
+        Retry::new(what)
+            .metrics(&self.ctx.metrics)
+            .until(self.lease.lost())
+    }
+
     /// Records of this shard expired unread ([`RetentionGap`]): the gap is
     /// reported (marker, error log, counter) before anything is written past
     /// it, and dedup goes on — records after the gap may be in S3 already
     /// (a pending batch whose first records expired, say).
     async fn on_retention_gap(&mut self, gap: RetentionGap) -> Result<(), ShardError> {
-        let (checkpoint, ctx) = (&self.checkpoint, &self.ctx);
-        self.retry_s3("writing the retention gap marker", || {
-            gap.report(checkpoint, &ctx.store, ctx.layout.prefix(), &ctx.metrics)
-        })
-        .await?;
+        let (checkpoint, ctx) = (self.frontier.checkpoint(), &self.ctx);
+        self.s3_retry("write the retention gap marker")
+            .run(|| gap.report(checkpoint, &ctx.store, ctx.layout.prefix(), &ctx.metrics))
+            .await
+            .map_err(|_| self.lease_lost())?;
         self.dedup = Dedup::enabled();
-        Ok(())
-    }
-
-    /// Runs an S3 call until it succeeds (see [`Self::after_s3_failure`]).
-    async fn retry_s3<T, F, Fut>(&self, what: &'static str, op: F) -> Result<T, ShardError>
-    where
-        F: Fn() -> Fut,
-        Fut: Future<Output = Result<T, S3Error>>,
-    {
-        let mut backoff = Backoff::transient();
-        loop {
-            match op().await {
-                Ok(value) => return Ok(value),
-                Err(err) => self.after_s3_failure(what, &err, &mut backoff).await?,
-            }
-        }
-    }
-
-    /// After a failed S3 call: stops when the lease is lost (the next owner
-    /// does the work); otherwise counts the retry, logs it and backs off.
-    async fn after_s3_failure(
-        &self,
-        what: &'static str,
-        err: &S3Error,
-        backoff: &mut Backoff,
-    ) -> Result<(), ShardError> {
-        if self.lease.is_lost() {
-            return Err(ShardError::LeaseLost {
-                shard_id: self.shard_id.clone(),
-            });
-        }
-        self.ctx.metrics.retry(if err.is_throttling() {
-            RetryCause::s3_throttled
-        } else {
-            RetryCause::s3_error
-        });
-        let delay = backoff.next_delay();
-        warn!(operation = what, error = %error_chain(err), ?delay, "s3 call failed; retrying");
-        tokio::time::sleep(delay).await;
         Ok(())
     }
 
@@ -448,41 +390,67 @@ impl ShardTask {
     }
 
     async fn on_record(&mut self, record: ShardRecord) -> Result<(), ShardError> {
-        if self.replay.is_some() {
-            match self.replay_step(&record).await? {
-                ReplayStep::Consumed => return Ok(()),
-                ReplayStep::NotPart => {}
-            }
-        }
-        // The integer is only needed while dedup is on (most of the time it
-        // is off, and records are compared as text).
-        if self.dedup.is_enabled() {
-            let sequence_number = record.parsed_sequence_number();
-            if self.is_written(&record, &sequence_number).await? {
-                if let Some(batch) = self.batch.take() {
-                    self.write(batch, FlushReason::Gap).await?;
+        if let Some(replay) = self.replay.take() {
+            match replay.feed(&self.shard_id, &record, &self.ctx.budget) {
+                Step::Continue(replay) => {
+                    self.replay = Some(replay);
+                    return Ok(());
                 }
-                let excluded = record.user_record_count() as u64;
-                self.progress.duplicates_excluded += excluded;
-                self.ctx.metrics.duplicates_excluded.inc_by(excluded);
-                self.handled_through = Some(sequence_number);
-                return Ok(());
+                Step::Complete(done) => {
+                    let records = done.batch.user_records() as u64;
+                    self.note_unarchived(Some(done.batch.first_arrival_millis()));
+                    let written = self.writer.replay(done.pending, done.batch).await?;
+                    drop(done.turn);
+                    info!(key = %written.pending.key, records, already_present = written.outcome == crate::aws::PutOutcome::AlreadyExists, "pending batch replayed");
+                    self.frontier.written(written.pending.last);
+                    return Ok(());
+                }
+                Step::Abandoned(pending) => {
+                    warn!(
+                        key = %pending.key,
+                        first = %pending.first,
+                        last = %pending.last,
+                        found = %record.sequence_number,
+                        "pending batch can no longer be replayed exactly (its records left the stream); dedup takes over"
+                    );
+                    // Clear the pending batch so the next one can be recorded.
+                    self.writer.checkpoint(self.frontier.checkpoint()).await?;
+                }
+                Step::Broken(pending) => {
+                    error!(key = %pending.key, found = %record.sequence_number, "the pending batch's last record is missing from the shard");
+                    return Err(ShardError::Internal {
+                        shard_id: self.shard_id.clone(),
+                        message: "the pending batch's last record is missing from the shard",
+                    });
+                }
             }
         }
-        let minute = record.minute();
-        if self
-            .batch
-            .as_ref()
-            .is_some_and(|batch| batch.minute() != minute)
-        {
+        if self.is_written(&record).await? {
             if let Some(batch) = self.batch.take() {
-                self.write(batch, FlushReason::MinuteOver).await?;
+                self.write(batch, FlushReason::Gap).await?;
             }
+            self.progress
+                .duplicates(record.user_record_count() as u64, &self.ctx.metrics);
+            self.frontier.skipped(record.sequence_number);
+            return Ok(());
         }
-        let batch = self
+        if let Some(batch) = self
             .batch
-            .get_or_insert_with(|| Batch::new(&self.shard_id, minute, self.ctx.budget.clone()));
-        batch.push(&record);
+            .take_if(|batch| batch.minute() != record.minute())
+        {
+            self.write(batch, FlushReason::MinuteOver).await?;
+        }
+        let batch = match &mut self.batch {
+            Some(batch) => {
+                batch.push(&record);
+                batch
+            }
+            None => self.batch.insert(Batch::start(
+                &self.shard_id,
+                &record,
+                self.ctx.budget.clone(),
+            )),
+        };
         if let Some(reason) = batch.flush_reason(&self.ctx.limits) {
             if let Some(batch) = self.batch.take() {
                 self.write(batch, reason).await?;
@@ -491,106 +459,39 @@ impl ShardTask {
         Ok(())
     }
 
-    /// Feeds a record to the pending batch's replay.
-    async fn replay_step(&mut self, record: &ShardRecord) -> Result<ReplayStep, ShardError> {
-        let Some(replay) = self.replay.as_mut() else {
-            return Ok(ReplayStep::NotPart);
-        };
-        let sequence_number = record.parsed_sequence_number();
-        let expected_first = replay.batch.is_none();
-        if !expected_first && sequence_number > replay.pending.last {
-            // Records first..x were consumed but `last` never came: Kinesis
-            // returns every record in order, so this cannot happen; if it
-            // did, dropping the consumed records would lose them.
-            return Err(ShardError::Internal {
+    /// Whether dedup finds the record in S3.
+    async fn is_written(&mut self, record: &ShardRecord) -> Result<bool, ShardError> {
+        if !self.dedup.is_enabled() {
+            return Ok(false);
+        }
+        let retry = Retry::new("dedup listing")
+            .metrics(&self.ctx.metrics)
+            .until(self.lease.lost());
+        self.dedup
+            .is_written(
+                &self.ctx.store,
+                &self.ctx.layout,
+                &self.shard_id,
+                record.minute(),
+                &record.sequence_number,
+                &self.ctx.metrics,
+                &retry,
+            )
+            .await
+            .map_err(|_: Stopped<S3Error>| ShardError::LeaseLost {
                 shard_id: self.shard_id.clone(),
-                message: "the pending batch's last record is missing from the shard",
-            });
-        }
-        if (expected_first && sequence_number != replay.pending.first)
-            || sequence_number > replay.pending.last
-        {
-            warn!(
-                key = %replay.pending.key,
-                first = %replay.pending.first,
-                last = %replay.pending.last,
-                found = %sequence_number,
-                "pending batch can no longer be replayed exactly (its records left the stream); dedup takes over"
-            );
-            self.replay = None;
-            // Clear the pending batch so the next one can be recorded.
-            self.writer.checkpoint(&self.checkpoint).await?;
-            return Ok(ReplayStep::NotPart);
-        }
-        let batch = replay.batch.get_or_insert_with(|| {
-            Batch::new(&self.shard_id, record.minute(), self.ctx.budget.clone())
-        });
-        batch.push(record);
-        if sequence_number == replay.pending.last {
-            if let Some(Replay {
-                pending,
-                batch: Some(batch),
-                turn: _turn,
-            }) = self.replay.take()
-            {
-                let records = batch.user_records() as u64;
-                self.note_unarchived(batch.first_arrival_millis());
-                let written = self.writer.replay(&pending, batch).await?;
-                info!(key = %written.key, records, already_present = written.outcome == crate::aws::PutOutcome::AlreadyExists, "pending batch replayed");
-                self.after_write(pending.last);
-            }
-        }
-        Ok(ReplayStep::Consumed)
-    }
-
-    /// Whether dedup finds the record in S3, retrying listing failures.
-    async fn is_written(
-        &mut self,
-        record: &ShardRecord,
-        sequence_number: &SequenceNumber,
-    ) -> Result<bool, ShardError> {
-        let mut backoff = Backoff::transient();
-        loop {
-            let result = self
-                .dedup
-                .is_written(
-                    &self.ctx.store,
-                    &self.ctx.layout,
-                    &self.shard_id,
-                    record.minute(),
-                    sequence_number,
-                    &self.ctx.metrics,
-                )
-                .await;
-            match result {
-                Ok(written) => return Ok(written),
-                Err(err) => {
-                    self.after_s3_failure("dedup listing", &err, &mut backoff)
-                        .await?;
-                }
-            }
-        }
+            })
     }
 
     async fn write(&mut self, batch: Batch, reason: FlushReason) -> Result<(), ShardError> {
-        self.note_unarchived(batch.first_arrival_millis());
+        self.note_unarchived(Some(batch.first_arrival_millis()));
         let written = self.writer.write(batch, reason).await?;
-        self.progress.batches_written += 1;
+        self.progress.batch_written();
         if reason != FlushReason::Gap {
             self.dedup.on_batch_written(&self.shard_id);
         }
-        let last = SequenceNumber::parse(&written.last).map_err(|_| ShardError::Internal {
-            shard_id: self.shard_id.clone(),
-            message: "written batch has an invalid last sequence number",
-        })?;
-        self.after_write(last);
+        self.frontier.written(written.pending.last);
         Ok(())
-    }
-
-    fn after_write(&mut self, last: SequenceNumber) {
-        self.checkpoint = Checkpoint::SequenceNumber(last.clone());
-        self.handled_through = Some(last);
-        self.last_checkpoint_at = Instant::now();
     }
 
     /// Writes the batch being built if a buffering limit is reached, or if its
@@ -620,19 +521,10 @@ impl ShardTask {
         if self.batch.is_some() || self.replay.is_some() {
             return Ok(());
         }
-        let Some(handled) = &self.handled_through else {
-            return Ok(());
-        };
-        let behind = self
-            .checkpoint
-            .sequence_number()
-            .is_none_or(|checkpoint| checkpoint < handled);
-        if behind && (force || self.last_checkpoint_at.elapsed() >= IDLE_CHECKPOINT_INTERVAL) {
-            let checkpoint = Checkpoint::SequenceNumber(handled.clone());
+        if let Some(checkpoint) = self.frontier.idle_checkpoint(force) {
             self.writer.checkpoint(&checkpoint).await?;
             info!(checkpoint = %checkpoint, "checkpointed past records already in S3");
-            self.checkpoint = checkpoint;
-            self.last_checkpoint_at = Instant::now();
+            self.frontier.checkpointed(checkpoint);
         }
         Ok(())
     }
@@ -640,28 +532,19 @@ impl ShardTask {
     /// Nothing buffered, nothing being replayed, and the checkpoint covers
     /// every record handled.
     fn is_fully_checkpointed(&self) -> bool {
-        self.batch.is_none()
-            && self.replay.is_none()
-            && self.handled_through.as_ref().is_none_or(|handled| {
-                self.checkpoint
-                    .sequence_number()
-                    .is_some_and(|c| c >= handled)
-            })
+        self.batch.is_none() && self.replay.is_none() && self.frontier.is_current()
     }
 
-    async fn finish_shard_end(
-        mut self,
-        children: Vec<crate::aws::ShardInfo>,
-    ) -> Result<ShardExit, ShardError> {
+    async fn finish_shard_end(mut self, children: Vec<ShardInfo>) -> Result<ShardExit, ShardError> {
         if let Some(replay) = self.replay.take() {
-            if replay.batch.is_some() {
-                // As in `replay_step`: consumed records must not be dropped.
+            if replay.batch().is_some() {
+                // As for `Step::Broken`: consumed records must not be dropped.
                 return Err(ShardError::Internal {
                     shard_id: self.shard_id.clone(),
                     message: "the shard ended before the pending batch's last record",
                 });
             }
-            warn!(key = %replay.pending.key, "shard ended before the pending batch's first record; its records left the stream, dedup covers it");
+            warn!(key = %replay.pending().key, "shard ended before the pending batch's first record; its records left the stream, dedup covers it");
         }
         if let Some(batch) = self.batch.take() {
             self.write(batch, FlushReason::ShardEnd).await?;
@@ -688,64 +571,22 @@ impl ShardTask {
 
     /// Tells the retention gauge when this shard's oldest unarchived record
     /// arrived: the batch `writing` (if any), else the replay or buffered
-    /// batch, else the next unread record when behind, else none.
+    /// batch, else the next unread record when behind.
     fn note_unarchived(&self, writing: Option<i64>) {
         let buffered = self
             .replay
             .as_ref()
-            .and_then(|replay| replay.batch.as_ref())
+            .and_then(Replay::batch)
             .or(self.batch.as_ref())
-            .and_then(Batch::first_arrival_millis);
-        let since = writing.or(buffered).or(self.unread_since);
-        self.ctx.metrics.unarchived_since(&self.shard_id, since);
-    }
-
-    fn note_read(&mut self, read: &ReadBatch) {
-        let kinesis_records = read.records.len() as u64;
-        let user_records: u64 = read
-            .records
-            .iter()
-            .map(|r| r.user_record_count() as u64)
-            .sum();
-        self.progress.records_read += user_records;
-        self.progress.millis_behind_latest = read
-            .millis_behind_latest
-            .or(self.progress.millis_behind_latest);
-        let metrics = &self.ctx.metrics;
-        metrics.kinesis_records_read.inc_by(kinesis_records);
-        metrics.records_read.inc_by(user_records);
-        metrics.bytes_read.inc_by(read.bytes);
-        if let Some(behind) = read.millis_behind_latest {
-            metrics.behind(&self.shard_id, behind);
-        }
-        // The next unread record is no older than the last one returned,
-        // which is `MillisBehindLatest` behind the tip.
-        self.unread_since = match read.millis_behind_latest {
-            Some(behind) if behind > 0 => Some(Utc::now().timestamp_millis() - behind),
-            Some(_) => None,
-            None => self.unread_since,
-        };
+            .map(Batch::first_arrival_millis);
+        self.progress
+            .unarchived(writing.or(buffered), &self.shard_id, &self.ctx.metrics);
     }
 
     fn log_progress(&mut self, force: bool) {
-        if force || self.progress.logged_at.elapsed() >= PROGRESS_INTERVAL {
-            info!(
-                records_read = self.progress.records_read,
-                batches_written = self.progress.batches_written,
-                duplicates_excluded = self.progress.duplicates_excluded,
-                millis_behind_latest = self.progress.millis_behind_latest,
-                dedup = self.dedup.is_enabled(),
-                checkpoint = %self.checkpoint,
-                "shard progress"
-            );
-            self.progress.logged_at = Instant::now();
-        }
+        self.progress
+            .log(force, self.dedup.is_enabled(), self.frontier.checkpoint());
     }
-}
-
-enum ReplayStep {
-    Consumed,
-    NotPart,
 }
 
 #[cfg(test)]
@@ -754,6 +595,8 @@ mod tests {
 
     use bytes::Bytes;
     use shard_lease::{LeaseTable, PendingBatch};
+
+    use sequence_range::SequenceNumber;
 
     use super::*;
     use crate::config::CompressionCodec;

@@ -109,7 +109,7 @@ mod tests {
             let mut lines = Vec::new();
             for i in first..=last {
                 let record = ShardRecord {
-                    sequence_number: i.to_string(),
+                    sequence_number: sequence_range::SequenceNumber::from(i),
                     arrival_millis: MINUTE_MILLIS + i as i64 * 1_000,
                     partition_key: format!("pk-{i}"),
                     data: bytes::Bytes::from_static(b"x"),
@@ -135,8 +135,8 @@ mod tests {
         // A gap the daemon recorded: records after 0 expired unread.
         let recorded_gap = crate::read::retention::RetentionGap {
             shard_id: SHARD.to_owned(),
-            expired: crate::aws::StartingPosition::AfterSequenceNumber("0".to_owned()),
-            first_retained: Some(("1".to_owned(), MINUTE_MILLIS + 1_000)),
+            expired: crate::aws::StartingPosition::AfterSequenceNumber(n(0)),
+            first_retained: Some((n(1), MINUTE_MILLIS + 1_000)),
             shard_left_stream: false,
         };
         let clients = fake_aws::clients(stream, bucket, table);

@@ -13,12 +13,12 @@ use chrono::DateTime;
 use futures::StreamExt as _;
 use sequence_range::SequenceNumber;
 
-use super::MAX_FAILURES;
 use super::keys::ArchivedKey;
 use super::progress::Phase;
-use super::report::{error_chain, minute_text};
-use crate::aws::backoff::Backoff;
+use super::report::minute_text;
+use super::{s3_retry, s3_stopped};
 use crate::aws::{ObjectStore, S3Error};
+use crate::ops::log::error_chain;
 use crate::output::compression::{decompress, extension};
 use crate::output::minute::Minute;
 
@@ -247,18 +247,10 @@ pub(super) async fn read_objects(
 
 /// GetObject with retries of transient failures.
 async fn get_object(store: &ObjectStore, key: &str) -> Result<Bytes, S3Error> {
-    let mut backoff = Backoff::transient();
-    let mut failures = 0;
-    loop {
-        match store.get(key).await {
-            Ok(body) => return Ok(body),
-            Err(err) if err.is_retriable() && failures < MAX_FAILURES => {
-                failures += 1;
-                tokio::time::sleep(backoff.next_delay()).await;
-            }
-            Err(err) => return Err(err),
-        }
-    }
+    s3_retry("GetObject")
+        .run(|| store.get(key))
+        .await
+        .map_err(s3_stopped)
 }
 
 #[cfg(test)]
@@ -292,7 +284,7 @@ mod tests {
         let mut lines = Vec::new();
         for (i, sequence_number) in ["9", "10", "12"].into_iter().enumerate() {
             let record = ShardRecord {
-                sequence_number: sequence_number.to_owned(),
+                sequence_number: sequence_range::SequenceNumber::parse(sequence_number).unwrap(),
                 arrival_millis: MINUTE_MILLIS + 1_000 * i as i64,
                 partition_key: "pk \"quoted\"".to_owned(),
                 data: bytes::Bytes::from_static(b"\x00\xffdata"),

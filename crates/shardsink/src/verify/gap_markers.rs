@@ -4,9 +4,8 @@
 //! reported; any marker makes the archive not exact — records the stream
 //! once held are not in it.
 
-use super::MAX_FAILURES;
+use super::{s3_retry, s3_stopped};
 use crate::aws::ObjectStore;
-use crate::aws::backoff::Backoff;
 use crate::read::retention::{GapMarker, MARKER_FOLDER};
 
 /// One marker and what it says (or why it could not be read).
@@ -28,20 +27,10 @@ pub(super) fn is_marker_key(list_prefix: &str, key: &str) -> bool {
 pub(super) async fn read_markers(store: &ObjectStore, keys: Vec<String>) -> Vec<RecordedGap> {
     let mut gaps = Vec::with_capacity(keys.len());
     for key in keys {
-        let mut backoff = Backoff::transient();
-        let mut failures = 0;
-        let marker = loop {
-            match store.get(&key).await {
-                Ok(body) => {
-                    break serde_json::from_slice::<GapMarker>(&body)
-                        .map_err(|err| format!("not a gap marker: {err}"));
-                }
-                Err(err) if err.is_retriable() && failures < MAX_FAILURES => {
-                    failures += 1;
-                    tokio::time::sleep(backoff.next_delay()).await;
-                }
-                Err(err) => break Err(format!("cannot read it: {err}")),
-            }
+        let marker = match s3_retry("GetObject").run(|| store.get(&key)).await {
+            Ok(body) => serde_json::from_slice::<GapMarker>(&body)
+                .map_err(|err| format!("not a gap marker: {err}")),
+            Err(stopped) => Err(format!("cannot read it: {}", s3_stopped(stopped))),
         };
         gaps.push(RecordedGap { key, marker });
     }

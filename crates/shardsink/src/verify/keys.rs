@@ -6,12 +6,11 @@ use anyhow::Context as _;
 use chrono::NaiveDate;
 use sequence_range::SequenceRange;
 
-use super::MAX_FAILURES;
 use super::args::is_aws_name;
 use super::gap_markers::is_marker_key;
 use super::progress::Phase;
+use super::{s3_retry, s3_stopped};
 use crate::aws::ObjectStore;
-use crate::aws::backoff::Backoff;
 use crate::config::CompressionCodec;
 use crate::output::key::parse_object_name;
 use crate::output::minute::Minute;
@@ -119,13 +118,12 @@ pub(super) async fn list_keys(
     let phase = Phase::start(tty, None, "listing keys");
     let mut keys = Vec::new();
     let mut token = None;
-    let mut backoff = Backoff::transient();
-    let mut failures = 0;
     loop {
-        match store.list_page(list_prefix, token.clone()).await {
+        let page = s3_retry("ListObjectsV2")
+            .run(|| store.list_page(list_prefix, token.clone()))
+            .await;
+        match page {
             Ok(page) => {
-                failures = 0;
-                backoff.reset();
                 keys.extend(page.keys);
                 phase.update(keys.len() as u64, || format!("listed {} keys", keys.len()));
                 match page.next_continuation_token {
@@ -133,13 +131,9 @@ pub(super) async fn list_keys(
                     None => break,
                 }
             }
-            Err(err) if err.is_retriable() && failures < MAX_FAILURES => {
-                failures += 1;
-                tokio::time::sleep(backoff.next_delay()).await;
-            }
-            Err(err) => {
+            Err(stopped) => {
                 phase.finish(None);
-                return Err(err).with_context(|| {
+                return Err(s3_stopped(stopped)).with_context(|| {
                     format!("failed to list s3://{}/{list_prefix}", store.bucket())
                 });
             }

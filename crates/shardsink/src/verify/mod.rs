@@ -96,11 +96,36 @@ use std::io::IsTerminal as _;
 use self::args::Plan;
 pub use self::args::VerifyArgs;
 use self::audit::audit;
-use crate::aws::AwsClients;
+use crate::aws::retry::{Retry, Stopped};
+use crate::aws::{AwsClients, S3Error};
 
 /// Consecutive failed calls (after the SDK's own retries) before a shard's
 /// gap check, an object's GET or the listing gives up.
 const MAX_FAILURES: u32 = 10;
+
+/// How `verify` retries an S3 call: transient failures up to
+/// [`MAX_FAILURES`] times; anything else ends the call at once (an audit
+/// reports, it does not wait for an operator).
+fn s3_retry(what: &'static str) -> Retry<'static, S3Error> {
+    Retry::new(what)
+        .give_up_after(MAX_FAILURES + 1)
+        .final_when(|err: &S3Error| !err.is_retriable())
+}
+
+/// The error a [`Retry`] of S3 calls stopped with (it is never cancelled).
+fn s3_stopped(stopped: Stopped<S3Error>) -> S3Error {
+    match stopped {
+        Stopped::Final(err) | Stopped::GaveUp(err) => err,
+        Stopped::Cancelled => S3Error::Other {
+            operation: "verify",
+            bucket: String::new(),
+            key: String::new(),
+            retriable: false,
+            throttled: false,
+            source: "cancelled".into(),
+        },
+    }
+}
 
 /// Runs the audit and prints its summary; `Ok(true)` when the archive is
 /// exact: no overlap, no unreadable object (with `--deep`), no gap (with

@@ -1,6 +1,6 @@
 //! The I/O of check 4: checkpoints from the lease table, the stream's shards
-//! (ListShards), and each shard read from `TRIM_HORIZON` (GetShardIterator,
-//! GetRecords) into its [`ShardGapCheck`], paced and backing off.
+//! (ListShards), and each shard read from `TRIM_HORIZON` with the daemon's
+//! own [`ShardReader`] into its [`ShardGapCheck`], paced and backing off.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
-use sequence_range::SequenceNumber;
 use shard_lease::{Checkpoint, LeaseTable};
 
 use super::MAX_FAILURES;
@@ -16,9 +15,10 @@ use super::args::Plan;
 use super::gaps::{Flow, ReadEnd, ShardGapCheck, ShardGapResult, shard_bound};
 use super::keys::ArchivedKey;
 use super::progress::Phase;
-use super::report::error_chain;
 use crate::aws::backoff::Backoff;
 use crate::aws::{AwsClients, Kinesis, KinesisError, StartingPosition};
+use crate::ops::log::error_chain;
+use crate::read::reader::ShardReader;
 
 /// Shards read at once for the gap check (each paced on its own).
 const SHARD_CONCURRENCY: usize = 16;
@@ -180,45 +180,17 @@ async fn read_shard(
     since: Option<DateTime<Utc>>,
     progress: impl Fn(u64),
 ) -> ShardGapResult {
-    let shard_id = check.shard_id.clone();
     let start = since.map_or(StartingPosition::TrimHorizon, StartingPosition::AtTimestamp);
+    let mut reader = ShardReader::new(kinesis.clone(), &check.shard_id, start, GET_RECORDS_LIMIT);
     let mut skip_before = since.map(|t| t.timestamp_millis());
-    let mut iterator: Option<String> = None;
-    let mut last: Option<String> = None;
     let mut backoff = Backoff::transient();
     let mut failures = 0;
     let mut next_call = tokio::time::Instant::now();
     let end = 'read: loop {
         tokio::time::sleep_until(next_call).await;
         next_call = tokio::time::Instant::now() + MIN_CALL_INTERVAL;
-        let result = match iterator.take() {
-            Some(current) => Ok(current),
-            None => {
-                let position = match &last {
-                    Some(sequence_number) => {
-                        StartingPosition::AfterSequenceNumber(sequence_number.clone())
-                    }
-                    None => start.clone(),
-                };
-                kinesis.get_shard_iterator(&shard_id, &position).await
-            }
-        };
-        let result = match result {
-            Ok(current) => {
-                let output = kinesis.get_records(&current, GET_RECORDS_LIMIT).await;
-                if output
-                    .as_ref()
-                    .is_err_and(|err| !matches!(err, KinesisError::ExpiredIterator))
-                {
-                    // Still valid for retries within five minutes.
-                    iterator = Some(current);
-                }
-                output
-            }
-            Err(err) => Err(err),
-        };
-        let output = match result {
-            Ok(output) => output,
+        let read = match reader.read().await {
+            Ok(read) => read,
             // A new iterator after the last record read, on the next turn.
             Err(KinesisError::ExpiredIterator) => continue,
             Err(err) => {
@@ -238,33 +210,14 @@ async fn read_shard(
         };
         failures = 0;
         backoff.reset();
-        let caught_up =
-            output.records.is_empty() && output.millis_behind_latest().unwrap_or(0) == 0;
-        iterator = output.next_shard_iterator.clone();
-        let shard_end = iterator.is_none();
-        progress(output.records.len() as u64);
-        for record in output.records {
-            let arrival = record
-                .approximate_arrival_timestamp
-                .and_then(|t| t.to_millis().ok())
-                .unwrap_or(0);
+        progress(read.records.len() as u64);
+        let (shard_end, caught_up) = (read.shard_end, read.is_caught_up());
+        for record in read.records {
             match skip_before {
-                Some(since) if arrival < since => {
-                    last = Some(record.sequence_number);
-                    continue;
-                }
+                Some(since) if record.arrival_millis < since => continue,
                 _ => skip_before = None,
             }
-            let flow = match SequenceNumber::parse(&record.sequence_number) {
-                Ok(sequence_number) => check.observe(sequence_number, arrival),
-                // Kinesis never returns one; it could not be in any range.
-                Err(err) => {
-                    tracing::warn!(shard_id = %shard_id, error = %err, "record with an invalid sequence number");
-                    Flow::Continue
-                }
-            };
-            last = Some(record.sequence_number);
-            if flow == Flow::Done {
+            if check.observe(record.sequence_number, record.arrival_millis) == Flow::Done {
                 break 'read ReadEnd::Bound;
             }
         }

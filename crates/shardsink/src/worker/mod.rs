@@ -36,10 +36,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::aws::backoff::Backoff;
+use crate::aws::retry::{Classify, Retry, Stopped};
 use crate::aws::{AwsClients, Kinesis, KinesisError, ObjectStore, S3Error, ShardInfo};
-use crate::commit::writer::{ShardError, error_chain};
 use crate::config::{ConfigError, InitialPosition, Settings};
 use crate::ops::health::Health;
+use crate::ops::log::error_chain;
 use crate::ops::metrics::{Metrics, Outcome};
 use crate::ops::{http, systemd};
 use crate::output::batch::BufferLimits;
@@ -47,6 +48,7 @@ use crate::output::compression::Compression;
 use crate::output::key::KeyLayout;
 use crate::read::retention::RetentionGap;
 use crate::read::shard_graph::{NewLease, ShardGraph};
+use crate::shard::error::ShardError;
 use crate::shard::memory::MemoryBudget;
 use crate::shard::task::{ShardContext, ShardExit, ShardTask};
 use crate::worker::renewer::Renewer;
@@ -299,7 +301,6 @@ impl Worker {
                 bound: START_UP_CALL_BOUND,
             },
             || self.kinesis.describe_stream_summary(),
-            KinesisError::is_retriable,
             |err| matches!(err, KinesisError::NotFound(_)),
         )
         .await;
@@ -329,7 +330,6 @@ impl Worker {
                 bound: START_UP_CALL_BOUND,
             },
             || self.store.head_bucket(),
-            S3Error::is_retriable,
             |err| matches!(err, S3Error::NoSuchBucket { .. }),
         )
         .await
@@ -354,7 +354,6 @@ impl Worker {
                 bound: TABLE_ACTIVE_TIMEOUT + START_UP_CALL_BOUND,
             },
             || self.table.create_table_if_missing(),
-            LeaseError::is_retriable,
             |_| false,
         )
         .await
@@ -767,24 +766,19 @@ impl Worker {
 /// instead of waiting for it to expire. Throttling is retried a few times;
 /// if the release still fails, the lease simply expires.
 async fn release(lease: &HeldLease) {
-    const ATTEMPTS: usize = 5;
-    let mut backoff = Backoff::transient();
-    for attempt in 1..=ATTEMPTS {
-        if lease.is_lost() {
-            return;
-        }
-        match lease.release().await {
-            Ok(()) => {
-                debug!(shard_id = %lease.shard_id(), "lease released");
-                return;
-            }
-            Err(err) if err.is_retriable() && attempt < ATTEMPTS => {
-                tokio::time::sleep(backoff.next_delay()).await;
-            }
-            Err(err) => {
-                debug!(shard_id = %lease.shard_id(), error = %error_chain(&err), "lease release failed; it expires instead");
-                return;
-            }
+    const ATTEMPTS: u32 = 5;
+    let released = Retry::new("release lease")
+        .until(lease.lost())
+        .give_up_after(ATTEMPTS)
+        .final_when(|err: &LeaseError| !err.is_retriable())
+        .run(|| lease.release())
+        .await;
+    match released {
+        Ok(()) => debug!(shard_id = %lease.shard_id(), "lease released"),
+        // Lost already: nothing to release.
+        Err(Stopped::Cancelled) => {}
+        Err(Stopped::Final(err) | Stopped::GaveUp(err)) => {
+            debug!(shard_id = %lease.shard_id(), error = %error_chain(&err), "lease release failed; it expires instead");
         }
     }
 }
@@ -794,9 +788,9 @@ async fn release(lease: &HeldLease) {
 const START_UP_CALL_BOUND: Duration = Duration::from_secs(120);
 
 /// A start-up step retried by [`retry_until`].
-struct StartUpStep<'a> {
+struct StartUpStep {
     /// For logs and `/readyz`, e.g. "describe stream".
-    what: &'a str,
+    what: &'static str,
     /// The longest one attempt may take.
     bound: Duration,
 }
@@ -812,47 +806,34 @@ struct StartUpStep<'a> {
 async fn retry_until<T, E, F, Fut>(
     token: &CancellationToken,
     health: &Health,
-    step: StartUpStep<'_>,
+    step: StartUpStep,
     op: F,
-    retriable: fn(&E) -> bool,
     is_final: fn(&E) -> bool,
 ) -> Option<Result<T, E>>
 where
-    F: Fn() -> Fut,
+    F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, E>>,
-    E: std::error::Error + 'static,
+    E: Classify + std::error::Error + 'static,
 {
-    let (mut transient, mut persistent) = (Backoff::transient(), Backoff::persistent());
     let what = step.what;
-    let mut status = format!("starting: {what}");
-    loop {
-        health.waiting(status.clone(), Instant::now() + step.bound);
-        systemd::starting(&status, step.bound);
-        let result = tokio::select! {
-            () = token.cancelled() => return None,
-            result = op() => result,
-        };
-        match result {
-            Err(err) if !is_final(&err) => {
-                let delay = if retriable(&err) {
-                    let delay = transient.next_delay();
-                    warn!(operation = what, error = %error_chain(&err), ?delay, "start-up call failed; retrying");
-                    delay
-                } else {
-                    let delay = persistent.next_delay();
-                    error!(operation = what, error = %error_chain(&err), ?delay, "start-up call failed; retrying until it is fixed");
-                    delay
-                };
-                status = format!("starting: {what} failed ({}); retrying", error_chain(&err));
-                health.waiting(status.clone(), Instant::now() + delay + step.bound);
-                systemd::starting(&status, delay + step.bound);
-                tokio::select! {
-                    () = token.cancelled() => return None,
-                    () = tokio::time::sleep(delay) => {}
-                }
-            }
-            other => return Some(other),
-        }
+    let status = format!("starting: {what}");
+    health.waiting(status.clone(), Instant::now() + step.bound);
+    systemd::starting(&status, step.bound);
+    let on_retry = |err: &E, delay: Duration| {
+        let status = format!("starting: {what} failed ({}); retrying", error_chain(err));
+        health.waiting(status.clone(), Instant::now() + delay + step.bound);
+        systemd::starting(&status, delay + step.bound);
+    };
+    let result = Retry::new(what)
+        .until(token)
+        .final_when(is_final)
+        .on_retry(&on_retry)
+        .run(op)
+        .await;
+    match result {
+        Ok(value) => Some(Ok(value)),
+        Err(Stopped::Final(err) | Stopped::GaveUp(err)) => Some(Err(err)),
+        Err(Stopped::Cancelled) => None,
     }
 }
 

@@ -16,7 +16,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::commit::writer::error_chain;
+use crate::ops::log::error_chain;
 
 /// The held leases, shared between the worker (which adds and removes them)
 /// and the renewal task.

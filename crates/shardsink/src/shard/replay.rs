@@ -1,0 +1,175 @@
+//! [`Replay`]: the pending batch recorded in the lease row (C6), rebuilt from
+//! the shard's records before anything else is written, and written under its
+//! recorded key — a small state machine fed one record at a time.
+
+use std::sync::Arc;
+
+use shard_lease::PendingBatch;
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::output::batch::Batch;
+use crate::read::record::ShardRecord;
+use crate::shard::memory::MemoryBudget;
+
+/// The pending batch being rebuilt.
+#[derive(Debug)]
+pub(crate) struct Replay {
+    pending: PendingBatch,
+    batch: Option<Batch>,
+    /// This shard's turn to replay ([`MemoryBudget::replay_permit`]), held
+    /// until the replay is written.
+    turn: Option<OwnedSemaphorePermit>,
+}
+
+/// What one record did to a replay.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// The record is part of the batch; more are needed.
+    Continue(Replay),
+    /// The record was the batch's last: write it under its recorded key.
+    Complete(Complete),
+    /// The pending batch can no longer be rebuilt exactly: its first record
+    /// has left the stream (retention). It is dropped; the record is not part
+    /// of it and is handled like any other (dedup finds what is in S3).
+    Abandoned(PendingBatch),
+    /// Records were consumed but the batch's last never came: Kinesis returns
+    /// every record in order, so this is a bug — and dropping the consumed
+    /// records would lose them.
+    Broken(PendingBatch),
+}
+
+/// A rebuilt pending batch, ready to write.
+#[derive(Debug)]
+pub(crate) struct Complete {
+    /// Key, first and last, as recorded.
+    pub(crate) pending: PendingBatch,
+    /// Exactly the shard's records `first..=last`.
+    pub(crate) batch: Batch,
+    /// Hold until the batch is written.
+    pub(crate) turn: Option<OwnedSemaphorePermit>,
+}
+
+impl Replay {
+    /// The replay of `pending`, in its `turn`.
+    pub(crate) fn new(pending: PendingBatch, turn: Option<OwnedSemaphorePermit>) -> Self {
+        Self {
+            pending,
+            batch: None,
+            turn,
+        }
+    }
+
+    /// The batch being rebuilt.
+    pub(crate) fn pending(&self) -> &PendingBatch {
+        &self.pending
+    }
+
+    /// The records rebuilt so far, if any.
+    pub(crate) fn batch(&self) -> Option<&Batch> {
+        self.batch.as_ref()
+    }
+
+    /// Feeds the shard's next record.
+    pub(crate) fn feed(
+        mut self,
+        shard_id: &str,
+        record: &ShardRecord,
+        budget: &Arc<MemoryBudget>,
+    ) -> Step {
+        let n = &record.sequence_number;
+        match &mut self.batch {
+            None if *n != self.pending.first => Step::Abandoned(self.pending),
+            None => {
+                self.batch = Some(Batch::start(shard_id, record, budget.clone()));
+                self.after(n)
+            }
+            Some(_) if *n > self.pending.last => Step::Broken(self.pending),
+            Some(batch) => {
+                batch.push(record);
+                self.after(n)
+            }
+        }
+    }
+
+    fn after(self, n: &sequence_range::SequenceNumber) -> Step {
+        match self.batch {
+            Some(batch) if *n == self.pending.last => Step::Complete(Complete {
+                pending: self.pending,
+                batch,
+                turn: self.turn,
+            }),
+            batch => Step::Continue(Self { batch, ..self }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use sequence_range::SequenceNumber;
+
+    use super::*;
+
+    fn record(n: u64) -> ShardRecord {
+        ShardRecord {
+            sequence_number: SequenceNumber::from(n),
+            arrival_millis: 120_000,
+            partition_key: "pk".to_owned(),
+            data: Bytes::from_static(b"r"),
+            user_records: None,
+        }
+    }
+
+    fn replay(first: u64, last: u64) -> Replay {
+        Replay::new(
+            PendingBatch {
+                key: "k".to_owned(),
+                first: SequenceNumber::from(first),
+                last: SequenceNumber::from(last),
+            },
+            None,
+        )
+    }
+
+    fn feed(replay: Replay, n: u64) -> Step {
+        replay.feed("s", &record(n), &MemoryBudget::new(1 << 20, 1 << 20))
+    }
+
+    #[test]
+    fn rebuilds_first_to_last_then_completes() {
+        let mut replay = replay(3, 7);
+        for n in [3, 5] {
+            replay = match feed(replay, n) {
+                Step::Continue(replay) => replay,
+                other => panic!("{n}: {other:?}"),
+            };
+        }
+        match feed(replay, 7) {
+            Step::Complete(done) => {
+                assert_eq!(done.batch.range().to_string(), "3-7");
+                assert_eq!(done.batch.kinesis_records(), 3);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_single_record_batch_completes_at_once() {
+        assert!(matches!(feed(replay(4, 4), 4), Step::Complete(_)));
+    }
+
+    #[test]
+    fn another_first_record_abandons_it() {
+        // Its first records were trimmed: the shard now starts later.
+        assert!(matches!(feed(replay(3, 7), 5), Step::Abandoned(_)));
+        assert!(matches!(feed(replay(3, 7), 9), Step::Abandoned(_)));
+    }
+
+    #[test]
+    fn a_missing_last_record_is_a_bug_not_a_loss() {
+        let Step::Continue(replay) = feed(replay(3, 7), 3) else {
+            panic!("first record")
+        };
+        assert!(matches!(feed(replay, 8), Step::Broken(_)));
+    }
+}
