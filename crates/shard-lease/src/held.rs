@@ -277,6 +277,7 @@ mod tests {
 
     use super::*;
     use crate::lease::attr;
+    use crate::test_util::parse_update_item;
 
     fn lease(counter: u64, owner: &str) -> Lease {
         let mut lease = Lease::new("shardId-000000000000", Checkpoint::TrimHorizon, vec![]);
@@ -382,20 +383,10 @@ mod tests {
 
     /// The token an update stamps into `lastWriteToken`.
     fn stamped_token(input: &UpdateItemInput) -> String {
-        let names = input.expression_attribute_names().unwrap();
-        let (placeholder, _) = names
-            .iter()
-            .find(|(_, name)| name.as_str() == attr::LAST_WRITE_TOKEN)
-            .unwrap();
-        let update = input.update_expression().unwrap();
-        let value = update
-            .split(&format!("{placeholder} = "))
-            .nth(1)
+        let (update, _) = parse_update_item(input).unwrap();
+        update
+            .value_of(attr::LAST_WRITE_TOKEN)
             .unwrap()
-            .split([',', ' '])
-            .next()
-            .unwrap();
-        input.expression_attribute_values().unwrap()[value]
             .as_s()
             .unwrap()
             .clone()

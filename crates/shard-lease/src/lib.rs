@@ -10,16 +10,26 @@
 //! - [`checkpoint`]: [`Checkpoint`], a sequence number or a KCL sentinel.
 //! - [`lease`]: [`Lease`] (one row) and [`PendingBatch`] (the batch recorded
 //!   before its PUT), with the attribute mapping.
-//! - [`table`]: [`LeaseTable`], one function per DynamoDB call: create the
-//!   table, list, get, create, take, renew, record a pending batch,
-//!   checkpoint, release, delete.
+//! - [`table`]: [`LeaseTable`], the handle, one function per DynamoDB call:
+//!   create the table, scan, get, create and delete a lease row.
+//! - [`owner_writes`]: the [`LeaseTable`] writes that take, renew, record a
+//!   pending batch, checkpoint and release a lease, and what a failed
+//!   condition means.
+//! - [`update`]: [`Update`] and [`Condition`], the typed update and condition
+//!   expressions every write is built from, rendered by [`Expressions`].
+//! - [`write_token`]: [`WriteToken`], stamped into the row by every owner
+//!   write.
 //! - [`held`]: [`HeldLease`], a lease this worker holds; serializes writes
 //!   from the renewer and the shard task and remembers a loss.
 //! - [`expiry`]: [`LeaseExpiry`], when another worker's lease may be taken.
 //! - [`balance`]: [`plan_takes`], which leases to take or steal so they
 //!   spread evenly (the KCL's rule).
-//! - [`heartbeat`]: [`WorkerHeartbeat`], one row per live worker.
+//! - [`heartbeat`]: [`WorkerHeartbeat`], one row per live worker, and the
+//!   [`LeaseTable`] calls that write and delete it.
 //! - [`error`]: [`LeaseError`]; [`retry`]: which AWS errors to retry.
+//! - `test_util` (feature `test-util`): `FakeTable`, the lease table in
+//!   memory behind a mocked DynamoDB client, for tests of this crate and its
+//!   users.
 //!
 //! A worker scans the table ([`LeaseTable::list_leases`]), creates rows for new
 //! shards, takes free or expired leases into [`HeldLease`]s, renews them, and
@@ -34,8 +44,13 @@ pub mod expiry;
 pub mod heartbeat;
 pub mod held;
 pub mod lease;
+pub mod owner_writes;
 pub mod retry;
 pub mod table;
+#[cfg(any(test, feature = "test-util"))]
+pub mod test_util;
+pub mod update;
+pub mod write_token;
 
 pub use balance::{TakePlan, plan_takes};
 pub use checkpoint::Checkpoint;
@@ -44,6 +59,6 @@ pub use expiry::LeaseExpiry;
 pub use heartbeat::WorkerHeartbeat;
 pub use held::HeldLease;
 pub use lease::{Lease, MalformedLease, PendingBatch};
-pub use table::{
-    CreateOutcome, LeaseTable, TABLE_ACTIVE_TIMEOUT, TableCreation, TableScan, WriteToken,
-};
+pub use table::{CreateOutcome, LeaseTable, TABLE_ACTIVE_TIMEOUT, TableCreation, TableScan};
+pub use update::{Clause, Condition, Expressions, SetValue, Update};
+pub use write_token::WriteToken;

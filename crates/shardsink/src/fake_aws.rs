@@ -3,16 +3,15 @@
 //! - [`FakeStream`] of [`FakeShard`]s: Kinesis shards with scripted records;
 //! - [`FakeBucket`]: S3 objects with `If-None-Match: *` (412), listing with
 //!   prefix and paging, and injectable PUT failures;
-//! - [`FakeTable`]: DynamoDB items with a small evaluator for the condition
-//!   and update expressions `shard-lease` writes (`#a = :v`, `AND`,
-//!   `attribute_not_exists`, `SET`, `+`, `if_not_exists`, `REMOVE`).
+//! - [`FakeTable`]: the lease table's DynamoDB items, from
+//!   `shard_lease::test_util`, which reads back and evaluates the update and
+//!   condition expressions `shard-lease` writes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_kinesis::types::{Record, ShardIteratorType};
 use aws_smithy_mocks::{MockResponse, RuleMode, mock, mock_client};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
@@ -20,8 +19,12 @@ use aws_smithy_runtime_api::http::StatusCode;
 use aws_smithy_types::body::SdkBody;
 use bytes::Bytes;
 use sequence_range::SequenceNumber;
+use shard_lease::test_util::fake_client;
 
 use crate::aws::AwsClients;
+
+/// The lease table's items; see `shard_lease::test_util`.
+pub use shard_lease::test_util::FakeTable;
 
 /// Locks a test mutex; a poisoned lock means another test thread panicked.
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -209,21 +212,6 @@ impl std::fmt::Debug for FakeBucket {
     }
 }
 
-/// DynamoDB items of one table, by `leaseKey`.
-#[derive(Debug, Default)]
-pub struct FakeTable {
-    /// leaseKey → item.
-    pub items: Mutex<HashMap<String, HashMap<String, AttributeValue>>>,
-    /// The next this-many UpdateItem calls fail with
-    /// `ProvisionedThroughputExceededException`.
-    pub failing_updates: AtomicUsize,
-    /// When not 0: every this-many-th UpdateItem call is throttled.
-    pub throttle_every: AtomicUsize,
-    /// The next this-many DescribeTable calls say `CREATING`.
-    pub creating_polls: AtomicUsize,
-    updates: AtomicUsize,
-}
-
 /// Takes one from `counter` if it is above zero.
 fn take_one(counter: &AtomicUsize) -> bool {
     counter
@@ -256,13 +244,6 @@ fn shard_not_found(shard_id: &str) -> HttpResponse {
     )
 }
 
-fn dynamo_error(code: &str) -> HttpResponse {
-    http(
-        400,
-        &format!("{{\"__type\":\"com.amazonaws.dynamodb.v20120810#{code}\",\"message\":\"fake\"}}"),
-    )
-}
-
 /// Clients serving the three fakes.
 pub fn clients(
     stream: Arc<FakeStream>,
@@ -272,7 +253,7 @@ pub fn clients(
     AwsClients {
         kinesis: kinesis_client(stream),
         s3: s3_client(bucket),
-        dynamodb: dynamodb_client(table),
+        dynamodb: fake_client(table),
     }
 }
 
@@ -469,209 +450,4 @@ fn s3_client(bucket: Arc<FakeBucket>) -> aws_sdk_s3::Client {
         [&put, &get, &list, &head],
         |c| c.retry_config(aws_smithy_types::retry::RetryConfig::disabled())
     )
-}
-
-fn dynamodb_client(table: Arc<FakeTable>) -> aws_sdk_dynamodb::Client {
-    use aws_sdk_dynamodb::Client;
-    use aws_sdk_dynamodb::operation::delete_item::DeleteItemOutput;
-    use aws_sdk_dynamodb::operation::describe_table::DescribeTableOutput;
-    use aws_sdk_dynamodb::operation::get_item::GetItemOutput;
-    use aws_sdk_dynamodb::operation::put_item::PutItemOutput;
-    use aws_sdk_dynamodb::operation::scan::ScanOutput;
-    use aws_sdk_dynamodb::operation::update_item::UpdateItemOutput;
-    use aws_sdk_dynamodb::types::{TableDescription, TableStatus};
-
-    let t1 = table.clone();
-    let get = mock!(Client::get_item).then_compute_output(move |input| {
-        let key = input.key().unwrap()["leaseKey"].as_s().unwrap().clone();
-        GetItemOutput::builder()
-            .set_item(lock(&t1.items).get(&key).cloned())
-            .build()
-    });
-    let t2 = table.clone();
-    let put = mock!(Client::put_item).then_compute_response(move |input| {
-        let item = input.item().unwrap().clone();
-        let key = item["leaseKey"].as_s().unwrap().clone();
-        let mut items = lock(&t2.items);
-        let current = items.get(&key);
-        if let Some(condition) = input.condition_expression() {
-            if !evaluate(
-                condition,
-                current,
-                input.expression_attribute_names(),
-                input.expression_attribute_values(),
-            ) {
-                return MockResponse::Http(dynamo_error("ConditionalCheckFailedException"));
-            }
-        }
-        items.insert(key, item);
-        MockResponse::Output(PutItemOutput::builder().build())
-    });
-    let t3 = table.clone();
-    let update = mock!(Client::update_item).then_compute_response(move |input| {
-        let nth = t3.updates.fetch_add(1, Ordering::SeqCst) + 1;
-        let every = t3.throttle_every.load(Ordering::SeqCst);
-        if take_one(&t3.failing_updates) || (every > 0 && nth % every == 0) {
-            return MockResponse::Http(dynamo_error("ProvisionedThroughputExceededException"));
-        }
-        let key = input.key().unwrap()["leaseKey"].as_s().unwrap().clone();
-        let mut items = lock(&t3.items);
-        let names = input.expression_attribute_names();
-        let values = input.expression_attribute_values();
-        if let Some(condition) = input.condition_expression() {
-            if !evaluate(condition, items.get(&key), names, values) {
-                return MockResponse::Http(dynamo_error("ConditionalCheckFailedException"));
-            }
-        }
-        let item = items.entry(key.clone()).or_insert_with(|| {
-            HashMap::from([("leaseKey".to_owned(), AttributeValue::S(key.clone()))])
-        });
-        apply_update(input.update_expression().unwrap(), item, names, values);
-        MockResponse::Output(
-            UpdateItemOutput::builder()
-                .set_attributes(Some(item.clone()))
-                .build(),
-        )
-    });
-    let t5 = table.clone();
-    let delete = mock!(Client::delete_item).then_compute_response(move |input| {
-        let key = input.key().unwrap()["leaseKey"].as_s().unwrap().clone();
-        let mut items = lock(&t5.items);
-        if let Some(condition) = input.condition_expression() {
-            if !evaluate(
-                condition,
-                items.get(&key),
-                input.expression_attribute_names(),
-                input.expression_attribute_values(),
-            ) {
-                return MockResponse::Http(dynamo_error("ConditionalCheckFailedException"));
-            }
-        }
-        items.remove(&key);
-        MockResponse::Output(DeleteItemOutput::builder().build())
-    });
-    let t4 = table.clone();
-    let scan = mock!(Client::scan).then_compute_output(move |_| {
-        ScanOutput::builder()
-            .set_items(Some(lock(&t4.items).values().cloned().collect()))
-            .build()
-    });
-    let t6 = table.clone();
-    let describe = mock!(Client::describe_table).then_compute_output(move |_| {
-        let status = if take_one(&t6.creating_polls) {
-            TableStatus::Creating
-        } else {
-            TableStatus::Active
-        };
-        DescribeTableOutput::builder()
-            .table(TableDescription::builder().table_status(status).build())
-            .build()
-    });
-    mock_client!(
-        aws_sdk_dynamodb,
-        RuleMode::MatchAny,
-        [&get, &put, &update, &delete, &scan, &describe],
-        |c| c.retry_config(aws_smithy_types::retry::RetryConfig::disabled())
-    )
-}
-
-fn resolve_name<'a>(token: &'a str, names: &'a HashMap<String, String>) -> &'a str {
-    names.get(token).map_or(token, String::as_str)
-}
-
-/// Evaluates `a = b AND attribute_not_exists(c) AND …`.
-fn evaluate(
-    condition: &str,
-    item: Option<&HashMap<String, AttributeValue>>,
-    names: Option<&HashMap<String, String>>,
-    values: Option<&HashMap<String, AttributeValue>>,
-) -> bool {
-    let empty_names = HashMap::new();
-    let empty_values = HashMap::new();
-    let names = names.unwrap_or(&empty_names);
-    let values = values.unwrap_or(&empty_values);
-    condition.split(" AND ").all(|clause| {
-        let clause = clause.trim();
-        if let Some(inner) = clause
-            .strip_prefix("attribute_not_exists(")
-            .and_then(|c| c.strip_suffix(')'))
-        {
-            let name = resolve_name(inner, names);
-            return item.is_none_or(|item| !item.contains_key(name));
-        }
-        let (left, right) = clause.split_once(" = ").expect("only = comparisons");
-        let name = resolve_name(left.trim(), names);
-        let expected = &values[right.trim()];
-        item.and_then(|item| item.get(name)) == Some(expected)
-    })
-}
-
-fn number(value: &AttributeValue) -> u64 {
-    value.as_n().unwrap().parse().unwrap()
-}
-
-/// Applies `SET a = :v, b = b + :v, c = if_not_exists(c, :z) + :v REMOVE d, e`.
-fn apply_update(
-    update: &str,
-    item: &mut HashMap<String, AttributeValue>,
-    names: Option<&HashMap<String, String>>,
-    values: Option<&HashMap<String, AttributeValue>>,
-) {
-    let empty_names = HashMap::new();
-    let names = names.unwrap_or(&empty_names);
-    let values = values.cloned().unwrap_or_default();
-    let (set_part, remove_part) = match update.split_once(" REMOVE ") {
-        Some((set, remove)) => (set, Some(remove)),
-        None if update.starts_with("REMOVE ") => ("", update.strip_prefix("REMOVE ")),
-        None => (update, None),
-    };
-    for assignment in split_top_level(set_part.trim().trim_start_matches("SET ")) {
-        let (left, right) = assignment.split_once(" = ").expect("assignment");
-        let name = resolve_name(left.trim(), names).to_owned();
-        let value = if let Some((base, increment)) = right.split_once(" + ") {
-            let base = base.trim();
-            let base_value = if let Some(args) = base
-                .strip_prefix("if_not_exists(")
-                .and_then(|b| b.strip_suffix(')'))
-            {
-                let (attr, default) = args.split_once(", ").unwrap();
-                item.get(resolve_name(attr, names))
-                    .map_or_else(|| number(&values[default]), number)
-            } else {
-                item.get(resolve_name(base, names)).map_or(0, number)
-            };
-            AttributeValue::N((base_value + number(&values[increment.trim()])).to_string())
-        } else {
-            values[right.trim()].clone()
-        };
-        item.insert(name, value);
-    }
-    if let Some(remove) = remove_part {
-        for attr in remove.split(',') {
-            item.remove(resolve_name(attr.trim(), names));
-        }
-    }
-}
-
-/// Splits on `, ` outside parentheses.
-fn split_top_level(text: &str) -> Vec<&str> {
-    let mut parts = Vec::new();
-    let (mut depth, mut start) = (0i32, 0usize);
-    let bytes = text.as_bytes();
-    for (i, b) in bytes.iter().enumerate() {
-        match b {
-            b'(' => depth += 1,
-            b')' => depth -= 1,
-            b',' if depth == 0 => {
-                parts.push(text[start..i].trim());
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    if start < text.len() {
-        parts.push(text[start..].trim());
-    }
-    parts.retain(|p| !p.is_empty());
-    parts
 }

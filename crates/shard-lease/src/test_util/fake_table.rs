@@ -1,0 +1,367 @@
+//! [`FakeTable`]: the items of one lease table in memory, and
+//! [`fake_client`]: a DynamoDB client served from them through
+//! `aws-smithy-mocks` rules, so the code under test uses a real SDK client.
+//!
+//! It answers [GetItem], [PutItem], [UpdateItem], [DeleteItem], [Scan] (one
+//! page) and [DescribeTable]. Expressions are read back with
+//! [`parse`](fn@parse) and evaluated with [`holds`] and [`apply`]: what the
+//! lease table sends is accepted, anything else is a `ValidationException`.
+//! Errors are sent as DynamoDB sends them (HTTP 400, a JSON body naming the
+//! error type), for the SDK to decode.
+//!
+//! [GetItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_GetItem.html
+//! [PutItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_PutItem.html
+//! [UpdateItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_UpdateItem.html
+//! [DeleteItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_DeleteItem.html
+//! [Scan]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Scan.html
+//! [DescribeTable]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_DescribeTable.html
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::operation::delete_item::{DeleteItemInput, DeleteItemOutput};
+use aws_sdk_dynamodb::operation::describe_table::DescribeTableOutput;
+use aws_sdk_dynamodb::operation::get_item::{GetItemInput, GetItemOutput};
+use aws_sdk_dynamodb::operation::put_item::{PutItemInput, PutItemOutput};
+use aws_sdk_dynamodb::operation::scan::ScanOutput;
+use aws_sdk_dynamodb::operation::update_item::{UpdateItemInput, UpdateItemOutput};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, TableDescription, TableStatus};
+use aws_smithy_mocks::{MockResponse, RuleMode, mock, mock_client};
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use aws_smithy_runtime_api::http::StatusCode;
+use aws_smithy_types::body::SdkBody;
+use aws_smithy_types::retry::RetryConfig;
+
+use super::{ExpressionError, apply, holds, parse};
+use crate::Update;
+use crate::lease::attr;
+
+/// One item: attribute name → value.
+type Item = HashMap<String, AttributeValue>;
+
+/// DynamoDB items of one table, by `leaseKey`, with failures to inject.
+#[derive(Debug, Default)]
+pub struct FakeTable {
+    /// leaseKey → item.
+    pub items: Mutex<HashMap<String, HashMap<String, AttributeValue>>>,
+    /// The next this-many UpdateItem calls fail with
+    /// `ProvisionedThroughputExceededException`.
+    pub failing_updates: AtomicUsize,
+    /// When not 0: every this-many-th UpdateItem call is throttled.
+    pub throttle_every: AtomicUsize,
+    /// The next this-many DescribeTable calls say `CREATING`.
+    pub creating_polls: AtomicUsize,
+    /// UpdateItem calls so far, for `throttle_every`.
+    updates: AtomicUsize,
+}
+
+/// A client whose DynamoDB calls are answered from `table` (SDK retries
+/// off, so every injected failure reaches the caller).
+pub fn fake_client(table: Arc<FakeTable>) -> Client {
+    let t = table.clone();
+    let get = mock!(Client::get_item).then_compute_response(move |input| answer(t.get(input)));
+    let t = table.clone();
+    let put = mock!(Client::put_item).then_compute_response(move |input| answer(t.put(input)));
+    let t = table.clone();
+    let update =
+        mock!(Client::update_item).then_compute_response(move |input| answer(t.update(input)));
+    let t = table.clone();
+    let delete =
+        mock!(Client::delete_item).then_compute_response(move |input| answer(t.delete(input)));
+    let t = table.clone();
+    let scan = mock!(Client::scan).then_compute_output(move |_| t.scan());
+    let describe = mock!(Client::describe_table).then_compute_output(move |_| table.describe());
+    mock_client!(
+        aws_sdk_dynamodb,
+        RuleMode::MatchAny,
+        [&get, &put, &update, &delete, &scan, &describe],
+        |c| c.retry_config(RetryConfig::disabled())
+    )
+}
+
+impl FakeTable {
+    fn items(&self) -> MutexGuard<'_, HashMap<String, Item>> {
+        // A poisoned lock means another test thread panicked; its items are
+        // still what the test wants to see.
+        self.items.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn get(&self, input: &GetItemInput) -> Result<GetItemOutput, Refusal> {
+        let key = lease_key(input.key())?;
+        Ok(GetItemOutput::builder()
+            .set_item(self.items().get(&key).cloned())
+            .build())
+    }
+
+    fn put(&self, input: &PutItemInput) -> Result<PutItemOutput, Refusal> {
+        let item = input.item().cloned().unwrap_or_default();
+        let key = lease_key(Some(&item))?;
+        let (_, mut items) = self.items_if(
+            &key,
+            None,
+            input.condition_expression(),
+            input.expression_attribute_names(),
+            input.expression_attribute_values(),
+        )?;
+        items.insert(key, item);
+        Ok(PutItemOutput::builder().build())
+    }
+
+    /// Throttled first when a failure is due; then, like DynamoDB, an
+    /// absent item is created (with its key) if the condition allows.
+    fn update(&self, input: &UpdateItemInput) -> Result<UpdateItemOutput, Refusal> {
+        let nth = self.updates.fetch_add(1, Ordering::SeqCst) + 1;
+        let every = self.throttle_every.load(Ordering::SeqCst);
+        if take_one(&self.failing_updates) || (every > 0 && nth % every == 0) {
+            return Err(Refusal::new(
+                "ProvisionedThroughputExceededException",
+                "fake throttling",
+            ));
+        }
+        let key = lease_key(input.key())?;
+        let (update, mut items) = self.items_if(
+            &key,
+            input.update_expression(),
+            input.condition_expression(),
+            input.expression_attribute_names(),
+            input.expression_attribute_values(),
+        )?;
+        let mut item = items.get(&key).cloned().unwrap_or_else(|| {
+            HashMap::from([(attr::LEASE_KEY.to_owned(), AttributeValue::S(key.clone()))])
+        });
+        apply(&update, &mut item).map_err(Refusal::invalid)?;
+        items.insert(key, item.clone());
+        let all_new = input.return_values() == Some(&ReturnValue::AllNew);
+        Ok(UpdateItemOutput::builder()
+            .set_attributes(all_new.then_some(item))
+            .build())
+    }
+
+    fn delete(&self, input: &DeleteItemInput) -> Result<DeleteItemOutput, Refusal> {
+        let key = lease_key(input.key())?;
+        let (_, mut items) = self.items_if(
+            &key,
+            None,
+            input.condition_expression(),
+            input.expression_attribute_names(),
+            input.expression_attribute_values(),
+        )?;
+        items.remove(&key);
+        Ok(DeleteItemOutput::builder().build())
+    }
+
+    /// A request's update, and the items locked, when its expressions are
+    /// valid and its condition holds for the item at `key`.
+    fn items_if(
+        &self,
+        key: &str,
+        update: Option<&str>,
+        condition: Option<&str>,
+        names: Option<&HashMap<String, String>>,
+        values: Option<&Item>,
+    ) -> Result<(Update, MutexGuard<'_, HashMap<String, Item>>), Refusal> {
+        let (update, condition) =
+            parse(update, condition, names, values).map_err(Refusal::invalid)?;
+        let items = self.items();
+        match holds(&condition, items.get(key)) {
+            true => Ok((update, items)),
+            false => Err(Refusal::condition_failed()),
+        }
+    }
+
+    fn scan(&self) -> ScanOutput {
+        ScanOutput::builder()
+            .set_items(Some(self.items().values().cloned().collect()))
+            .build()
+    }
+
+    fn describe(&self) -> DescribeTableOutput {
+        let status = if take_one(&self.creating_polls) {
+            TableStatus::Creating
+        } else {
+            TableStatus::Active
+        };
+        DescribeTableOutput::builder()
+            .table(TableDescription::builder().table_status(status).build())
+            .build()
+    }
+}
+
+/// The output, or the refusal as DynamoDB sends it, as the mock rule's
+/// answer.
+fn answer<O, E>(result: Result<O, Refusal>) -> MockResponse<O, E> {
+    match result {
+        Ok(output) => MockResponse::Output(output),
+        Err(refusal) => MockResponse::Http(refusal.response()),
+    }
+}
+
+/// The `leaseKey` of a request's key, or of the item it puts.
+fn lease_key(key: Option<&Item>) -> Result<String, Refusal> {
+    match key.and_then(|key| key.get(attr::LEASE_KEY)) {
+        Some(AttributeValue::S(value)) => Ok(value.clone()),
+        _ => Err(Refusal::new(
+            "ValidationException",
+            "The provided key element does not match the schema",
+        )),
+    }
+}
+
+/// Takes one from `counter` if it is above zero.
+fn take_one(counter: &AtomicUsize) -> bool {
+    counter
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+}
+
+/// A DynamoDB error the fake answers with: its code and message.
+#[derive(Debug)]
+struct Refusal {
+    code: &'static str,
+    message: String,
+}
+
+impl Refusal {
+    fn new(code: &'static str, message: &str) -> Self {
+        Self {
+            code,
+            message: message.to_owned(),
+        }
+    }
+
+    fn condition_failed() -> Self {
+        Self::new(
+            "ConditionalCheckFailedException",
+            "The conditional request failed",
+        )
+    }
+
+    fn invalid(err: ExpressionError) -> Self {
+        Self::new("ValidationException", &err.to_string())
+    }
+
+    /// HTTP 400 and a JSON body naming the error, as DynamoDB sends it.
+    fn response(&self) -> HttpResponse {
+        let message = self.message.replace('\\', "\\\\").replace('"', "\\\"");
+        HttpResponse::new(
+            bad_request(),
+            SdkBody::from(format!(
+                r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{}","message":"{message}"}}"#,
+                self.code
+            )),
+        )
+    }
+}
+
+/// HTTP 400, the status of DynamoDB's client errors.
+#[allow(
+    clippy::expect_used,
+    reason = "`StatusCode::try_from` fails only outside 100..=999"
+)]
+fn bad_request() -> StatusCode {
+    StatusCode::try_from(400).expect("400 is a valid status code")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use aws_smithy_types::error::metadata::ProvideErrorMetadata;
+    use sequence_range::SequenceNumber;
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::{
+        Checkpoint, CreateOutcome, HeldLease, Lease, LeaseTable, PendingBatch, TableCreation,
+    };
+
+    const SHARD: &str = "shardId-000000000000";
+
+    #[tokio::test]
+    async fn serves_every_call_of_the_lease_table() {
+        let fake = Arc::new(FakeTable::default());
+        let table = LeaseTable::new(fake_client(fake.clone()), "leases")
+            .with_failover_time(Duration::from_secs(10));
+        assert_eq!(
+            table.create_table_if_missing().await.unwrap(),
+            TableCreation::Existed
+        );
+        let lease = Lease::new(SHARD, Checkpoint::TrimHorizon, vec![]);
+        let CreateOutcome::Created(created) = table.create_lease(&lease).await.unwrap() else {
+            panic!("created")
+        };
+        assert_eq!(
+            table.create_lease(&lease).await.unwrap(),
+            CreateOutcome::AlreadyExists
+        );
+
+        let taken = table.take_lease(&created, "worker-a").await.unwrap();
+        assert_eq!(taken.lease_owner.as_deref(), Some("worker-a"));
+        assert_eq!(
+            (taken.lease_counter, taken.owner_switches_since_checkpoint),
+            (1, 1)
+        );
+        assert_eq!(taken.owner_failover_time, Some(Duration::from_secs(10)));
+        let late = table.take_lease(&created, "worker-b").await.unwrap_err();
+        assert!(late.is_lease_lost(), "{late:?}");
+
+        let held = HeldLease::new(table.clone(), taken, Instant::now());
+        held.renew().await.unwrap();
+        let batch = PendingBatch {
+            key: "k".to_owned(),
+            first: SequenceNumber::from(1u64),
+            last: SequenceNumber::from(2u64),
+        };
+        held.record_pending_batch(&batch).await.unwrap();
+        assert_eq!(held.snapshot().await.pending_batch, Some(batch));
+        held.checkpoint(&Checkpoint::ShardEnd).await.unwrap();
+        let row = table.get_lease(SHARD).await.unwrap().unwrap();
+        assert_eq!(row, held.snapshot().await);
+        assert_eq!((row.lease_counter, row.pending_batch), (4, None));
+        assert!(row.shard_ended_at.is_some());
+        held.release().await.unwrap();
+        let released = table.get_lease(SHARD).await.unwrap().unwrap();
+        assert_eq!(released.lease_owner, None);
+        assert_eq!(released.owner_failover_time, None);
+        assert_eq!(released.lease_counter, 5);
+
+        table.heartbeat("worker-a", 1).await.unwrap();
+        table.heartbeat("worker-a", 0).await.unwrap();
+        let scan = table.scan().await.unwrap();
+        assert_eq!(scan.leases, vec![released.clone()]);
+        assert_eq!(
+            (
+                scan.workers[0].heartbeat_counter,
+                scan.workers[0].leases_held
+            ),
+            (2, 0)
+        );
+        table.remove_heartbeat("worker-a").await.unwrap();
+        assert!(
+            table
+                .delete_lease(&created)
+                .await
+                .unwrap_err()
+                .is_lease_lost()
+        );
+        table.delete_lease(&released).await.unwrap();
+        assert!(fake.items().is_empty());
+    }
+
+    #[tokio::test]
+    async fn refuses_expressions_the_lease_table_would_not_send() {
+        let client = fake_client(Arc::new(FakeTable::default()));
+        let err = client
+            .update_item()
+            .table_name("leases")
+            .key(attr::LEASE_KEY, AttributeValue::S(SHARD.to_owned()))
+            .update_expression("SET leaseOwner = :v0")
+            .expression_attribute_values(":v0", AttributeValue::S("me".to_owned()))
+            .send()
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Some("ValidationException"));
+    }
+}
