@@ -25,6 +25,7 @@
 //! - `ops`: metrics, health, the HTTP endpoints, systemd, signals,
 //!   failpoints.
 //! - [`verify`]: `shardsink verify`, the audit of an archive.
+//! - [`cli`]: the command line — the daemon, `verify` and `health`.
 //!
 //! Data flows: GetRecords (`read`) → records → replay / dedup / minute
 //! batches (`shard`) → encoded lines and compressed body (`output`) →
@@ -32,11 +33,12 @@
 #![deny(missing_docs)]
 
 mod aws;
+pub mod cli;
 mod commit;
 pub mod config;
 #[cfg(test)]
 mod fake_aws;
-pub mod ops;
+mod ops;
 mod output;
 mod read;
 mod shard;

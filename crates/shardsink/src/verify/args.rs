@@ -6,7 +6,9 @@ use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
 
-use crate::config::{ConfigError, InitialPosition, StreamRef, parse_timestamp};
+use crate::config::{
+    Archive, ArchiveArgs, ConfigError, InitialPosition, StreamRef, parse_timestamp,
+};
 
 /// Audits the archive of one stream: lists every object under the prefix,
 /// checks that no two objects of a shard share a sequence number, optionally
@@ -25,35 +27,13 @@ use crate::config::{ConfigError, InitialPosition, StreamRef, parse_timestamp};
     args_override_self = true
 )]
 pub struct VerifyArgs {
-    /// S3 bucket holding the archive.
-    #[arg(long, env = "SHARDSINK_BUCKET", value_name = "BUCKET")]
-    pub bucket: String,
-
-    /// Key prefix of the archive, as the daemon's --prefix. [default: the
-    /// stream name when --stream is given; required otherwise]
-    #[arg(long, env = "SHARDSINK_PREFIX", value_name = "PREFIX")]
-    pub prefix: Option<String>,
-
-    /// Kinesis data stream the archive is of (name or ARN). Enables the gap
-    /// check: every shard is read from its oldest retained record up to its
-    /// checkpoint, and each record must be in some object's range.
-    #[arg(long, env = "SHARDSINK_STREAM", value_name = "NAME|ARN")]
-    pub stream: Option<String>,
-
-    /// Application name, as the daemon's: the default lease table is
-    /// <application name>-<stream name>.
-    #[arg(
-        long,
-        env = "SHARDSINK_APPLICATION_NAME",
-        default_value = "shardsink",
-        value_name = "NAME"
-    )]
-    pub application_name: String,
-
-    /// Lease table holding the checkpoints (read only; used with --stream).
-    /// [default: <application name>-<stream name>]
-    #[arg(long, env = "SHARDSINK_LEASE_TABLE", value_name = "TABLE")]
-    pub lease_table: Option<String>,
+    /// Where the archive is, as for the daemon: the stream (optional here;
+    /// it enables the gap check: every shard is read from its oldest
+    /// retained record up to its checkpoint, and each record must be in some
+    /// object's range), bucket, prefix (required without --stream), lease
+    /// table (read only) and S3 path style.
+    #[command(flatten)]
+    pub archive: ArchiveArgs,
 
     /// Where the daemon starts a shard without a checkpoint, as its
     /// --initial-position: TRIM_HORIZON, LATEST or AT_TIMESTAMP
@@ -89,11 +69,6 @@ pub struct VerifyArgs {
     /// still checked across the whole archive.
     #[arg(long, value_parser = parse_timestamp, value_name = "TIME")]
     pub since: Option<DateTime<Utc>>,
-
-    /// Address S3 buckets by path (http://host/bucket/key) instead of by
-    /// virtual host; needed by most local S3 servers.
-    #[arg(long, env = "SHARDSINK_S3_FORCE_PATH_STYLE", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
-    pub s3_force_path_style: bool,
 }
 
 /// The arguments, validated, with defaults resolved.
@@ -119,31 +94,14 @@ pub(super) struct Plan {
 
 impl Plan {
     pub(super) fn from_args(args: &VerifyArgs) -> Result<Self, ConfigError> {
-        validate_bucket(&args.bucket)?;
-        let stream = args.stream.as_deref().map(parse_stream).transpose()?;
-        let prefix = match (&args.prefix, &stream) {
-            (Some(prefix), _) => validate_prefix(prefix)?,
-            (None, Some(stream)) => stream.name().to_owned(),
-            (None, None) => {
-                return Err(setting_error(
-                    "prefix",
-                    "required when --stream is not given (the daemon's default prefix is the stream name)",
-                ));
-            }
-        };
-        let lease_table = match &stream {
-            None => None,
-            Some(stream) => {
-                let table = args
-                    .lease_table
-                    .clone()
-                    .unwrap_or_else(|| format!("{}-{}", args.application_name, stream.name()));
-                validate_table_name(&table)?;
-                Some(table)
-            }
-        };
+        let Archive {
+            stream,
+            bucket,
+            prefix,
+            lease_table,
+        } = args.archive.validate()?;
         if args.since.is_some() && stream.is_none() {
-            return Err(setting_error(
+            return Err(ConfigError::new(
                 "since",
                 "only with --stream (it says where the gap check starts reading)",
             ));
@@ -154,7 +112,7 @@ impl Plan {
             format!("{prefix}/")
         };
         Ok(Self {
-            bucket: args.bucket.clone(),
+            bucket,
             prefix,
             list_prefix,
             stream,
@@ -186,91 +144,12 @@ fn stream_label(stream: &StreamRef) -> &str {
     }
 }
 
-/// A [`ConfigError`] for `--{flag}` / `SHARDSINK_{FLAG}`.
-fn setting_error(flag: &str, message: impl Into<String>) -> ConfigError {
-    ConfigError {
-        flag: format!("--{flag}"),
-        env: format!("SHARDSINK_{}", flag.replace('-', "_").to_uppercase()),
-        message: message.into(),
-    }
-}
-
-/// A stream name or ARN, as the daemon accepts it.
-fn parse_stream(stream: &str) -> Result<StreamRef, ConfigError> {
-    if let Some(rest) = stream.strip_prefix("arn:") {
-        // arn:PARTITION:kinesis:REGION:ACCOUNT:stream/NAME
-        let parts: Vec<&str> = rest.splitn(5, ':').collect();
-        let name = match parts.as_slice() {
-            [_, "kinesis", _, _, resource] => resource.strip_prefix("stream/"),
-            _ => None,
-        };
-        return match name {
-            Some(name) if is_aws_name(name, 1, 128) => Ok(StreamRef::Arn {
-                arn: stream.to_owned(),
-                name: name.to_owned(),
-            }),
-            _ => Err(setting_error(
-                "stream",
-                format!(
-                    "{stream:?} is not a Kinesis stream ARN (arn:aws:kinesis:REGION:ACCOUNT:stream/NAME)"
-                ),
-            )),
-        };
-    }
-    if !is_aws_name(stream, 1, 128) {
-        return Err(setting_error(
-            "stream",
-            format!("{stream:?} is not a stream name (1-128 of a-z A-Z 0-9 _ . -)"),
-        ));
-    }
-    Ok(StreamRef::Name(stream.to_owned()))
-}
-
-/// `min..=max` bytes of `a-z A-Z 0-9 _ . -`: Kinesis stream names and shard
-/// ids, DynamoDB table names.
+/// `min..=max` bytes of `a-z A-Z 0-9 _ . -`: Kinesis shard ids.
 pub(super) fn is_aws_name(name: &str, min: usize, max: usize) -> bool {
     (min..=max).contains(&name.len())
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
-}
-
-fn validate_bucket(bucket: &str) -> Result<(), ConfigError> {
-    let ok = (3..=63).contains(&bucket.len())
-        && bucket
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(setting_error(
-            "bucket",
-            format!("{bucket:?} is not a bucket name (3-63 of a-z 0-9 . -)"),
-        ))
-    }
-}
-
-/// As the daemon: trailing slashes dropped; no leading slash, no `//`.
-fn validate_prefix(prefix: &str) -> Result<String, ConfigError> {
-    let trimmed = prefix.trim_end_matches('/');
-    if trimmed.starts_with('/') || trimmed.contains("//") {
-        return Err(setting_error(
-            "prefix",
-            format!("{prefix:?} must not start with / or contain //"),
-        ));
-    }
-    Ok(trimmed.to_owned())
-}
-
-fn validate_table_name(table: &str) -> Result<(), ConfigError> {
-    if is_aws_name(table, 3, 255) {
-        Ok(())
-    } else {
-        Err(setting_error(
-            "lease-table",
-            format!("{table:?} is not a DynamoDB table name (3-255 of a-z A-Z 0-9 _ . -)"),
-        ))
-    }
 }
 
 #[cfg(test)]
@@ -383,8 +262,9 @@ mod tests {
         ] {
             assert_eq!(plan(args).unwrap_err().flag, flag, "{args:?}");
         }
-        assert!(
-            parse_args(&["--prefix", "p"]).is_err(),
+        assert_eq!(
+            plan(&["--prefix", "p"]).unwrap_err().flag,
+            "--bucket",
             "--bucket is required"
         );
     }
@@ -420,12 +300,12 @@ mod tests {
     #[test]
     fn path_style_reads_a_bare_flag_or_a_value() {
         let base = ["--bucket", "b", "--prefix", "p"];
-        assert!(!parse_args(&base).unwrap().s3_force_path_style);
+        assert!(!parse_args(&base).unwrap().archive.s3_force_path_style);
         let mut on = base.to_vec();
         on.push("--s3-force-path-style");
-        assert!(parse_args(&on).unwrap().s3_force_path_style);
+        assert!(parse_args(&on).unwrap().archive.s3_force_path_style);
         let mut off = base.to_vec();
         off.extend(["--s3-force-path-style", "false"]);
-        assert!(!parse_args(&off).unwrap().s3_force_path_style);
+        assert!(!parse_args(&off).unwrap().archive.s3_force_path_style);
     }
 }

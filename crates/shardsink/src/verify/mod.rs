@@ -136,7 +136,7 @@ fn s3_stopped(stopped: Stopped<S3Error>) -> S3Error {
 /// the bucket cannot be listed.
 pub async fn run(args: VerifyArgs) -> anyhow::Result<bool> {
     let plan = Plan::from_args(&args)?;
-    let clients = AwsClients::from_env(args.s3_force_path_style).await;
+    let clients = AwsClients::from_env(args.archive.s3_force_path_style).await;
     let audit = audit(&plan, &clients, std::io::stderr().is_terminal()).await?;
     // Not `print!`: a closed stdout must not turn the verdict into a panic.
     let _ = std::io::Write::write_all(&mut std::io::stdout(), audit.render().as_bytes());

@@ -1,0 +1,164 @@
+//! Start-up: the stream, the bucket and the lease table are checked (and
+//! the table created) before any lease is taken, each retried until it
+//! passes — alive and not ready meanwhile.
+
+use std::future::Future;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use shard_lease::TABLE_ACTIVE_TIMEOUT;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use super::main_loop::Worker;
+use crate::aws::retry::{Classify, Retry, Stopped};
+use crate::aws::{KinesisError, S3Error};
+use crate::config::ConfigError;
+use crate::ops::health::Health;
+use crate::ops::log::error_chain;
+use crate::ops::systemd;
+
+impl Worker {
+    /// Checks the stream and bucket and creates the lease table if missing.
+    /// Returns `false` when shutdown came first.
+    pub(super) async fn start_up(&mut self, token: &CancellationToken) -> anyhow::Result<bool> {
+        let stream = self.settings.stream.name().to_owned();
+        let status = retry_until(
+            token,
+            &self.health,
+            StartUpStep {
+                what: "describe stream",
+                bound: START_UP_CALL_BOUND,
+            },
+            || self.kinesis.describe_stream_summary(),
+            |err| matches!(err, KinesisError::NotFound(_)),
+        )
+        .await;
+        match status {
+            None => return Ok(false),
+            Some(Err(KinesisError::NotFound(_))) => {
+                return Err(ConfigError {
+                    flag: "--stream".to_owned(),
+                    env: "SHARDSINK_STREAM".to_owned(),
+                    message: format!("stream {stream:?} does not exist"),
+                }
+                .into());
+            }
+            Some(result) => {
+                let summary =
+                    result.with_context(|| format!("failed to describe stream {stream}"))?;
+                info!(stream = %stream, status = %summary.status, retention = ?summary.retention, "stream found");
+                self.metrics.set_stream_retention(summary.retention);
+            }
+        }
+        let bucket = self.store.bucket().to_owned();
+        match retry_until(
+            token,
+            &self.health,
+            StartUpStep {
+                what: "head bucket",
+                bound: START_UP_CALL_BOUND,
+            },
+            || self.store.head_bucket(),
+            |err| matches!(err, S3Error::NoSuchBucket { .. }),
+        )
+        .await
+        {
+            None => return Ok(false),
+            Some(Err(S3Error::NoSuchBucket { .. })) => {
+                return Err(ConfigError {
+                    flag: "--bucket".to_owned(),
+                    env: "SHARDSINK_BUCKET".to_owned(),
+                    message: format!("bucket {bucket:?} does not exist"),
+                }
+                .into());
+            }
+            Some(result) => result.with_context(|| format!("failed to reach bucket {bucket}"))?,
+        }
+        let table = self.table.table_name().to_owned();
+        match retry_until(
+            token,
+            &self.health,
+            StartUpStep {
+                what: "find or create the lease table",
+                bound: TABLE_ACTIVE_TIMEOUT + START_UP_CALL_BOUND,
+            },
+            || self.table.create_table_if_missing(),
+            |_| false,
+        )
+        .await
+        {
+            None => return Ok(false),
+            Some(result) => {
+                result.with_context(|| format!("failed to create or find lease table {table}"))?;
+            }
+        }
+        info!(
+            stream = %stream,
+            bucket = %bucket,
+            prefix = %self.settings.prefix,
+            lease_table = %table,
+            worker_id = %self.settings.worker_id,
+            compression = ?self.ctx.compression,
+            "shardsink started"
+        );
+        self.health.started();
+        systemd::ready();
+        Ok(true)
+    }
+}
+
+/// The longest one start-up call may take: the SDK's attempts of up to 30 s
+/// each, and its backoff between them.
+pub(super) const START_UP_CALL_BOUND: Duration = Duration::from_secs(120);
+
+/// A start-up step retried by [`retry_until`].
+struct StartUpStep {
+    /// For logs and `/readyz`, e.g. "describe stream".
+    what: &'static str,
+    /// The longest one attempt may take.
+    bound: Duration,
+}
+
+/// Calls `op` until it succeeds or fails with an error `is_final` says no
+/// retry can fix (a stream or bucket that does not exist: a bad setting).
+/// Transient failures are retried quickly; others — access denied, a wrong
+/// endpoint — with a backoff up to 60 s and error logs, so that a daemon
+/// started before its permissions were fixed heals instead of exiting into a
+/// restart loop. Meanwhile `health` is alive and not ready, with the reason,
+/// and systemd is told to keep waiting. `None` when `token` is cancelled
+/// first.
+async fn retry_until<T, E, F, Fut>(
+    token: &CancellationToken,
+    health: &Health,
+    step: StartUpStep,
+    op: F,
+    is_final: fn(&E) -> bool,
+) -> Option<Result<T, E>>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    E: Classify + std::error::Error + 'static,
+{
+    let what = step.what;
+    let status = format!("starting: {what}");
+    health.waiting(status.clone(), Instant::now() + step.bound);
+    systemd::starting(&status, step.bound);
+    let on_retry = |err: &E, delay: Duration| {
+        let status = format!("starting: {what} failed ({}); retrying", error_chain(err));
+        health.waiting(status.clone(), Instant::now() + delay + step.bound);
+        systemd::starting(&status, delay + step.bound);
+    };
+    let result = Retry::new(what)
+        .until(token)
+        .final_when(is_final)
+        .on_retry(&on_retry)
+        .run(op)
+        .await;
+    match result {
+        Ok(value) => Some(Ok(value)),
+        Err(Stopped::Final(err) | Stopped::GaveUp(err)) => Some(Err(err)),
+        Err(Stopped::Cancelled) => None,
+    }
+}

@@ -1,0 +1,310 @@
+//! One round of lease work: observe (list shards, scan the table, note
+//! which leases and workers stood still), create leases for new shards and
+//! delete ended ones, plan takes and steals, take.
+
+use std::collections::BTreeSet;
+use std::time::SystemTime;
+
+use anyhow::Context as _;
+use chrono::Utc;
+use shard_lease::{
+    Checkpoint, CreateOutcome, Lease, LeaseError, TABLE_ACTIVE_TIMEOUT, TableScan, plan_takes,
+};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::main_loop::Worker;
+use super::startup::START_UP_CALL_BOUND;
+use crate::aws::ShardInfo;
+use crate::config::InitialPosition;
+use crate::ops::log::error_chain;
+use crate::read::retention::RetentionGap;
+use crate::read::shard_graph::{NewLease, ShardGraph};
+
+impl Worker {
+    /// One round of lease work: refresh the shard list when due, scan the
+    /// table, create missing leases, delete ended ones past retention, and
+    /// take or steal leases per [`plan_takes`].
+    pub(super) async fn sync(&mut self, token: &CancellationToken) -> Result<(), anyhow::Error> {
+        let list_due = self
+            .shards_listed_at
+            .is_none_or(|at| at.elapsed() >= self.settings.config.shard_sync_interval);
+        let listed = list_due && self.list_shards().await?;
+        let scan = match self.table.scan().await {
+            Ok(scan) => scan,
+            Err(LeaseError::TableMissing { table }) => {
+                warn!(lease_table = %table, "lease table missing; creating it again (shards restart from their initial position, dedup keeps S3 exact)");
+                // Waiting for an old table to be deleted and the new one to
+                // become ACTIVE can take minutes: alive, not ready.
+                self.health.waiting(
+                    format!("the lease table {table} is missing; creating it again"),
+                    Instant::now() + TABLE_ACTIVE_TIMEOUT + START_UP_CALL_BOUND,
+                );
+                self.table.create_table_if_missing().await?;
+                TableScan::default()
+            }
+            Err(err) => return Err(err.into()),
+        };
+        let mut leases = scan.leases;
+        self.create_missing_leases(&mut leases).await?;
+        // Observed now, after the scan and the creations: never earlier than
+        // the rows were read, so an expiry measured from here is never
+        // shorter than the failover time.
+        let now = Instant::now();
+        self.expiry.observe(&leases, now);
+        if listed {
+            self.remove_ended_leases(&mut leases, now).await;
+        }
+        self.worker_expiry.observe_counters(
+            scan.workers
+                .iter()
+                .map(|w| (w.worker_id.as_str(), w.heartbeat_counter)),
+            now,
+        );
+        let failover = self.settings.config.failover_time;
+        let me = self.settings.worker_id.clone();
+        let live_workers: BTreeSet<String> = scan
+            .workers
+            .iter()
+            .filter(|w| {
+                w.worker_id == me
+                    || !self.worker_expiry.is_stale(
+                        &w.worker_id,
+                        w.heartbeat_counter,
+                        now,
+                        failover,
+                    )
+            })
+            .map(|w| w.worker_id.clone())
+            .collect();
+        let graph = ShardGraph::new(&self.shards, &leases);
+        let workable: Vec<Lease> = leases
+            .iter()
+            .filter(|l| graph.is_workable(l))
+            .cloned()
+            .collect();
+        let own_at_start = !self.first_sync_done;
+        let plan = plan_takes(&me, &workable, &live_workers, |lease| {
+            let key = lease.lease_key.as_str();
+            let backing_off = self
+                .failed
+                .get(key)
+                .is_some_and(|(_, retry_at)| now < *retry_at);
+            !self.held.contains_key(key)
+                && !backing_off
+                && ((own_at_start && lease.is_owned_by(&me))
+                    || self.expiry.is_expired(lease, now, failover))
+        });
+        self.first_sync_done = true;
+        let settled = plan.take.is_empty() && plan.steal.is_none();
+        self.health
+            .scan_succeeded(self.held.len() + plan.take.len(), settled);
+        if plan.take.len() + usize::from(plan.steal.is_some()) > 0
+            || self.last_plan != (plan.target, plan.workers)
+        {
+            info!(
+                held = self.held.len(),
+                target = plan.target,
+                workers = plan.workers,
+                leases = workable.len(),
+                taking = plan.take.len(),
+                stealing = plan.steal.as_ref().map(|l| l.lease_key.as_str()),
+                "lease balance"
+            );
+            self.last_plan = (plan.target, plan.workers);
+        }
+        let steal = plan.steal.into_iter().map(|lease| (lease, true));
+        for (lease, stolen) in plan
+            .take
+            .into_iter()
+            .map(|lease| (lease, false))
+            .chain(steal)
+        {
+            if token.is_cancelled() {
+                break;
+            }
+            // A lease lost while this process was frozen (SIGSTOP, a long
+            // pause) can be planned as a steal before its old task has
+            // noticed the loss and stopped: one task per shard, so it is
+            // taken again only after that task ended.
+            if self.held.contains_key(&lease.lease_key) {
+                debug!(shard_id = %lease.lease_key, "the shard's previous task is still stopping; not taking it this round");
+                continue;
+            }
+            let taken_at = Instant::now();
+            match self.table.take_lease(&lease, &me).await {
+                Ok(taken) => {
+                    if stolen {
+                        info!(shard_id = %lease.lease_key, from = ?lease.lease_owner, "lease stolen to balance");
+                    }
+                    self.start_shard(taken, taken_at, token);
+                }
+                Err(err) if err.is_lease_lost() => {
+                    debug!(shard_id = %lease.lease_key, "the lease changed before it could be taken");
+                }
+                Err(err) => {
+                    warn!(shard_id = %lease.lease_key, error = %error_chain(&err), "taking lease failed")
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the shard list (ListShards). Returns whether it was read: on
+    /// failure the last list is kept (and the next try waits a shard sync
+    /// interval), but nothing may be concluded from a shard missing from it.
+    ///
+    /// # Errors
+    /// A failure before any list was read.
+    async fn list_shards(&mut self) -> anyhow::Result<bool> {
+        // The retention period can change (raised during an outage, say):
+        // read it again with the shard list for the retention gauge.
+        match self.kinesis.describe_stream_summary().await {
+            Ok(summary) => self.metrics.set_stream_retention(summary.retention),
+            Err(err) => debug!(error = %error_chain(&err), "describing the stream failed"),
+        }
+        match self.kinesis.list_shards().await {
+            Ok(shards) => {
+                if shards != self.shards {
+                    info!(shards = shards.len(), "shard list read");
+                }
+                self.shards = shards;
+                self.shards_listed_at = Some(Instant::now());
+                Ok(true)
+            }
+            Err(err) if self.shards.is_empty() => Err(err).context("failed to list shards"),
+            Err(err) => {
+                warn!(error = %error_chain(&err), "listing shards failed; using the last list");
+                self.shards_listed_at = Some(Instant::now());
+                Ok(false)
+            }
+        }
+    }
+
+    /// Adds shards a closed shard's GetRecords named as `ChildShards`, so
+    /// children get leases even before the next ListShards shows them.
+    pub(super) fn add_children(&mut self, children: Vec<ShardInfo>) {
+        for child in children {
+            if !self.shards.iter().any(|s| s.shard_id == child.shard_id) {
+                info!(shard_id = %child.shard_id, parents = ?child.parent_shard_ids, "child shard discovered");
+                self.shards.push(child);
+            }
+        }
+        self.shards.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
+    }
+
+    /// Creates a lease for every listed shard that needs one (see
+    /// [`ShardGraph::new_lease`]): children at `TRIM_HORIZON`, the others at
+    /// the initial position. Conditional on absence, so workers racing to
+    /// create the same lease both succeed.
+    async fn create_missing_leases(&mut self, leases: &mut Vec<Lease>) -> Result<(), LeaseError> {
+        let missing: Vec<(ShardInfo, NewLease)> = {
+            let graph = ShardGraph::new(&self.shards, leases);
+            self.shards
+                .iter()
+                .filter_map(|shard| graph.new_lease(shard).map(|kind| (shard.clone(), kind)))
+                .collect()
+        };
+        for (shard, kind) in missing {
+            // LATEST becomes AT_TIMESTAMP(now), stored in the row: a lease
+            // that moves before its first checkpoint then resumes where its
+            // first owner started, not at a later LATEST.
+            let (checkpoint, initial_timestamp) =
+                match (kind, self.settings.config.initial_position) {
+                    (NewLease::Child, _)
+                    | (NewLease::InitialPosition, InitialPosition::TrimHorizon) => {
+                        (Checkpoint::TrimHorizon, None)
+                    }
+                    (NewLease::InitialPosition, InitialPosition::Latest) => {
+                        (Checkpoint::AtTimestamp, Some(Utc::now()))
+                    }
+                    (NewLease::InitialPosition, InitialPosition::AtTimestamp) => (
+                        Checkpoint::AtTimestamp,
+                        self.settings.config.initial_timestamp,
+                    ),
+                };
+            let mut lease = Lease::new(
+                shard.shard_id.clone(),
+                checkpoint,
+                shard.parent_shard_ids.clone(),
+            );
+            lease.initial_timestamp = initial_timestamp
+                .map(|time| time.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
+            match self.table.create_lease(&lease).await {
+                Ok(CreateOutcome::Created(created)) => {
+                    info!(shard_id = %created.lease_key, checkpoint = %created.checkpoint, parents = ?created.parent_shard_ids, "lease created");
+                    leases.push(*created);
+                }
+                Ok(CreateOutcome::AlreadyExists) => {
+                    match self.table.get_lease(&shard.shard_id).await {
+                        Ok(Some(current)) => leases.push(current),
+                        Ok(None) => {}
+                        Err(err @ LeaseError::TableMissing { .. }) => return Err(err),
+                        // A row that does not decode: skip this shard, not the round.
+                        Err(err) => {
+                            warn!(shard_id = %shard.shard_id, error = %error_chain(&err), "cannot read the lease row; skipping the shard");
+                        }
+                    }
+                }
+                Err(err @ LeaseError::TableMissing { .. }) => return Err(err),
+                Err(err) => {
+                    warn!(shard_id = %shard.shard_id, error = %error_chain(&err), "creating the lease failed; retrying next round");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes leases of ended shards past their retention (see
+    /// [`ShardGraph::is_removable`]), given a shard list read this round;
+    /// failures are logged and retried at the next shard sync. A lease not
+    /// at `SHARD_END` goes only once its counter stood still for the
+    /// failover time (observed at `now`): a lease some worker still renews
+    /// is never deleted from under it.
+    async fn remove_ended_leases(&mut self, leases: &mut Vec<Lease>, now: Instant) {
+        let removable: Vec<Lease> = {
+            let graph = ShardGraph::new(&self.shards, leases);
+            let retention = self.settings.config.ended_lease_retention;
+            let failover = self.settings.config.failover_time;
+            leases
+                .iter()
+                .filter(|lease| {
+                    graph.is_removable(lease, SystemTime::now(), retention)
+                        && (lease.checkpoint.is_shard_end()
+                            || self.expiry.is_lease_stale(lease, now, failover))
+                })
+                .cloned()
+                .collect()
+        };
+        for lease in removable {
+            if !lease.checkpoint.is_shard_end() {
+                // Records past the checkpoint expired unread: said (marker,
+                // error, counter) before the lease, the last trace of them,
+                // is deleted; if the marker cannot be written, next time.
+                let gap = RetentionGap::of_unread_lease(&lease);
+                let reported = gap
+                    .report(
+                        &lease.checkpoint,
+                        &self.store,
+                        &self.settings.prefix,
+                        &self.metrics,
+                    )
+                    .await;
+                if let Err(err) = reported {
+                    warn!(shard_id = %lease.lease_key, error = %error_chain(&err), "writing the retention gap marker failed; the lease is kept until it is written");
+                    continue;
+                }
+            }
+            match self.table.delete_lease(&lease).await {
+                Ok(()) => {
+                    info!(shard_id = %lease.lease_key, "lease of ended shard deleted");
+                    leases.retain(|l| l.lease_key != lease.lease_key);
+                }
+                Err(err) => {
+                    debug!(shard_id = %lease.lease_key, error = %error_chain(&err), "deleting ended lease failed")
+                }
+            }
+        }
+    }
+}
