@@ -66,6 +66,72 @@ impl KeyLayout {
     }
 }
 
+/// What a full object key says: the inverse of [`KeyLayout::object_key`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParsedKey {
+    /// The arrival minute of its records.
+    pub minute: Minute,
+    /// The shard.
+    pub shard_id: String,
+    /// The sequence range of the batch.
+    pub range: SequenceRange,
+    /// The compression of the body.
+    pub codec: CompressionCodec,
+}
+
+impl KeyLayout {
+    /// `{prefix}/`, or nothing for an empty prefix: what every key of this
+    /// layout starts with, and what lists them all.
+    pub fn list_prefix(&self) -> String {
+        if self.prefix.is_empty() {
+            String::new()
+        } else {
+            format!("{}/", self.prefix)
+        }
+    }
+
+    /// Parses a full key written under this layout:
+    /// `{prefix}/{yyyy}/{MM}/{dd}/{HH}/{mm}/{shardId}/{name}`.
+    ///
+    /// # Errors
+    /// Why the key is not one this layout writes, for a log line or a
+    /// report.
+    pub fn parse_key(&self, key: &str) -> Result<ParsedKey, String> {
+        let list_prefix = self.list_prefix();
+        let rest = key
+            .strip_prefix(&list_prefix)
+            .ok_or_else(|| format!("not under {list_prefix:?}"))?;
+        let segments: Vec<&str> = rest.split('/').collect();
+        let [year, month, day, hour, minute, shard_id, name] = segments[..] else {
+            return Err(format!(
+                "{} path segments after the prefix, not yyyy/MM/dd/HH/mm/shardId/name",
+                segments.len()
+            ));
+        };
+        let minute = Minute::parse_path([year, month, day, hour, minute])
+            .ok_or_else(|| format!("{year}/{month}/{day}/{hour}/{minute} is not a UTC minute"))?;
+        if !is_shard_id(shard_id) {
+            return Err(format!("{shard_id:?} is not a shard id"));
+        }
+        let parsed = parse_object_name(name).map_err(|err| err.to_string())?;
+        Ok(ParsedKey {
+            minute,
+            shard_id: shard_id.to_owned(),
+            range: parsed.range,
+            codec: parsed.codec,
+        })
+    }
+}
+
+/// A Kinesis shard id: 1-128 of `a-z A-Z 0-9 _ . -` (Kinesis API reference,
+/// `ShardId`).
+fn is_shard_id(id: &str) -> bool {
+    (1..=128).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
 /// The last key segment: `{sorter}-{first}-{last}{ext}`.
 pub fn object_name(range: &SequenceRange, codec: CompressionCodec) -> String {
     let mut name = String::with_capacity(3 * 62 + 12);
@@ -165,6 +231,40 @@ mod tests {
             SequenceNumber::parse(last).unwrap(),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn parse_key_inverts_object_key() {
+        let minute = Minute::from_millis(1_795_238_823_045);
+        for prefix in ["raw/orders", ""] {
+            let layout = KeyLayout::new(prefix);
+            let key = layout.object_key(
+                minute,
+                "shardId-000000000003",
+                &range("9", "10"),
+                CompressionCodec::Gzip,
+            );
+            assert_eq!(
+                layout.parse_key(&key),
+                Ok(ParsedKey {
+                    minute,
+                    shard_id: "shardId-000000000003".to_owned(),
+                    range: range("9", "10"),
+                    codec: CompressionCodec::Gzip,
+                })
+            );
+        }
+        let layout = KeyLayout::new("raw/orders");
+        assert!(
+            layout
+                .parse_key("other/2026/11/21/05/27/s/9980-0019-00210.jsonl")
+                .is_err()
+        );
+        assert!(
+            layout
+                .parse_key("raw/orders/2026/11/21/05/27/s/notes.txt")
+                .is_err()
+        );
     }
 
     #[test]

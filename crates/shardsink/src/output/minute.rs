@@ -55,6 +55,26 @@ impl Minute {
         )
     }
 
+    /// The minute a `yyyy/MM/dd/HH/mm` path names (the inverse of
+    /// [`path`](Self::path)): exactly 4 and 2 digits, a real date and time;
+    /// `None` for anything else.
+    pub fn parse_path([year, month, day, hour, minute]: [&str; 5]) -> Option<Self> {
+        let number = |text: &str, width: usize| -> Option<u32> {
+            if text.len() == width && text.bytes().all(|b| b.is_ascii_digit()) {
+                text.parse().ok()
+            } else {
+                None
+            }
+        };
+        let date = chrono::NaiveDate::from_ymd_opt(
+            i32::try_from(number(year, 4)?).ok()?,
+            number(month, 2)?,
+            number(day, 2)?,
+        )?;
+        let time = date.and_hms_opt(number(hour, 2)?, number(minute, 2)?, 0)?;
+        Some(Self::from_datetime(time.and_utc()))
+    }
+
     /// The RFC 3339 text up to the seconds, `yyyy-MM-ddTHH:mm:`, shared by
     /// every timestamp in the minute.
     pub fn rfc3339_prefix(self) -> String {

@@ -32,6 +32,7 @@ use tracing::error;
 
 use crate::aws::{ObjectStore, S3Error, StartingPosition};
 use crate::ops::metrics::Metrics;
+use crate::output::key::KeyLayout;
 
 /// The folder of gap markers under the prefix.
 pub const MARKER_FOLDER: &str = "_retention-gaps";
@@ -182,11 +183,7 @@ impl RetentionGap {
 /// `{prefix}/_retention-gaps/` (or `_retention-gaps/` without a prefix):
 /// where every gap marker of the archive is.
 pub fn marker_prefix(prefix: &str) -> String {
-    if prefix.is_empty() {
-        format!("{MARKER_FOLDER}/")
-    } else {
-        format!("{prefix}/{MARKER_FOLDER}/")
-    }
+    format!("{}{MARKER_FOLDER}/", KeyLayout::new(prefix).list_prefix())
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use crate::config::{
     Archive, ArchiveArgs, ConfigError, InitialPosition, StreamRef, parse_timestamp,
 };
+use crate::output::key::KeyLayout;
 
 /// Audits the archive of one stream: lists every object under the prefix,
 /// checks that no two objects of a shard share a sequence number, optionally
@@ -106,11 +107,7 @@ impl Plan {
                 "only with --stream (it says where the gap check starts reading)",
             ));
         }
-        let list_prefix = if prefix.is_empty() {
-            String::new()
-        } else {
-            format!("{prefix}/")
-        };
+        let list_prefix = KeyLayout::new(prefix.clone()).list_prefix();
         Ok(Self {
             bucket,
             prefix,
@@ -142,14 +139,6 @@ fn stream_label(stream: &StreamRef) -> &str {
         StreamRef::Name(name) => name,
         StreamRef::Arn { arn, .. } => arn,
     }
-}
-
-/// `min..=max` bytes of `a-z A-Z 0-9 _ . -`: Kinesis shard ids.
-pub(super) fn is_aws_name(name: &str, min: usize, max: usize) -> bool {
-    (min..=max).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
 #[cfg(test)]

@@ -3,16 +3,14 @@
 //! sequence range, codec) or a [`ForeignKey`] (anything else: a warning).
 
 use anyhow::Context as _;
-use chrono::NaiveDate;
 use sequence_range::SequenceRange;
 
-use super::args::is_aws_name;
 use super::gap_markers::is_marker_key;
 use super::progress::Phase;
 use super::{s3_retry, s3_stopped};
 use crate::aws::ObjectStore;
 use crate::config::CompressionCodec;
-use crate::output::key::parse_object_name;
+use crate::output::key::KeyLayout;
 use crate::output::minute::Minute;
 
 /// A key that is a shardsink object.
@@ -32,53 +30,21 @@ pub(super) struct ForeignKey {
     pub(super) reason: String,
 }
 
-/// Parses `{list_prefix}{yyyy}/{MM}/{dd}/{HH}/{mm}/{shardId}/{name}`.
+/// Parses a key under `list_prefix` with the daemon's own key layout
+/// ([`KeyLayout::parse_key`]).
 ///
 /// # Errors
 /// Why the key is foreign.
 fn parse_archived_key(list_prefix: &str, key: &str) -> Result<ArchivedKey, String> {
-    let rest = key
-        .strip_prefix(list_prefix)
-        .ok_or_else(|| format!("not under {list_prefix:?}"))?;
-    let segments: Vec<&str> = rest.split('/').collect();
-    let [year, month, day, hour, minute, shard_id, name] = segments[..] else {
-        return Err(format!(
-            "{} path segments after the prefix, not yyyy/MM/dd/HH/mm/shardId/name",
-            segments.len()
-        ));
-    };
-    let minute = parse_minute([year, month, day, hour, minute])
-        .ok_or_else(|| format!("{year}/{month}/{day}/{hour}/{minute} is not a UTC minute"))?;
-    if !is_aws_name(shard_id, 1, 128) {
-        return Err(format!("{shard_id:?} is not a shard id"));
-    }
-    let parsed = parse_object_name(name).map_err(|err| err.to_string())?;
+    let layout = KeyLayout::new(list_prefix.trim_end_matches('/'));
+    let parsed = layout.parse_key(key)?;
     Ok(ArchivedKey {
         key: key.to_owned(),
-        minute,
-        shard_id: shard_id.to_owned(),
+        minute: parsed.minute,
+        shard_id: parsed.shard_id,
         range: parsed.range,
         codec: parsed.codec,
     })
-}
-
-/// `yyyy/MM/dd/HH/mm` path segments as a minute: exactly 4 and 2 digits,
-/// a real date and time.
-fn parse_minute([year, month, day, hour, minute]: [&str; 5]) -> Option<Minute> {
-    let number = |text: &str, width: usize| -> Option<u32> {
-        if text.len() == width && text.bytes().all(|b| b.is_ascii_digit()) {
-            text.parse().ok()
-        } else {
-            None
-        }
-    };
-    let date = NaiveDate::from_ymd_opt(
-        i32::try_from(number(year, 4)?).ok()?,
-        number(month, 2)?,
-        number(day, 2)?,
-    )?;
-    let time = date.and_hms_opt(number(hour, 2)?, number(minute, 2)?, 0)?;
-    Some(Minute::from_datetime(time.and_utc()))
 }
 
 /// A listing, split.
