@@ -20,7 +20,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use tracing::debug;
 
 use crate::lease::{attr, millis, number, pending_batch_attributes};
-use crate::table::error_code;
+use crate::retry::error_code;
 use crate::{
     Checkpoint, Condition, Expressions, Lease, LeaseError, LeaseTable, PendingBatch, Update,
     WriteToken,

@@ -1,62 +1,46 @@
-//! Which AWS errors are worth retrying: one function for every service
-//! shardsink calls (DynamoDB here; Kinesis and S3 in the daemon).
+//! Which DynamoDB errors are worth retrying, and the part of that answer
+//! every AWS service shares ([`is_transport_or_server_failure`]). The daemon
+//! classifies its own Kinesis and S3 errors on top of the shared part.
 
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
-/// Error codes that mean "try again later" in the services shardsink calls.
-///
-/// Sources: the error lists of the DynamoDB API reference ("Common Errors" and
-/// each operation's errors), the Kinesis API reference (`GetRecords`,
-/// `GetShardIterator`, `ListShards`), and the S3 API reference "List of error
-/// codes" (`SlowDown`, `InternalError`, `RequestTimeout`; 409
-/// `ConditionalRequestConflict` for concurrent conditional writes to one key).
+/// DynamoDB error codes that mean "try again later" (DynamoDB API reference,
+/// "Common Errors" and each operation's errors).
 const RETRIABLE_CODES: &[&str] = &[
-    // DynamoDB
     "ProvisionedThroughputExceededException",
     "ThrottlingException",
     "RequestLimitExceeded",
     "InternalServerError",
     "TransactionConflictException",
     "LimitExceededException",
-    // Kinesis
-    "KMSThrottlingException",
-    "InternalFailure",
-    "ServiceUnavailable",
-    // S3
-    "SlowDown",
-    "InternalError",
-    "RequestTimeout",
-    "RequestTimeTooSkewed",
-    "ConditionalRequestConflict",
-    "OperationAborted",
 ];
 
-/// Whether a failed AWS call is worth retrying after a backoff.
+/// DynamoDB error codes that mean "slow down".
+const THROTTLING_CODES: &[&str] = &[
+    "ProvisionedThroughputExceededException",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "LimitExceededException",
+];
+
+/// Whether a failed AWS call — of any service — says nothing against the
+/// request itself: a timeout, a failed connection, an unreadable response
+/// (the request may not have arrived), HTTP 5xx or 429. A retry after a
+/// backoff may succeed.
 ///
-/// True for timeouts, connection failures and unreadable responses (the
-/// request may not have arrived), HTTP 5xx and 429, and the throttling or
-/// transient codes in [`RETRIABLE_CODES`]. False for everything else — bad
-/// requests, missing resources, denied access, conditional-check failures —
-/// which the caller must handle as what it is.
-///
-/// The SDK already retries some of these itself (standard retry mode); this is
-/// for the loop around it, which keeps going with capped backoff instead of
-/// giving up, so a long throttling storm never turns into a crash loop.
-pub fn is_retriable<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) -> bool {
+/// The SDK already retries some of these itself (standard retry mode); this
+/// is for the loops around it, which keep going with capped backoff instead
+/// of giving up, so a long outage never turns into a crash loop.
+pub fn is_transport_or_server_failure<E>(err: &SdkError<E, HttpResponse>) -> bool {
     match err {
         SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
             true
         }
         SdkError::ServiceError(context) => {
             let status = context.raw().status().as_u16();
-            status >= 500
-                || status == 429
-                || context
-                    .err()
-                    .code()
-                    .is_some_and(|code| RETRIABLE_CODES.contains(&code))
+            status >= 500 || status == 429
         }
         // Construction failures are bugs or bad configuration; other variants
         // are added by the SDK over time, so default to "not retriable".
@@ -64,31 +48,30 @@ pub fn is_retriable<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) ->
     }
 }
 
-/// Error codes that mean "slow down": throttling by the service.
-const THROTTLING_CODES: &[&str] = &[
-    "ProvisionedThroughputExceededException",
-    "ThrottlingException",
-    "RequestLimitExceeded",
-    "KMSThrottlingException",
-    "LimitExceededException",
-    "SlowDown",
-];
-
-/// Whether a failed AWS call was throttled (a throttling code, HTTP 429, or
-/// S3's 503 `SlowDown`), as opposed to failing for another reason. Used to
-/// label retries in metrics.
-pub fn is_throttling<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) -> bool {
+/// The service's error code, if it sent one.
+pub fn error_code<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) -> Option<&str> {
     match err {
-        SdkError::ServiceError(context) => {
-            let status = context.raw().status().as_u16();
-            status == 429
-                || context
-                    .err()
-                    .code()
-                    .is_some_and(|code| THROTTLING_CODES.contains(&code))
-        }
-        _ => false,
+        SdkError::ServiceError(context) => context.err().code(),
+        _ => None,
     }
+}
+
+/// Whether a failed DynamoDB call is worth retrying after a backoff: a
+/// transport or server failure, or one of DynamoDB's throttling and transient
+/// codes. False for everything else — bad requests, missing tables, denied
+/// access, conditional-check failures — which the caller must handle as what
+/// it is.
+pub fn is_retriable<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) -> bool {
+    is_transport_or_server_failure(err)
+        || error_code(err).is_some_and(|code| RETRIABLE_CODES.contains(&code))
+}
+
+/// Whether DynamoDB throttled the call (a throttling code, or HTTP 429), as
+/// opposed to failing for another reason. Used to label retries in metrics.
+pub fn is_throttling<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) -> bool {
+    let too_many =
+        matches!(err, SdkError::ServiceError(context) if context.raw().status().as_u16() == 429);
+    too_many || error_code(err).is_some_and(|code| THROTTLING_CODES.contains(&code))
 }
 
 #[cfg(test)]
@@ -123,8 +106,6 @@ mod tests {
         assert!(is_retriable(&service_error(throttled, 400)));
         let unknown = UpdateItemError::generic(ErrorMetadata::builder().code("Whatever").build());
         assert!(is_retriable(&service_error(unknown, 503)));
-        let slow_down = UpdateItemError::generic(ErrorMetadata::builder().code("SlowDown").build());
-        assert!(is_retriable(&service_error(slow_down, 400)));
         let timeout: SdkError<UpdateItemError, HttpResponse> =
             SdkError::TimeoutError(TimeoutError::builder().source("slow").build());
         assert!(is_retriable(&timeout));

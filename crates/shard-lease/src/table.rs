@@ -20,7 +20,7 @@ use tracing::{debug, info, warn};
 
 use crate::heartbeat::WORKER_KEY_PREFIX;
 use crate::lease::{attr, number};
-use crate::retry::{is_retriable, is_throttling};
+use crate::retry::{error_code, is_retriable, is_throttling};
 use crate::{Condition, Expressions, Lease, LeaseError, Update, WorkerHeartbeat, WriteToken};
 
 /// How long [`LeaseTable::create_table_if_missing`] waits for a new table to
@@ -365,14 +365,6 @@ impl LeaseTable {
             throttled: false,
             source: Box::new(err),
         }
-    }
-}
-
-/// The service error code of a failed call, if the service sent one.
-pub(crate) fn error_code<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) -> Option<&str> {
-    match err {
-        SdkError::ServiceError(context) => context.err().code(),
-        _ => None,
     }
 }
 

@@ -219,14 +219,16 @@ fn take_one(counter: &AtomicUsize) -> bool {
         .is_ok()
 }
 
-fn http(status: u16, body: &str) -> HttpResponse {
+/// A raw response with `status` and `body`.
+pub fn http(status: u16, body: &str) -> HttpResponse {
     HttpResponse::new(
         StatusCode::try_from(status).unwrap(),
         SdkBody::from(body.to_owned()),
     )
 }
 
-fn s3_error(status: u16, code: &str) -> HttpResponse {
+/// An S3 XML error response.
+pub fn s3_error(status: u16, code: &str) -> HttpResponse {
     http(
         status,
         &format!(

@@ -4,14 +4,17 @@
 use std::time::Duration;
 
 use aws_sdk_kinesis::Client;
+use aws_sdk_kinesis::operation::describe_stream_summary::DescribeStreamSummaryError;
 use aws_sdk_kinesis::operation::get_records::{GetRecordsError, GetRecordsOutput};
+use aws_sdk_kinesis::operation::get_shard_iterator::GetShardIteratorError;
+use aws_sdk_kinesis::operation::list_shards::ListShardsError;
 use aws_sdk_kinesis::types::{ShardIteratorType, StreamStatus};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use chrono::{DateTime, Utc};
 use sequence_range::SequenceNumber;
-use shard_lease::retry::is_retriable;
+use shard_lease::retry::is_transport_or_server_failure;
 
 use super::BoxError;
 use crate::config::StreamRef;
@@ -35,7 +38,8 @@ pub enum KinesisError {
     /// [`is_expired_position`].
     #[error("the starting sequence number is no longer in the shard")]
     ExpiredPosition(#[source] BoxError),
-    /// Any other failure; `retriable` per [`is_retriable`].
+    /// Any other failure; `retriable` for internal failures and transport or
+    /// server failures (timeouts, 5xx, 429).
     #[error("kinesis {operation} failed")]
     Other {
         /// The API operation.
@@ -60,24 +64,105 @@ impl KinesisError {
 
     fn from_sdk<E>(operation: &'static str, err: SdkError<E, HttpResponse>) -> Self
     where
-        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+        E: Modeled + ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
-        let (code, message) = match &err {
-            SdkError::ServiceError(context) => (context.err().code(), context.err().message()),
-            _ => (None, None),
-        };
-        if operation == "GetShardIterator" && is_expired_position(code, message) {
-            return Self::ExpiredPosition(Box::new(err));
-        }
-        match code {
-            Some("ExpiredIteratorException") => Self::ExpiredIterator,
-            Some("ProvisionedThroughputExceededException") => Self::Throttled(Box::new(err)),
-            Some("ResourceNotFoundException") => Self::NotFound(Box::new(err)),
-            _ => Self::Other {
+        match err.as_service_error().map(Modeled::kind) {
+            Some(Kind::ExpiredIterator) => Self::ExpiredIterator,
+            Some(Kind::Throttled) => Self::Throttled(Box::new(err)),
+            Some(Kind::NotFound) => Self::NotFound(Box::new(err)),
+            Some(Kind::InvalidArgument)
+                if operation == "GetShardIterator"
+                    && is_expired_position(
+                        Some("InvalidArgumentException"),
+                        err.as_service_error()
+                            .and_then(ProvideErrorMetadata::message),
+                    ) =>
+            {
+                Self::ExpiredPosition(Box::new(err))
+            }
+            Some(Kind::InternalFailure) => Self::Other {
                 operation,
-                retriable: is_retriable(&err),
+                retriable: true,
                 source: Box::new(err),
             },
+            _ => Self::Other {
+                operation,
+                retriable: is_transport_or_server_failure(&err),
+                source: Box::new(err),
+            },
+        }
+    }
+}
+
+/// What a Kinesis operation's modeled error is, for [`KinesisError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// `ExpiredIteratorException`.
+    ExpiredIterator,
+    /// `ProvisionedThroughputExceededException`, `KMSThrottlingException`,
+    /// `LimitExceededException`.
+    Throttled,
+    /// `ResourceNotFoundException`.
+    NotFound,
+    /// `InvalidArgumentException`.
+    InvalidArgument,
+    /// `InternalFailureException`.
+    InternalFailure,
+    /// Anything else (access denied, KMS, …).
+    Other,
+}
+
+/// The errors each Kinesis operation models (Kinesis API reference, each
+/// operation's "Errors"), matched as typed variants.
+trait Modeled {
+    fn kind(&self) -> Kind;
+}
+
+impl Modeled for GetRecordsError {
+    fn kind(&self) -> Kind {
+        match self {
+            Self::ExpiredIteratorException(_) => Kind::ExpiredIterator,
+            Self::ProvisionedThroughputExceededException(_) | Self::KmsThrottlingException(_) => {
+                Kind::Throttled
+            }
+            Self::ResourceNotFoundException(_) => Kind::NotFound,
+            Self::InvalidArgumentException(_) => Kind::InvalidArgument,
+            Self::InternalFailureException(_) => Kind::InternalFailure,
+            _ => Kind::Other,
+        }
+    }
+}
+
+impl Modeled for GetShardIteratorError {
+    fn kind(&self) -> Kind {
+        match self {
+            Self::ProvisionedThroughputExceededException(_) => Kind::Throttled,
+            Self::ResourceNotFoundException(_) => Kind::NotFound,
+            Self::InvalidArgumentException(_) => Kind::InvalidArgument,
+            Self::InternalFailureException(_) => Kind::InternalFailure,
+            _ => Kind::Other,
+        }
+    }
+}
+
+impl Modeled for ListShardsError {
+    fn kind(&self) -> Kind {
+        match self {
+            Self::LimitExceededException(_) => Kind::Throttled,
+            Self::ResourceNotFoundException(_) => Kind::NotFound,
+            Self::InvalidArgumentException(_) => Kind::InvalidArgument,
+            _ => Kind::Other,
+        }
+    }
+}
+
+impl Modeled for DescribeStreamSummaryError {
+    fn kind(&self) -> Kind {
+        match self {
+            Self::LimitExceededException(_) => Kind::Throttled,
+            Self::ResourceNotFoundException(_) => Kind::NotFound,
+            Self::InvalidArgumentException(_) => Kind::InvalidArgument,
+            _ => Kind::Other,
         }
     }
 }
@@ -348,6 +433,80 @@ mod tests {
             Some("StartingSequenceNumber has expired")
         ));
         assert!(!is_expired_position(invalid, None));
+    }
+
+    fn kinesis_answering(status: u16, error_type: &str, message: &str) -> Kinesis {
+        let body = format!(r#"{{"__type":"{error_type}","message":"{message}"}}"#);
+        let records = mock!(Client::get_records)
+            .then_http_response(move || crate::fake_aws::http(status, &body));
+        let body = format!(r#"{{"__type":"{error_type}","message":"{message}"}}"#);
+        let iterator = mock!(Client::get_shard_iterator)
+            .then_http_response(move || crate::fake_aws::http(status, &body));
+        let client = mock_client!(
+            aws_sdk_kinesis,
+            RuleMode::MatchAny,
+            [&records, &iterator],
+            |c| c.retry_config(aws_smithy_types::retry::RetryConfig::disabled())
+        );
+        Kinesis::new(client, StreamRef::Name("orders".to_owned()))
+    }
+
+    #[tokio::test]
+    async fn modeled_errors_become_typed_kinesis_errors() {
+        let expired = kinesis_answering(400, "ExpiredIteratorException", "Iterator expired");
+        let err = expired.get_records("it", 10).await.unwrap_err();
+        assert!(matches!(err, KinesisError::ExpiredIterator), "{err:?}");
+
+        let throttled = kinesis_answering(
+            400,
+            "ProvisionedThroughputExceededException",
+            "Rate exceeded for shard",
+        );
+        let err = throttled.get_records("it", 10).await.unwrap_err();
+        assert!(matches!(err, KinesisError::Throttled(_)), "{err:?}");
+        assert!(err.is_retriable());
+
+        let internal = kinesis_answering(400, "InternalFailureException", "oops");
+        let err = internal.get_records("it", 10).await.unwrap_err();
+        assert!(err.is_retriable(), "{err:?}");
+
+        let denied = kinesis_answering(400, "AccessDeniedException", "no");
+        let err = denied.get_records("it", 10).await.unwrap_err();
+        assert!(!err.is_retriable(), "{err:?}");
+
+        let unavailable = kinesis_answering(503, "ServiceUnavailable", "busy");
+        let err = unavailable.get_records("it", 10).await.unwrap_err();
+        assert!(err.is_retriable(), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn only_get_shard_iterator_reports_an_expired_position() {
+        let position = StartingPosition::AfterSequenceNumber(
+            SequenceNumber::parse("49590338271490256608559692538361571095921575989136588898")
+                .unwrap(),
+        );
+        let trimmed = kinesis_answering(
+            400,
+            "InvalidArgumentException",
+            "StartingSequenceNumber 4959 used in GetShardIterator on shard shardId-000000000000 in stream orders under account 1 is invalid because it is past the trim horizon.",
+        );
+        let err = trimmed
+            .get_shard_iterator("shardId-000000000000", &position)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, KinesisError::ExpiredPosition(_)), "{err:?}");
+        assert!(!err.is_retriable());
+        let err = trimmed.get_records("it", 10).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                KinesisError::Other {
+                    retriable: false,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
     }
 
     #[tokio::test]

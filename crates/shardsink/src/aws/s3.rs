@@ -7,10 +7,23 @@ use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use bytes::Bytes;
-use shard_lease::retry::{is_retriable, is_throttling};
+use shard_lease::retry::{error_code, is_transport_or_server_failure};
 
 use super::BoxError;
 use super::clients::s3_put_timeouts;
+
+/// S3 error codes that mean "try again later" (S3 API reference, "List of
+/// error codes": `SlowDown`, `InternalError`, `RequestTimeout`, …; 409
+/// `ConditionalRequestConflict` for concurrent conditional writes to one
+/// key).
+const RETRIABLE_CODES: &[&str] = &[
+    "SlowDown",
+    "InternalError",
+    "RequestTimeout",
+    "RequestTimeTooSkewed",
+    "ConditionalRequestConflict",
+    "OperationAborted",
+];
 
 /// An S3 call that failed.
 #[derive(Debug, thiserror::Error)]
@@ -21,7 +34,8 @@ pub enum S3Error {
         /// The bucket.
         bucket: String,
     },
-    /// Any other failure; `retriable` per [`is_retriable`].
+    /// Any other failure; `retriable` for [`RETRIABLE_CODES`] and transport
+    /// or server failures, `throttled` for `SlowDown` (503) and 429.
     #[error("s3 {operation} failed for s3://{bucket}/{key}")]
     Other {
         /// The API operation.
@@ -230,10 +244,7 @@ impl ObjectStore {
     where
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
-        let code = match &err {
-            SdkError::ServiceError(context) => context.err().code(),
-            _ => None,
-        };
+        let code = error_code(&err);
         if code == Some("NoSuchBucket")
             || (operation == "HeadBucket" && http_status(&err) == Some(404))
         {
@@ -245,8 +256,9 @@ impl ObjectStore {
             operation,
             bucket: self.bucket.clone(),
             key: key.to_owned(),
-            retriable: is_retriable(&err),
-            throttled: is_throttling(&err) || http_status(&err) == Some(503),
+            retriable: is_transport_or_server_failure(&err)
+                || code.is_some_and(|code| RETRIABLE_CODES.contains(&code)),
+            throttled: code == Some("SlowDown") || matches!(http_status(&err), Some(429 | 503)),
             source: Box::new(err),
         }
     }
@@ -257,5 +269,79 @@ fn http_status<E>(err: &SdkError<E, HttpResponse>) -> Option<u16> {
     match err {
         SdkError::ServiceError(context) => Some(context.raw().status().as_u16()),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_smithy_mocks::{RuleMode, mock, mock_client};
+
+    use super::*;
+    use crate::fake_aws::s3_error;
+
+    fn store_answering(status: u16, code: &'static str) -> ObjectStore {
+        let put = mock!(Client::put_object).then_http_response(move || s3_error(status, code));
+        let client = mock_client!(aws_sdk_s3, RuleMode::MatchAny, [&put], |c| c
+            .retry_config(aws_smithy_types::retry::RetryConfig::disabled()));
+        ObjectStore::new(client, "archive")
+    }
+
+    async fn put_error(status: u16, code: &'static str) -> S3Error {
+        store_answering(status, code)
+            .put_if_absent("k", Bytes::from_static(b"x"), "text/plain")
+            .await
+            .unwrap_err()
+    }
+
+    #[tokio::test]
+    async fn transient_s3_codes_are_retriable_whatever_their_status() {
+        // Client-side statuses with codes that mean "try again".
+        for (status, code) in [
+            (400, "RequestTimeout"),
+            (403, "RequestTimeTooSkewed"),
+            (409, "ConditionalRequestConflict"),
+            (409, "OperationAborted"),
+        ] {
+            let err = put_error(status, code).await;
+            assert!(err.is_retriable(), "{code}: {err:?}");
+            assert!(
+                matches!(
+                    err,
+                    S3Error::Other {
+                        throttled: false,
+                        ..
+                    }
+                ),
+                "{code}: {err:?}"
+            );
+        }
+        let slow_down = put_error(503, "SlowDown").await;
+        assert!(slow_down.is_retriable());
+        assert!(matches!(
+            slow_down,
+            S3Error::Other {
+                throttled: true,
+                ..
+            }
+        ));
+    }
+
+    #[tokio::test]
+    async fn refusals_are_not_retriable_and_a_missing_bucket_is_named() {
+        for (status, code) in [(403, "AccessDenied"), (400, "InvalidArgument")] {
+            let err = put_error(status, code).await;
+            assert!(!err.is_retriable(), "{code}: {err:?}");
+        }
+        let missing = put_error(404, "NoSuchBucket").await;
+        assert!(matches!(missing, S3Error::NoSuchBucket { ref bucket } if bucket == "archive"));
+    }
+
+    #[tokio::test]
+    async fn an_existing_key_is_an_outcome_not_an_error() {
+        let outcome = store_answering(412, "PreconditionFailed")
+            .put_if_absent("k", Bytes::from_static(b"x"), "text/plain")
+            .await
+            .unwrap();
+        assert_eq!(outcome, PutOutcome::AlreadyExists);
     }
 }
