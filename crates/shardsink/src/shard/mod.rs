@@ -2,6 +2,8 @@
 //!
 //! - `task`: [`ShardTask`](task::ShardTask), the loop from GetRecords to written batches for
 //!   as long as the lease is held;
+//! - `context`: [`ShardContext`](context::ShardContext), what every task shares, and
+//!   [`ShardExit`](context::ShardExit), how a task ends;
 //! - `error`: [`ShardError`](error::ShardError), how a shard task stops;
 //! - `dedup`: [`Dedup`](dedup::Dedup), skipping records already in S3 after a start;
 //! - `replay`: [`Replay`](replay::Replay), the pending batch rebuilt record
@@ -12,6 +14,7 @@
 //! - `memory`: [`MemoryBudget`](memory::MemoryBudget), the records the whole process holds, against
 //!   `--buffer-memory-limit`.
 
+pub(crate) mod context;
 pub(crate) mod dedup;
 pub(crate) mod error;
 pub(crate) mod frontier;

@@ -15,30 +15,29 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-use shard_lease::{Checkpoint, HeldLease, Lease};
+use chrono::Utc;
+use shard_lease::{Checkpoint, HeldLease};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::aws::backoff::Backoff;
 use crate::aws::retry::{Classify, Failure, Retry, Stopped};
-use crate::aws::{Kinesis, KinesisError, ObjectStore, S3Error, ShardInfo, StartingPosition};
+use crate::aws::{KinesisError, S3Error, ShardInfo};
 use crate::commit::writer::BatchWriter;
 use crate::ops::log::error_chain;
-use crate::ops::metrics::Metrics;
-use crate::output::batch::{Batch, BufferLimits, FlushReason};
-use crate::output::compression::Compression;
-use crate::output::key::KeyLayout;
+use crate::output::batch::{Batch, FlushReason};
 use crate::read::reader::ShardReader;
 use crate::read::record::ShardRecord;
-use crate::read::retention::RetentionGap;
+use crate::shard::context::{ShardContext, ShardExit};
 use crate::shard::dedup::Dedup;
 use crate::shard::error::ShardError;
 use crate::shard::frontier::Frontier;
-use crate::shard::memory::{MemoryBudget, Reservation};
+use crate::shard::memory::Reservation;
 use crate::shard::progress::Progress;
 use crate::shard::replay::{Replay, Step};
+
+mod retention;
 
 /// Kinesis allows 5 GetRecords calls a second per shard (GetRecords API
 /// reference); a busy shard is read at most this often.
@@ -48,46 +47,6 @@ const MIN_READ_INTERVAL: Duration = Duration::from_millis(200);
 /// local clock: slack for clock skew between this host and Kinesis. A record
 /// of the minute that still arrives later only makes one more object.
 const MINUTE_CLOSE_GRACE: Duration = Duration::from_secs(2);
-
-/// What every shard task shares.
-#[derive(Debug)]
-pub struct ShardContext {
-    /// The stream.
-    pub kinesis: Kinesis,
-    /// The bucket.
-    pub store: ObjectStore,
-    /// Key layout under the prefix.
-    pub layout: KeyLayout,
-    /// Codec and level for new batches.
-    pub compression: Compression,
-    /// Buffering hints.
-    pub limits: BufferLimits,
-    /// Process-wide buffer budget.
-    pub budget: Arc<MemoryBudget>,
-    /// Process-wide metrics.
-    pub metrics: Arc<Metrics>,
-    /// Start time for `AT_TIMESTAMP`.
-    pub initial_timestamp: Option<DateTime<Utc>>,
-    /// Wait between reads of a caught-up shard.
-    pub idle_time_between_reads: Duration,
-    /// GetRecords `Limit`.
-    pub max_records_per_read: i32,
-    /// `--failover-time`: bounds how long a write may outlive the lease's
-    /// last confirmation.
-    pub failover_time: Duration,
-}
-
-/// How a shard task ended, when it did not fail.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ShardExit {
-    /// The shard is closed and every record is in S3; checkpoint `SHARD_END`.
-    /// Carries the `ChildShards` GetRecords reported, if any.
-    ShardEnd(Vec<ShardInfo>),
-    /// The lease was lost; nothing more was written.
-    LeaseLost,
-    /// Shutdown requested; the buffer was written and checkpointed.
-    Shutdown,
-}
 
 /// One shard's reading and writing, for as long as the lease is held.
 #[derive(Debug)]
@@ -151,7 +110,7 @@ impl ShardTask {
             return Ok(ShardExit::ShardEnd(Vec::new()));
         }
         self.frontier = Frontier::new(lease.checkpoint.clone());
-        let start = self.start_position(&lease);
+        let start = self.ctx.start_position(&lease);
         info!(checkpoint = %lease.checkpoint, start = ?start, pending_batch = ?lease.pending_batch.as_ref().map(|p| &p.key), "shard started");
         let lost = self.lease.lost().clone();
         if let Some(pending) = lease.pending_batch {
@@ -225,27 +184,7 @@ impl ShardTask {
                     {
                         return self.finish_shard_gone(reader.position()).await;
                     }
-                    let delay = match err.classify() {
-                        Failure::Transient(cause) => {
-                            self.ctx.metrics.retry(cause);
-                            let delay = transient.next_delay();
-                            warn!(error = %error_chain(&err), ?delay, "read failed; retrying");
-                            delay
-                        }
-                        Failure::Persistent(cause) => {
-                            self.ctx.metrics.retry(cause);
-                            let delay = persistent.next_delay();
-                            error!(error = %error_chain(&err), ?delay, "read failed; retrying until it is fixed");
-                            delay
-                        }
-                        // Nothing a shard's read returns is final: keep
-                        // trying slowly, loudly.
-                        Failure::Final => {
-                            let delay = persistent.next_delay();
-                            error!(error = %error_chain(&err), ?delay, "read failed; retrying");
-                            delay
-                        }
-                    };
+                    let delay = self.read_failed(&err, &mut transient, &mut persistent);
                     // Buffers still age while reads fail.
                     self.flush_if_due(false).await?;
                     delay
@@ -259,6 +198,36 @@ impl ShardTask {
                 () = shutdown.cancelled() => return self.finish_shutdown().await,
                 () = lost.cancelled() => return Ok(ShardExit::LeaseLost),
                 () = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+
+    /// Counts and logs a failed read; how long to wait before the next.
+    /// Nothing a shard's read returns is final: the task keeps trying,
+    /// slowly and loudly, until the failure is fixed or the lease is lost.
+    fn read_failed(
+        &self,
+        err: &KinesisError,
+        transient: &mut Backoff,
+        persistent: &mut Backoff,
+    ) -> Duration {
+        match err.classify() {
+            Failure::Transient(cause) => {
+                self.ctx.metrics.retry(cause);
+                let delay = transient.next_delay();
+                warn!(error = %error_chain(err), ?delay, "read failed; retrying");
+                delay
+            }
+            Failure::Persistent(cause) => {
+                self.ctx.metrics.retry(cause);
+                let delay = persistent.next_delay();
+                error!(error = %error_chain(err), ?delay, "read failed; retrying until it is fixed");
+                delay
+            }
+            Failure::Final => {
+                let delay = persistent.next_delay();
+                error!(error = %error_chain(err), ?delay, "read failed; retrying");
+                delay
             }
         }
     }
@@ -298,95 +267,10 @@ impl ShardTask {
         }
     }
 
-    /// Where reading starts: the pending batch's first record, after the
-    /// checkpoint, or the initial position.
-    fn start_position(&self, lease: &Lease) -> StartingPosition {
-        if let Some(pending) = &lease.pending_batch {
-            return StartingPosition::AtSequenceNumber(pending.first.clone());
-        }
-        match &lease.checkpoint {
-            Checkpoint::SequenceNumber(n) => StartingPosition::AfterSequenceNumber(n.clone()),
-            Checkpoint::TrimHorizon | Checkpoint::ShardEnd => StartingPosition::TrimHorizon,
-            Checkpoint::Latest => StartingPosition::Latest,
-            Checkpoint::AtTimestamp => {
-                // The row's own start time (shardsink writes it); else the
-                // setting, for rows written without it.
-                let stored = lease
-                    .initial_timestamp
-                    .as_deref()
-                    .and_then(|text| DateTime::parse_from_rfc3339(text).ok())
-                    .map(|time| time.with_timezone(&Utc));
-                match stored.or(self.ctx.initial_timestamp) {
-                    Some(time) => StartingPosition::AtTimestamp(time),
-                    None => {
-                        warn!(
-                            "lease says AT_TIMESTAMP without a time and no --initial-timestamp is set; starting at TRIM_HORIZON"
-                        );
-                        StartingPosition::TrimHorizon
-                    }
-                }
-            }
-        }
-    }
-
     fn lease_lost(&self) -> ShardError {
         ShardError::LeaseLost {
             shard_id: self.shard_id.clone(),
         }
-    }
-
-    /// An S3 retry loop that stops when the lease is lost (the next owner
-    /// does the work).
-    fn s3_retry(&self, what: &'static str) -> Retry<'_, S3Error> {
-        Retry::new(what)
-            .metrics(&self.ctx.metrics)
-            .until(self.lease.lost())
-    }
-
-    /// Records of this shard expired unread ([`RetentionGap`]): the gap is
-    /// reported (marker, error log, counter) before anything is written past
-    /// it, and dedup goes on — records after the gap may be in S3 already
-    /// (a pending batch whose first records expired, say).
-    async fn on_retention_gap(&mut self, gap: RetentionGap) -> Result<(), ShardError> {
-        let (checkpoint, ctx) = (self.frontier.checkpoint(), &self.ctx);
-        self.s3_retry("write the retention gap marker")
-            .run(|| gap.report(checkpoint, &ctx.store, ctx.layout.prefix(), &ctx.metrics))
-            .await
-            .map_err(|_| self.lease_lost())?;
-        self.dedup = Dedup::enabled();
-        Ok(())
-    }
-
-    /// Whether the stream exists and no longer lists this shard: it was
-    /// closed and then trimmed past the stream's retention. `false` when
-    /// ListShards fails (the stream is gone, or unreachable): the caller
-    /// retries.
-    async fn has_left_the_stream(&self) -> bool {
-        match self.ctx.kinesis.list_shards().await {
-            Ok(shards) => !shards.iter().any(|shard| shard.shard_id == self.shard_id),
-            Err(err) => {
-                warn!(error = %error_chain(&err), "cannot list the stream's shards");
-                false
-            }
-        }
-    }
-
-    /// The shard has left the stream while leased: every record after
-    /// `position` is gone. Reports the gap, writes what is buffered and
-    /// ends the shard as at `SHARD_END`, so its lease is released and
-    /// deleted and its children can start.
-    async fn finish_shard_gone(
-        mut self,
-        position: StartingPosition,
-    ) -> Result<ShardExit, ShardError> {
-        let gap = RetentionGap {
-            shard_id: self.shard_id.clone(),
-            expired: position,
-            first_retained: None,
-            shard_left_stream: true,
-        };
-        self.on_retention_gap(gap).await?;
-        self.finish_shard_end(Vec::new()).await
     }
 
     async fn on_record(&mut self, record: ShardRecord) -> Result<(), ShardError> {
@@ -464,9 +348,7 @@ impl ShardTask {
         if !self.dedup.is_enabled() {
             return Ok(false);
         }
-        let retry = Retry::new("dedup listing")
-            .metrics(&self.ctx.metrics)
-            .until(self.lease.lost());
+        let retry = s3_retry(&self.ctx, &self.lease, "dedup listing");
         self.dedup
             .is_written(
                 &self.ctx.store,
@@ -589,19 +471,34 @@ impl ShardTask {
     }
 }
 
+/// An S3 retry loop that counts its retries and stops when `lease` is lost
+/// (the next owner does the work).
+fn s3_retry<'a>(
+    ctx: &'a ShardContext,
+    lease: &'a HeldLease,
+    what: &'static str,
+) -> Retry<'a, S3Error> {
+    Retry::new(what).metrics(&ctx.metrics).until(lease.lost())
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::Ordering;
 
     use bytes::Bytes;
-    use shard_lease::{LeaseTable, PendingBatch};
-
     use sequence_range::SequenceNumber;
+    use shard_lease::{Lease, LeaseTable, PendingBatch};
 
     use super::*;
+    use crate::aws::{Kinesis, ObjectStore};
     use crate::config::CompressionCodec;
     use crate::fake_aws::{self, FakeBucket, FakeShard, FakeStream, FakeTable};
+    use crate::ops::metrics::Metrics;
+    use crate::output::batch::BufferLimits;
+    use crate::output::compression::Compression;
+    use crate::output::key::KeyLayout;
     use crate::output::key::object_name;
+    use crate::shard::memory::MemoryBudget;
 
     const SHARD: &str = "shardId-000000000000";
     /// 2020-01-01T00:00:00Z: a minute long over.

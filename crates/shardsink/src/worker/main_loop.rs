@@ -20,9 +20,9 @@ use crate::ops::metrics::Metrics;
 use crate::output::batch::BufferLimits;
 use crate::output::compression::Compression;
 use crate::output::key::KeyLayout;
+use crate::shard::context::{ShardContext, ShardExit};
 use crate::shard::error::ShardError;
 use crate::shard::memory::MemoryBudget;
-use crate::shard::task::{ShardContext, ShardExit};
 
 /// What a shard task returns: its shard id and how it ended.
 pub(super) type TaskOutput = (String, Result<ShardExit, ShardError>);

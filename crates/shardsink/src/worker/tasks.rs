@@ -16,8 +16,9 @@ use crate::aws::ShardInfo;
 use crate::aws::backoff::Backoff;
 use crate::aws::retry::{Retry, Stopped};
 use crate::ops::log::error_chain;
+use crate::shard::context::ShardExit;
 use crate::shard::error::ShardError;
-use crate::shard::task::{ShardExit, ShardTask};
+use crate::shard::task::ShardTask;
 
 impl Worker {
     pub(super) fn start_shard(

@@ -1,0 +1,89 @@
+//! What every shard task shares ([`ShardContext`]) and how a task ends
+//! ([`ShardExit`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use shard_lease::{Checkpoint, Lease};
+use tracing::warn;
+
+use crate::aws::{Kinesis, ObjectStore, ShardInfo, StartingPosition};
+use crate::ops::metrics::Metrics;
+use crate::output::batch::BufferLimits;
+use crate::output::compression::Compression;
+use crate::output::key::KeyLayout;
+use crate::shard::memory::MemoryBudget;
+
+/// What every shard task shares.
+#[derive(Debug)]
+pub struct ShardContext {
+    /// The stream.
+    pub kinesis: Kinesis,
+    /// The bucket.
+    pub store: ObjectStore,
+    /// Key layout under the prefix.
+    pub layout: KeyLayout,
+    /// Codec and level for new batches.
+    pub compression: Compression,
+    /// Buffering hints.
+    pub limits: BufferLimits,
+    /// Process-wide buffer budget.
+    pub budget: Arc<MemoryBudget>,
+    /// Process-wide metrics.
+    pub metrics: Arc<Metrics>,
+    /// Start time for `AT_TIMESTAMP`.
+    pub initial_timestamp: Option<DateTime<Utc>>,
+    /// Wait between reads of a caught-up shard.
+    pub idle_time_between_reads: Duration,
+    /// GetRecords `Limit`.
+    pub max_records_per_read: i32,
+    /// `--failover-time`: bounds how long a write may outlive the lease's
+    /// last confirmation.
+    pub failover_time: Duration,
+}
+
+/// How a shard task ended, when it did not fail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShardExit {
+    /// The shard is closed and every record is in S3; checkpoint `SHARD_END`.
+    /// Carries the `ChildShards` GetRecords reported, if any.
+    ShardEnd(Vec<ShardInfo>),
+    /// The lease was lost; nothing more was written.
+    LeaseLost,
+    /// Shutdown requested; the buffer was written and checkpointed.
+    Shutdown,
+}
+
+impl ShardContext {
+    /// Where reading starts: the pending batch's first record, after the
+    /// checkpoint, or the initial position.
+    pub fn start_position(&self, lease: &Lease) -> StartingPosition {
+        if let Some(pending) = &lease.pending_batch {
+            return StartingPosition::AtSequenceNumber(pending.first.clone());
+        }
+        match &lease.checkpoint {
+            Checkpoint::SequenceNumber(n) => StartingPosition::AfterSequenceNumber(n.clone()),
+            Checkpoint::TrimHorizon | Checkpoint::ShardEnd => StartingPosition::TrimHorizon,
+            Checkpoint::Latest => StartingPosition::Latest,
+            Checkpoint::AtTimestamp => {
+                // The row's own start time (shardsink writes it); else the
+                // setting, for rows written without it.
+                let stored = lease
+                    .initial_timestamp
+                    .as_deref()
+                    .and_then(|text| DateTime::parse_from_rfc3339(text).ok())
+                    .map(|time| time.with_timezone(&Utc));
+                match stored.or(self.initial_timestamp) {
+                    Some(time) => StartingPosition::AtTimestamp(time),
+                    None => {
+                        warn!(
+                            "lease says AT_TIMESTAMP without a time and no --initial-timestamp is set; starting at TRIM_HORIZON"
+                        );
+                        StartingPosition::TrimHorizon
+                    }
+                }
+            }
+        }
+    }
+}
