@@ -4,23 +4,44 @@
 //!
 //! # Layout
 //! - [`env`](mod@env): [`TestEnv`] (clients from the `AWS_ENDPOINT_URL_*` variables),
-//!   [`unique_name`], the skip rule ([`require_env!`]) and seeds.
+//!   [`unique_name`], the skip rule ([`require_env!`]) and repeatable random
+//!   choices ([`env::seed`]).
 //! - [`fixtures`]: streams, buckets (optionally versioned), the lease table
 //!   (read rows, delete, empty).
 //! - [`producer`]: `PutRecords` with per-entry retries, the record
 //!   generators, the [`BackgroundProducer`], KPL-aggregated records;
 //!   [`kpl`] builds aggregates independently of the daemon's code.
 //! - [`daemon`]: starting the binary with [`Settings`], signals, logs.
-//! - [`archive`]: listing, fetching, decompressing and strictly parsing the
-//!   objects and their keys; [`seq`]: sequence numbers and key encodings,
-//!   written independently of the `sequence-range` crate.
+//! - [`archive`]: what the daemon wrote, one concept per module: plain S3
+//!   object calls ([`objects`](archive::objects)), object versions and
+//!   overwritten keys ([`versions`](archive::versions)), keys
+//!   ([`key`](archive::key)), [`compression`](archive::compression), arrival
+//!   timestamps ([`timestamp`](archive::timestamp)), JSON lines
+//!   ([`line`](archive::line)), one object checked against its key
+//!   ([`decode`](archive::decode)), the [`Archive`] snapshot
+//!   ([`snapshot`](archive::snapshot)) and the caching [`ArchiveReader`]
+//!   ([`reader`](archive::reader)).
+//! - [`seq`]: sequence numbers and key encodings, written independently of
+//!   the `sequence-range` crate.
 //! - [`stream`]: the ground truth, every record read back from the stream.
 //! - [`check`]: the exactly-once [`Report`], arrival times, checkpoints.
-//! - [`wait`]: polling ([`wait_until`]); [`scenario`]: the common test flow.
+//! - [`wait`]: polling ([`wait_until`], [`wait_for`](wait::wait_for)).
+//! - [`scenario`]: the common test flow: [`Scenario::create`], then
+//!   [`Scenario::finish`] (wait for the archive, stop the daemons, check
+//!   exactly once and nothing overwritten); its resources go when it is
+//!   dropped.
+//! - [`cleanup`]: deleting a scenario's stream, bucket (every version) and
+//!   lease table, explicitly or on `Drop` (also on panic) from a thread with
+//!   its own runtime.
 //!
-//! Data flows: generators → [`producer`] → `Vec<ProducedRecord>` (expected);
-//! daemon → S3 → [`archive`] → [`Archive`] (actual); [`check::exactly_once`]
-//! compares the two, [`stream::read_stream`] adds the arrival times.
+//! Data flows: generators → [`producer`] → Kinesis and
+//! `Vec<ProducedRecord>` (expected); Kinesis → daemon → S3 and the lease
+//! table; S3 → [`archive`] (list → get → decompress → decode) →
+//! [`Archive`] (actual); [`check::exactly_once`] compares the two,
+//! [`stream::read_stream`] adds the arrival times, the lease rows
+//! ([`fixtures::read_lease_rows`]) the checkpoints; [`Scenario::finish`]
+//! runs these checks at the end of a run, and [`cleanup`] removes the
+//! resources.
 //!
 //! # Running
 //! ```text
@@ -39,6 +60,8 @@
 //! - `SHARDSINK_E2E_REQUIRED=1`: no servers is a failure, not a skip;
 //! - `SHARDSINK_E2E_SEED`: repeat a run's random choices (printed by each test);
 //! - `SHARDSINK_E2E_TIMEOUT_SCALE`: multiply every timeout (slow machines);
+//! - `SHARDSINK_E2E_KEEP_RESOURCES=1`: keep each test's stream, bucket and
+//!   lease table instead of deleting them (to inspect them);
 //! - `SHARDSINK_LOG` / `RUST_LOG`: the daemon's log filter.
 //!
 //! Daemon logs go to `<target>/e2e-logs/<stream>/daemon-NN.log`; a failing
@@ -49,6 +72,7 @@
 
 pub mod archive;
 pub mod check;
+pub mod cleanup;
 pub mod daemon;
 pub mod env;
 pub mod fixtures;
@@ -65,7 +89,5 @@ pub use daemon::{Daemon, Settings};
 pub use env::{TestEnv, unique_name};
 pub use fixtures::{LeaseRow, Versioning};
 pub use producer::{BackgroundProducer, ProducedRecord, RecordSpec};
-pub use scenario::{
-    Scenario, archive_then_stop, archive_then_stop_all, stop_gracefully, wait_for_archive,
-};
+pub use scenario::{Finish, Finished, Scenario, stop_gracefully, wait_for_archive};
 pub use wait::{scaled, wait_until};

@@ -1,23 +1,34 @@
 //! What most tests do: a fresh stream and bucket with unique names, default
-//! test settings, waiting until the archive holds every produced record, and
-//! a graceful stop.
+//! test settings, waiting until the archive holds every produced record, a
+//! graceful stop and the exactly-once checks ([`Scenario::finish`]), and
+//! deleting the stream, bucket and lease table when the scenario goes
+//! ([`crate::cleanup`]).
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 
 use crate::archive::{Archive, ArchiveReader, list_object_versions, overwritten_keys};
-use crate::check::RecordId;
+use crate::check::{RecordId, clean_shutdown_problems, exactly_once};
+use crate::cleanup::{ResourceGuard, Resources};
 use crate::daemon::{Daemon, Settings};
 use crate::env::{TestEnv, unique_name};
 use crate::fixtures::{
-    LeaseRow, ShardInfo, Versioning, create_bucket, create_stream, delete_lease_table,
-    delete_stream, read_lease_rows,
+    LeaseRow, ShardInfo, Versioning, create_bucket, create_stream, read_lease_rows,
 };
 use crate::producer::{ProducedRecord, RecordSpec, put_records};
+use crate::stream::{GroundTruth, read_stream};
 
 /// A stream, a bucket and the daemon settings for them.
+///
+/// The stream, the bucket (with every object and version) and the lease
+/// table are deleted when the scenario is dropped — also when the test
+/// panics — or earlier by [`Scenario::cleanup`]; daemon logs stay. The
+/// lease table deleted is the one [`Scenario::settings`] names at creation
+/// (`shardsink-{stream}`). Declare daemons after the scenario, so that they
+/// are dropped (killed) before it and cannot recreate the lease table.
 #[derive(Clone, Debug)]
 pub struct Scenario {
     /// The clients.
@@ -26,16 +37,22 @@ pub struct Scenario {
     pub stream: String,
     /// The bucket's (unique) name.
     pub bucket: String,
+    /// Whether the bucket keeps every version ([`Scenario::finish`] then
+    /// checks that nothing was overwritten).
+    pub versioning: Versioning,
     /// The stream's shards.
     pub shards: Vec<ShardInfo>,
     /// [`Settings::for_tests`] for this stream and bucket; adjust with
     /// [`Settings::set`].
     pub settings: Settings,
+    /// Deletes the resources once, when the last clone goes.
+    resources: Arc<ResourceGuard>,
 }
 
 impl Scenario {
     /// Creates a stream of `shard_count` shards and a bucket, both named
-    /// `unique_name(name)` (`name`: short, lowercase, `[a-z0-9-]`).
+    /// `unique_name(name)` (`name`: short, lowercase, `[a-z0-9-]`). Whatever
+    /// was created is deleted again if the other creation fails.
     ///
     /// # Errors
     /// Any AWS error while creating them.
@@ -47,6 +64,12 @@ impl Scenario {
     ) -> Result<Self> {
         let stream = unique_name(name);
         let bucket = unique_name(name);
+        let settings = Settings::for_tests(&stream, &bucket);
+        let resources = ResourceGuard::new(Resources {
+            stream: stream.clone(),
+            bucket: bucket.clone(),
+            lease_table: settings.lease_table(),
+        });
         let shards = create_stream(env, &stream, shard_count).await?;
         create_bucket(env, &bucket, versioning).await?;
         println!(
@@ -54,10 +77,12 @@ impl Scenario {
         );
         Ok(Self {
             env: env.clone(),
-            settings: Settings::for_tests(&stream, &bucket),
+            settings,
             stream,
             bucket,
+            versioning,
             shards,
+            resources,
         })
     }
 
@@ -108,16 +133,183 @@ impl Scenario {
         Daemon::spawn(&self.settings)
     }
 
-    /// Deletes the stream and the lease table (best effort; the bucket is
-    /// kept for inspection).
-    pub async fn cleanup(&self) {
-        if let Err(error) = delete_stream(&self.env, &self.stream).await {
-            println!("cleanup: {error:#}");
+    /// The usual end of a daemon run, as [`Finish`] says:
+    /// 1. wait until the archive holds every record of `produced` (failing
+    ///    early if the first daemon exits), then stop each daemon gracefully
+    ///    ([`stop_gracefully`], exit code 0 within 40 s, scaled), in order;
+    /// 2. read the archive once more;
+    /// 3. with [`Finish::ground_truth`], read the stream back: it must hold
+    ///    what was produced, and every line's arrival time must be its
+    ///    record's;
+    /// 4. every produced record in exactly one object, nothing else, in the
+    ///    contract's format ([`exactly_once`], [`crate::Report::assert_exact`]);
+    /// 5. on a versioned bucket, nothing overwritten or deleted
+    ///    ([`Scenario::assert_nothing_overwritten`]) and one version per
+    ///    listed key;
+    /// 6. with [`Finish::clean_shutdown`], every checkpoint at its shard's
+    ///    last record and no pending batch.
+    ///
+    /// The stream, bucket and table stay until the scenario is dropped, so
+    /// the test can go on checking.
+    ///
+    /// # Panics
+    /// When any step fails, with what failed.
+    pub async fn finish(
+        &self,
+        reader: &mut ArchiveReader,
+        produced: &[ProducedRecord],
+        how: Finish<'_>,
+    ) -> Finished {
+        let archive = if how.daemons.is_empty() {
+            reader.read().await
+        } else {
+            archive_then_stop_all(reader, produced, how.daemons, how.timeout).await
         }
-        if let Err(error) = delete_lease_table(&self.env, &self.settings.lease_table()).await {
-            println!("cleanup: {error:#}");
+        .unwrap_or_else(|error| panic!("{error:#}"));
+        let truth = if how.ground_truth {
+            Some(self.read_truth(produced).await)
+        } else {
+            None
+        };
+        let mut report = exactly_once(produced, &archive);
+        if let Some(truth) = &truth {
+            report.check_arrival_times(&archive, truth);
+        }
+        report
+            .archive_problems
+            .retain(|problem| !how.planted.contains(&problem.object_key));
+        report.assert_exact();
+        if self.versioning == Versioning::Enabled {
+            let versions = self.assert_nothing_overwritten().await;
+            assert_eq!(
+                versions,
+                archive.objects.len() + archive.stray_keys.len(),
+                "versions vs objects"
+            );
+        }
+        let rows = if how.clean_shutdown {
+            Some(self.assert_clean_shutdown(produced).await)
+        } else {
+            None
+        };
+        Finished {
+            archive,
+            truth,
+            rows,
         }
     }
+
+    /// The stream read back, asserted to hold what was produced.
+    async fn read_truth(&self, produced: &[ProducedRecord]) -> GroundTruth {
+        let truth = read_stream(&self.env, &self.stream)
+            .await
+            .unwrap_or_else(|error| panic!("{error:#}"));
+        let harness = truth.check_produced(produced);
+        assert!(
+            harness.is_empty(),
+            "the stream does not hold what the producers reported: {harness:#?}"
+        );
+        truth
+    }
+
+    /// The lease rows after a graceful stop, asserted to be clean.
+    async fn assert_clean_shutdown(&self, produced: &[ProducedRecord]) -> Vec<LeaseRow> {
+        let rows = self
+            .lease_rows()
+            .await
+            .unwrap_or_else(|error| panic!("{error:#}"));
+        let problems = clean_shutdown_problems(&rows, produced);
+        assert!(
+            problems.is_empty(),
+            "after SIGTERM: {problems:#?}\nrows: {rows:#?}"
+        );
+        rows
+    }
+
+    /// Deletes the stream, the bucket (every object and version) and the
+    /// lease table now (best effort: failures are printed). Dropping the
+    /// scenario does the same; after this call it does nothing.
+    pub async fn cleanup(&self) {
+        self.resources.cleanup(&self.env).await;
+    }
+
+    /// The names of the resources the scenario deletes.
+    pub fn resources(&self) -> &Resources {
+        self.resources.resources()
+    }
+}
+
+/// How [`Scenario::finish`] ends a run: which daemons to stop, and which
+/// checks to add.
+#[derive(Debug)]
+pub struct Finish<'d> {
+    daemons: Vec<&'d mut Daemon>,
+    timeout: Duration,
+    ground_truth: bool,
+    clean_shutdown: bool,
+    planted: Vec<String>,
+}
+
+impl<'d> Finish<'d> {
+    /// Waits up to `timeout_secs` seconds (scaled by
+    /// `SHARDSINK_E2E_TIMEOUT_SCALE`) for the archive while watching
+    /// `daemon`, then stops it gracefully.
+    pub fn stopping(daemon: &'d mut Daemon, timeout_secs: u64) -> Self {
+        Self::stopping_all(vec![daemon], timeout_secs)
+    }
+
+    /// Several workers: waits up to `timeout_secs` seconds (scaled) while
+    /// watching the first (its log is shown if it exits), then stops each
+    /// gracefully, in order.
+    pub fn stopping_all(daemons: Vec<&'d mut Daemon>, timeout_secs: u64) -> Self {
+        Self {
+            daemons,
+            timeout: crate::scaled(Duration::from_secs(timeout_secs)),
+            ground_truth: false,
+            clean_shutdown: false,
+            planted: Vec::new(),
+        }
+    }
+
+    /// The test stopped its daemons itself: no waiting, only the last read
+    /// and the checks.
+    pub fn stopped() -> Self {
+        Self::stopping_all(Vec::new(), 0)
+    }
+
+    /// Also reads the stream back ([`read_stream`]): it must hold what the
+    /// producers reported, and every line's `approximateArrivalTimestamp`
+    /// must be its record's ([`crate::Report::check_arrival_times`]).
+    pub fn ground_truth(mut self) -> Self {
+        self.ground_truth = true;
+        self
+    }
+
+    /// Also asserts a clean shutdown ([`clean_shutdown_problems`]): every
+    /// shard that got records checkpointed at its last record, no pending
+    /// batch.
+    pub fn clean_shutdown(mut self) -> Self {
+        self.clean_shutdown = true;
+        self
+    }
+
+    /// Objects the test wrote itself: their format problems are not the
+    /// daemon's and are left out of the exactly-once report.
+    pub fn planted(mut self, keys: &[String]) -> Self {
+        self.planted = keys.to_vec();
+        self
+    }
+}
+
+/// What [`Scenario::finish`] read, for the test's own checks.
+#[derive(Debug)]
+pub struct Finished {
+    /// The archive after the daemons stopped.
+    pub archive: Archive,
+    /// The stream read back, with [`Finish::ground_truth`].
+    pub truth: Option<GroundTruth>,
+    /// The lease rows after the stop, with [`Finish::clean_shutdown`].
+    pub rows: Option<Vec<LeaseRow>>,
 }
 
 /// Polls the archive until every record of `produced` is in it, failing
@@ -200,28 +392,14 @@ pub async fn stop_gracefully(daemon: &mut Daemon, timeout: Duration) -> Result<(
     daemon.wait_exit_ok(timeout).await
 }
 
-/// The usual end of a run: [`wait_for_archive`], then [`stop_gracefully`]
-/// (exit code 0 within 40 s, scaled), then a last read of the archive, which
-/// is returned for the test's own checks.
+/// Waits for the archive while watching the first daemon (its log is shown
+/// if it exits), then stops each gracefully, in order, then reads the
+/// archive once more.
 ///
 /// # Errors
-/// As the two functions, or an AWS error on the last read.
-pub async fn archive_then_stop(
-    reader: &mut ArchiveReader,
-    produced: &[ProducedRecord],
-    daemon: &mut Daemon,
-    timeout: Duration,
-) -> Result<Archive> {
-    archive_then_stop_all(reader, produced, vec![daemon], timeout).await
-}
-
-/// [`archive_then_stop`] for several workers: waits for the archive while
-/// watching the first (its log is shown if it exits), then stops each
-/// gracefully, in order, then reads the archive once more.
-///
-/// # Errors
-/// As [`archive_then_stop`]; also when `daemons` is empty.
-pub async fn archive_then_stop_all(
+/// As [`wait_for_archive`] and [`stop_gracefully`]; an AWS error on the last
+/// read; `daemons` is empty.
+async fn archive_then_stop_all(
     reader: &mut ArchiveReader,
     produced: &[ProducedRecord],
     mut daemons: Vec<&mut Daemon>,

@@ -201,5 +201,4 @@ async fn a_stream_or_bucket_that_does_not_exist() {
             errors[0]
         );
     }
-    scenario.cleanup().await;
 }

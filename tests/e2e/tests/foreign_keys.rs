@@ -6,13 +6,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use shardsink_e2e::archive::{get_object, put_object, truncate_to_minute};
-use shardsink_e2e::check::exactly_once;
 use shardsink_e2e::producer::small_record_specs;
 use shardsink_e2e::stream::read_stream;
-use shardsink_e2e::{Daemon, Scenario, Versioning, archive_then_stop, require_env, scaled};
+use shardsink_e2e::{Daemon, Finish, Scenario, Versioning, require_env};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unparsable_keys_are_ignored() {
@@ -64,19 +62,8 @@ async fn unparsable_keys_are_ignored() {
         .set("buffer-max-age", "2s");
     let mut daemon = Daemon::spawn(&settings).unwrap();
     let mut reader = scenario.archive_reader();
-    let archive = archive_then_stop(
-        &mut reader,
-        &produced,
-        &mut daemon,
-        scaled(Duration::from_secs(90)),
-    )
-    .await
-    .unwrap();
-    let mut report = exactly_once(&produced, &archive);
-    report
-        .archive_problems
-        .retain(|p| !planted.contains(&p.object_key));
-    report.assert_exact();
+    let how = Finish::stopping(&mut daemon, 90).planted(&planted);
+    scenario.finish(&mut reader, &produced, how).await;
     for key in &planted {
         let body = get_object(&env, &scenario.bucket, key).await.unwrap();
         assert_eq!(
@@ -85,5 +72,4 @@ async fn unparsable_keys_are_ignored() {
             "{key} was changed or removed"
         );
     }
-    scenario.cleanup().await;
 }

@@ -18,6 +18,7 @@ use shardsink_e2e::archive::{
     put_object,
 };
 use shardsink_e2e::check::{checkpoint_problems, exactly_once};
+use shardsink_e2e::cleanup::{Resources, delete_bucket};
 use shardsink_e2e::fixtures::{Versioning, create_bucket, delete_lease_table, read_lease_rows};
 use shardsink_e2e::producer::{
     BackgroundOptions, BackgroundProducer, MAX_RECORD_BYTES, ProducedRecord, kpl_record_specs,
@@ -25,7 +26,7 @@ use shardsink_e2e::producer::{
 };
 use shardsink_e2e::seq::Seq;
 use shardsink_e2e::stream::{GroundTruth, read_stream};
-use shardsink_e2e::{Scenario, require_env, unique_name};
+use shardsink_e2e::{Scenario, TestEnv, require_env, unique_name};
 
 /// Writes `produced` the way the contract says shardsink must: per shard
 /// and arrival minute, batches of at most `batch` records in sequence order,
@@ -144,7 +145,6 @@ async fn producer_matches_the_stream() {
             "{shard} not in sequence order"
         );
     }
-    scenario.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -288,7 +288,6 @@ async fn checker_accepts_a_reference_archive_and_catches_faults() {
     }];
     let problems = checkpoint_problems(&rows, &produced, &archive);
     assert!(problems.len() >= victim.records.len(), "{problems:#?}");
-    scenario.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -315,16 +314,13 @@ async fn background_producer_produces_until_stopped() {
     assert_eq!(truth.len(), produced.len());
     let problems = truth.check_produced(&produced);
     assert!(problems.is_empty(), "{problems:#?}");
-    scenario.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lease_rows_and_versions_read_back() {
-    let env = require_env!();
-    let table = unique_name("h-lease");
+/// A table shaped like the daemon's lease table (key `leaseKey`).
+async fn create_lease_table(env: &TestEnv, table: &str) {
     env.dynamodb
         .create_table()
-        .table_name(&table)
+        .table_name(table)
         .attribute_definitions(
             AttributeDefinition::builder()
                 .attribute_name("leaseKey")
@@ -343,6 +339,13 @@ async fn lease_rows_and_versions_read_back() {
         .send()
         .await
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_rows_and_versions_read_back() {
+    let env = require_env!();
+    let table = unique_name("h-lease");
+    create_lease_table(&env, &table).await;
     let s = |v: &str| AttributeValue::S(v.to_owned());
     env.dynamodb
         .put_item()
@@ -412,4 +415,68 @@ async fn lease_rows_and_versions_read_back() {
     archive::delete_object(&env, &bucket, "p/b").await.unwrap();
     let problems = overwritten_keys(&list_object_versions(&env, &bucket, "p/").await.unwrap());
     assert_eq!(problems.len(), 2, "{problems:#?}");
+    assert_eq!(delete_bucket(&env, &bucket).await.unwrap(), Some(4));
+    assert_eq!(delete_bucket(&env, &bucket).await.unwrap(), None);
+}
+
+/// A scenario with something in each of its resources: objects (with
+/// `versioning`, an overwritten one and a delete marker too) and a lease
+/// table.
+async fn filled_scenario(env: &TestEnv, name: &str, versioning: Versioning) -> Scenario {
+    let scenario = Scenario::create(env, name, 1, versioning).await.unwrap();
+    for (key, body) in [("p/a", "1"), ("p/a", "2"), ("p/b", "1"), ("q", "1")] {
+        put_object(env, &scenario.bucket, key, body.as_bytes().to_vec())
+            .await
+            .unwrap();
+    }
+    archive::delete_object(env, &scenario.bucket, "p/b")
+        .await
+        .unwrap();
+    create_lease_table(env, &scenario.settings.lease_table()).await;
+    assert_eq!(
+        scenario.resources().existing(env).await.unwrap().len(),
+        3,
+        "{:?}",
+        scenario.resources()
+    );
+    scenario
+}
+
+/// Waits until none of `resources` exists (a stream's deletion takes a
+/// moment on some servers).
+async fn assert_gone(env: &TestEnv, resources: &Resources) {
+    shardsink_e2e::wait_until(
+        shardsink_e2e::scaled(Duration::from_secs(30)),
+        &format!("{resources:?} deleted"),
+        || async { Ok::<_, anyhow::Error>(resources.existing(env).await?.is_empty()) },
+    )
+    .await
+    .unwrap();
+}
+
+/// A scenario's stream, bucket (every object, version and delete marker)
+/// and lease table go when it is dropped, also when its test panics; an
+/// explicit cleanup does the same once, and the drop after it nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_resources_go_when_it_is_dropped() {
+    let env = require_env!();
+    // A panicking task: the scenario is dropped on a worker thread while
+    // the panic unwinds.
+    let (sender, receiver) = tokio::sync::oneshot::channel();
+    let task_env = env.clone();
+    let task = tokio::spawn(async move {
+        let scenario = filled_scenario(&task_env, "h-panic", Versioning::Off).await;
+        sender.send(scenario.resources().clone()).unwrap();
+        panic!("deliberate panic with a scenario alive");
+    });
+    assert!(task.await.unwrap_err().is_panic());
+    assert_gone(&env, &receiver.await.unwrap()).await;
+
+    let scenario = filled_scenario(&env, "h-cleanup", Versioning::Enabled).await;
+    let resources = scenario.resources().clone();
+    scenario.cleanup().await;
+    assert_gone(&env, &resources).await;
+    scenario.cleanup().await;
+    drop(scenario);
+    assert_gone(&env, &resources).await;
 }

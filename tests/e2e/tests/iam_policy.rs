@@ -18,8 +18,8 @@ use serde_json::Value;
 use shardsink_e2e::fixtures::delete_lease_table;
 use shardsink_e2e::producer::small_record_specs;
 use shardsink_e2e::{
-    Daemon, Scenario, Versioning, archive_then_stop, require_env, scaled, stop_gracefully,
-    wait_for_archive, wait_until,
+    Daemon, Finish, Scenario, Versioning, require_env, scaled, stop_gracefully, wait_for_archive,
+    wait_until,
 };
 
 /// The IAM action an SDK operation needs (Service Authorization Reference:
@@ -116,15 +116,8 @@ async fn the_iam_policy_grants_exactly_the_operations_used() {
             .unwrap(),
     );
     let mut a = Daemon::spawn(&worker_a).unwrap();
-    let archive = archive_then_stop(
-        &mut reader,
-        &produced,
-        &mut a,
-        scaled(Duration::from_secs(60)),
-    )
-    .await
-    .unwrap();
-    shardsink_e2e::exactly_once(&produced, &archive).assert_exact();
+    let how = Finish::stopping(&mut a, 60);
+    scenario.finish(&mut reader, &produced, how).await;
 
     let recorded = std::fs::read_to_string(&operations).unwrap();
     let used: BTreeSet<String> = recorded
@@ -144,5 +137,4 @@ async fn the_iam_policy_grants_exactly_the_operations_used() {
         unused.is_empty(),
         "deploy/iam-policy.json grants {unused:?}, which no run used (used: {used:?})"
     );
-    scenario.cleanup().await;
 }

@@ -6,12 +6,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
-use std::time::Duration;
-
-use shardsink_e2e::check::{clean_shutdown_problems, exactly_once};
 use shardsink_e2e::producer::{kpl_record_specs, put_kpl_records, small_record_specs};
-use shardsink_e2e::stream::read_stream;
-use shardsink_e2e::{Daemon, Scenario, Versioning, archive_then_stop, require_env, scaled};
+use shardsink_e2e::{Daemon, Finish, Scenario, Versioning, require_env};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kpl_aggregates_are_unpacked() {
@@ -51,20 +47,8 @@ async fn kpl_aggregates_are_unpacked() {
         .set("compression", "gzip");
     let mut daemon = Daemon::spawn(&settings).unwrap();
     let mut reader = scenario.archive_reader();
-    let archive = archive_then_stop(
-        &mut reader,
-        &produced,
-        &mut daemon,
-        scaled(Duration::from_secs(90)),
-    )
-    .await
-    .unwrap();
-    let truth = read_stream(&env, &scenario.stream).await.unwrap();
-    let mut report = exactly_once(&produced, &archive);
-    report.check_arrival_times(&archive, &truth);
-    report.assert_exact();
-    let rows = scenario.lease_rows().await.unwrap();
-    let problems = clean_shutdown_problems(&rows, &produced);
-    assert!(problems.is_empty(), "after SIGTERM: {problems:#?}");
-    scenario.cleanup().await;
+    let how = Finish::stopping(&mut daemon, 90)
+        .ground_truth()
+        .clean_shutdown();
+    scenario.finish(&mut reader, &produced, how).await;
 }

@@ -162,5 +162,4 @@ async fn metrics_match_what_was_produced_and_written() {
         get(address, "/healthz").is_err(),
         "the endpoints stop with the process"
     );
-    scenario.cleanup().await;
 }

@@ -20,9 +20,7 @@ use std::time::Duration;
 use shardsink_e2e::archive::{ArchivedObject, Compression, delete_object, get_object, put_object};
 use shardsink_e2e::daemon::{CapturedRun, run_to_exit};
 use shardsink_e2e::producer::small_record_specs;
-use shardsink_e2e::{
-    Archive, Daemon, Scenario, Versioning, archive_then_stop, require_env, scaled,
-};
+use shardsink_e2e::{Archive, Daemon, Finish, Scenario, Versioning, require_env, scaled};
 
 /// Records per test: a few objects per shard with the small buffers below.
 const RECORDS: usize = 240;
@@ -39,8 +37,8 @@ const PASSED_THROUGH: [&str; 7] = [
     "AWS_REGION",
 ];
 
-/// A stream of two shards archived by one daemon run (SIGTERM at the end),
-/// several objects per shard.
+/// A stream of two shards archived exactly once by one daemon run (SIGTERM
+/// at the end), several objects per shard.
 async fn archived(env: &shardsink_e2e::TestEnv, name: &str) -> (Scenario, Archive) {
     let scenario = Scenario::create(env, name, 2, Versioning::Off)
         .await
@@ -56,14 +54,11 @@ async fn archived(env: &shardsink_e2e::TestEnv, name: &str) -> (Scenario, Archiv
         .set("buffer-max-records", "20")
         .set("buffer-max-age", "2s");
     let mut daemon = Daemon::spawn(&settings).unwrap();
-    let archive = archive_then_stop(
-        &mut scenario.archive_reader(),
-        &produced,
-        &mut daemon,
-        scaled(Duration::from_secs(90)),
-    )
-    .await
-    .unwrap();
+    let how = Finish::stopping(&mut daemon, 90);
+    let archive = scenario
+        .finish(&mut scenario.archive_reader(), &produced, how)
+        .await
+        .archive;
     assert!(
         archive.problems().is_empty(),
         "the daemon's archive has problems before the test touches it: {:#?}",
@@ -179,7 +174,6 @@ async fn a_clean_archive_is_exact() {
             shard.shard_id
         );
     }
-    scenario.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -252,7 +246,6 @@ async fn a_duplicated_object_overlaps() {
             run.stdout
         );
     }
-    scenario.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -357,5 +350,4 @@ async fn a_missing_object_is_a_gap_in_the_stream() {
         "{}",
         run.stdout
     );
-    scenario.cleanup().await;
 }

@@ -9,11 +9,10 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use shardsink_e2e::check::exactly_once;
 use shardsink_e2e::producer::{BackgroundOptions, BackgroundProducer, small_record_specs};
 use shardsink_e2e::{
-    Daemon, LeaseRow, Scenario, Settings, TestEnv, Versioning, archive_then_stop_all, require_env,
-    scaled, stop_gracefully, wait_for_archive, wait_until,
+    Daemon, Finish, LeaseRow, Scenario, Settings, TestEnv, Versioning, require_env, scaled,
+    wait_for_archive, wait_until,
 };
 
 /// Failover time the workers run with (the harness default).
@@ -117,17 +116,8 @@ async fn three_workers_spread_and_take_over_a_killed_one() {
     let produced = producer.stop().await.unwrap();
     let mut reader = scenario.archive_reader();
     let mut survivors: Vec<Daemon> = daemons.into_values().collect();
-    let archive = archive_then_stop_all(
-        &mut reader,
-        &produced,
-        survivors.iter_mut().collect(),
-        scaled(Duration::from_secs(120)),
-    )
-    .await
-    .unwrap();
-    exactly_once(&produced, &archive).assert_exact();
-    scenario.assert_nothing_overwritten().await;
-    scenario.cleanup().await;
+    let how = Finish::stopping_all(survivors.iter_mut().collect(), 120);
+    scenario.finish(&mut reader, &produced, how).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -212,17 +202,8 @@ async fn rolling_restart_hands_leases_over_within_a_renewal_interval() {
     let produced = producer.stop().await.unwrap();
     let mut reader = scenario.archive_reader();
     // By id: w1 leads.
-    let archive = archive_then_stop_all(
-        &mut reader,
-        &produced,
-        daemons.values_mut().collect(),
-        scaled(Duration::from_secs(120)),
-    )
-    .await
-    .unwrap();
-    exactly_once(&produced, &archive).assert_exact();
-    scenario.assert_nothing_overwritten().await;
-    scenario.cleanup().await;
+    let how = Finish::stopping_all(daemons.values_mut().collect(), 120);
+    scenario.finish(&mut reader, &produced, how).await;
 }
 
 /// Contract line 6. Worker A records a batch in the lease row and is frozen
@@ -343,14 +324,7 @@ async fn a_paused_zombie_cannot_duplicate() {
         "B keeps the lease"
     );
 
-    stop_gracefully(&mut a, scaled(Duration::from_secs(40)))
-        .await
-        .unwrap();
-    stop_gracefully(&mut b, scaled(Duration::from_secs(40)))
-        .await
-        .unwrap();
-    let archive = reader.read().await.unwrap();
-    exactly_once(&produced, &archive).assert_exact();
-    scenario.assert_nothing_overwritten().await;
-    scenario.cleanup().await;
+    // A, then B; all records are archived already.
+    let how = Finish::stopping_all(vec![&mut a, &mut b], 90);
+    scenario.finish(&mut reader, &produced, how).await;
 }
