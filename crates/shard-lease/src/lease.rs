@@ -63,7 +63,7 @@ pub mod attr {
 }
 
 /// The batch a lease owner is about to PUT, recorded in the lease row before
-/// the PUT (brief contract line 6): whoever holds the lease next replays
+/// the PUT (C6 in shardsink's docs/DESIGN.md): whoever holds the lease next replays
 /// exactly this batch — records `first..=last` of the shard under `key` —
 /// before anything else.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

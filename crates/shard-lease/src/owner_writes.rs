@@ -94,8 +94,8 @@ impl LeaseTable {
 
     /// Records the batch about to be written (key, first, last) in `held`'s
     /// row, conditional on owner and counter. Must succeed before the PUT: a
-    /// worker that lost the lease therefore cannot start a new batch (brief
-    /// contract line 6). `token`: as for [`renew_lease`](Self::renew_lease).
+    /// worker that lost the lease therefore cannot start a new batch (C6 in
+    /// shardsink's docs/DESIGN.md). `token`: as for [`renew_lease`](Self::renew_lease).
     ///
     /// # Errors
     /// [`LeaseError::LeaseLost`], plus those of [`Self::get_lease`].

@@ -1,4 +1,4 @@
-//! `deploy/iam-policy.json` grants exactly what shardsink uses (issue 4).
+//! `deploy/iam-policy.json` grants exactly what shardsink uses.
 //!
 //! The daemon records every AWS operation it performs
 //! (`SHARDSINK_RECORD_AWS_OPERATIONS`, test builds) through a run that takes

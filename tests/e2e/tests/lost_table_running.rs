@@ -1,5 +1,5 @@
-//! The checkpoint table lost *while* shardsink runs (the brief's "failures it
-//! must survive"): with a producer writing, the lease table is deleted (or
+//! The checkpoint table lost *while* shardsink runs (C7 in docs/DESIGN.md):
+//! with a producer writing, the lease table is deleted (or
 //! emptied) under the running daemon. Its lease writes then fail; it must
 //! recreate the table (or the leases) by itself, restart each shard from the
 //! oldest record with dedup on, and keep S3 exact — no restart, no operator.

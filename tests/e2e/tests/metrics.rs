@@ -1,4 +1,4 @@
-//! Metrics and health on a real run (issue 4): scrape `/metrics`, `/healthz`
+//! Metrics and health on a real run: scrape `/metrics`, `/healthz`
 //! and `/readyz` from the running daemon, and check that the counters match
 //! the records actually produced and the objects actually in S3.
 

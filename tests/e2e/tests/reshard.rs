@@ -1,4 +1,4 @@
-//! Resharding (issue 3): split one shard and then merge two, while two
+//! Resharding: split one shard and then merge two, while two
 //! workers run and a producer writes. Every record ends up in S3 once, and
 //! parents are fully read before their children: whenever S3 holds any record
 //! of a child shard, it already holds every record of each of its parents —

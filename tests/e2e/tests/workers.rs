@@ -1,4 +1,4 @@
-//! Many workers on one stream (issue 3): leases spread evenly, a killed
+//! Many workers on one stream: leases spread evenly, a killed
 //! worker's shards are taken over after the failover time, a rolling restart
 //! with SIGTERM hands leases over within one renewal interval, and a paused
 //! worker (a zombie) cannot add a duplicate when it wakes up. S3 is read

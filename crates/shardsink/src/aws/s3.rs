@@ -124,8 +124,8 @@ impl ObjectStore {
     }
 
     /// Writes `body` to `key` only if no object has that key ([PutObject] with
-    /// `If-None-Match: *`): objects are never overwritten (brief contract
-    /// line 2). A 409 `ConditionalRequestConflict` (a concurrent conditional
+    /// `If-None-Match: *`): objects are never overwritten (C2 in
+    /// docs/DESIGN.md). A 409 `ConditionalRequestConflict` (a concurrent conditional
     /// write to the same key) is a retriable error.
     ///
     /// [PutObject]: https://docs.aws.amazon.com/AmazonS3/latest/API/API_PutObject.html

@@ -1,10 +1,11 @@
 //! JSON Lines encoding of records: one line per user record, fields in the
-//! order the brief gives — `shardId`, `sequenceNumber`, `subSequenceNumber`
-//! (KPL records only), `partitionKey`, `approximateArrivalTimestamp` (RFC 3339,
-//! UTC, milliseconds), `data` (standard base64).
+//! order the README's example line shows — `shardId`, `sequenceNumber`,
+//! `subSequenceNumber` (KPL records only), `partitionKey`,
+//! `approximateArrivalTimestamp` (RFC 3339, UTC, milliseconds), `data`
+//! (standard base64).
 //!
 //! The encoding is a pure function of the record and its shard, so a replay of
-//! the same records produces the same bytes (brief contract line 5). It writes
+//! the same records produces the same bytes (C5 in docs/DESIGN.md). It writes
 //! straight into the batch buffer: the shard id is escaped once per batch, the
 //! timestamp's `yyyy-MM-ddTHH:mm:` once per minute, and base64 goes directly
 //! into the buffer, so a record costs about what `serde_json` alone would.
@@ -164,7 +165,7 @@ mod tests {
     }
 
     #[test]
-    fn writes_the_brief_fields_in_order() {
+    fn writes_the_documented_fields_in_order() {
         // 2026-11-21T05:27:03.045Z
         let line = encode(
             "shardId-000000000001",

@@ -2,14 +2,15 @@
 //!
 //! - The minute path is the UTC minute of the records' arrival time, so the
 //!   same records always land under the same prefix.
-//! - The shard id keeps ranges of different shards apart (the seed mixed them).
+//! - The shard id keeps ranges of different shards apart (sequence numbers
+//!   are unique only within a shard).
 //! - `first` and `last` are the batch's first and last Kinesis sequence
 //!   numbers in the ascending length-prefixed form of
 //!   [`sequence_range::key_encoding`] (`9` → `0019`, `10` → `00210`).
 //! - `sorter` is the descending form of `first`: S3 lists keys in ascending
 //!   byte order, so under one shard-minute prefix the newest batch lists first.
 //!
-//! A key is a pure function of the batch's records (brief contract line 5).
+//! A key is a pure function of the batch's records (C5 in docs/DESIGN.md).
 //! Parsing accepts exactly what [`object_name`] writes; anything else is a
 //! [`KeyParseError`], which dedup logs and ignores.
 

@@ -304,53 +304,28 @@ mod tests {
         let minute = Minute::from_millis(1_795_238_823_045);
         let mut dedup = Dedup::enabled();
         let shard = "shardId-000000000000";
-        assert!(
+        let is_written = async |dedup: &mut Dedup, sequence_number: u64| {
             dedup
                 .is_written(
                     &store,
                     &layout,
                     shard,
                     minute,
-                    &15u64.into(),
+                    &sequence_number.into(),
                     &metrics,
-                    &Retry::new("list")
+                    &Retry::new("list"),
                 )
                 .await
                 .unwrap()
-        );
-        assert!(
-            !dedup
-                .is_written(
-                    &store,
-                    &layout,
-                    shard,
-                    minute,
-                    &21u64.into(),
-                    &metrics,
-                    &Retry::new("list")
-                )
-                .await
-                .unwrap()
-        );
+        };
+        assert!(is_written(&mut dedup, 15).await);
+        assert!(!is_written(&mut dedup, 21).await);
         assert_eq!(list.num_calls(), 1, "one listing per minute");
         dedup.on_batch_written(shard);
         assert!(dedup.is_enabled(), "the group had an exclusion");
         dedup.on_batch_written(shard);
         assert!(!dedup.is_enabled(), "a clean batch turns it off");
-        assert!(
-            !dedup
-                .is_written(
-                    &store,
-                    &layout,
-                    shard,
-                    minute,
-                    &15u64.into(),
-                    &metrics,
-                    &Retry::new("list")
-                )
-                .await
-                .unwrap()
-        );
+        assert!(!is_written(&mut dedup, 15).await);
         assert_eq!(list.num_calls(), 1, "no listing once off");
     }
 

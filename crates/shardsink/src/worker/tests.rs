@@ -215,7 +215,7 @@ fn owners(table: &FakeTable) -> BTreeMap<String, usize> {
     counts
 }
 
-/// Issue 3, test 5: two workers, lease writes throttled every third call.
+/// Two workers, lease writes throttled every third call.
 /// The leases spread 2/2 through steals, nothing panics, and — checked at
 /// every PUT — only the worker that recorded a batch in the lease row can
 /// create its object, so no worker ever writes for a shard it does not
