@@ -14,7 +14,10 @@
 
 #[cfg(test)]
 use sequence_range::SequenceRange;
+use std::sync::Arc;
+
 use sequence_range::{RangeSet, SequenceNumber};
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::aws::retry::{Retry, Stopped};
@@ -23,9 +26,13 @@ use crate::ops::metrics::Metrics;
 use crate::output::key::{KeyLayout, parse_object_name};
 use crate::output::minute::Minute;
 
-/// Dedup state of one shard.
+/// Dedup state of one shard, with what it needs to list the shard's objects.
 #[derive(Debug)]
 pub struct Dedup {
+    store: ObjectStore,
+    layout: KeyLayout,
+    shard_id: String,
+    metrics: Arc<Metrics>,
     enabled: bool,
     /// The minute whose written ranges are loaded, and those ranges.
     loaded: Option<(Minute, RangeSet)>,
@@ -45,13 +52,31 @@ pub struct Listing {
 }
 
 impl Dedup {
-    /// Dedup on, as at shard start.
-    pub fn enabled() -> Self {
+    /// Dedup for `shard_id`'s objects in `store` under `layout`; on, as at
+    /// shard start.
+    pub fn new(
+        store: ObjectStore,
+        layout: KeyLayout,
+        shard_id: impl Into<String>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Self {
+            store,
+            layout,
+            shard_id: shard_id.into(),
+            metrics,
             enabled: true,
             loaded: None,
             excluded_since_write: false,
         }
+    }
+
+    /// Turns dedup on again: records from here on may already be in S3 (a
+    /// retention gap skipped to records a previous owner may have written).
+    pub fn enable(&mut self) {
+        self.enabled = true;
+        self.loaded = None;
+        self.excluded_since_write = false;
     }
 
     /// Whether dedup is on.
@@ -61,21 +86,18 @@ impl Dedup {
 
     /// Whether the record with `sequence_number`, arriving in `minute`, is
     /// already in S3. Lists the shard-minute prefix the first time a minute is
-    /// asked about, retrying failed listings with `retry`. Always `false`
-    /// once dedup is off.
+    /// asked about, retrying failed listings (with backoff, counted in the
+    /// retry metrics) until they succeed or `stop` is cancelled. Always
+    /// `false` once dedup is off.
     ///
     /// # Errors
-    /// When `retry` stops (the lease was lost).
-    #[allow(clippy::too_many_arguments)]
+    /// When `stop` is cancelled (the lease was lost) before a listing
+    /// succeeded.
     pub async fn is_written(
         &mut self,
-        store: &ObjectStore,
-        layout: &KeyLayout,
-        shard_id: &str,
         minute: Minute,
         sequence_number: &SequenceNumber,
-        metrics: &Metrics,
-        retry: &Retry<'_, S3Error>,
+        stop: &CancellationToken,
     ) -> Result<bool, Stopped<S3Error>> {
         if !self.enabled {
             return Ok(false);
@@ -85,13 +107,15 @@ impl Dedup {
             .as_ref()
             .is_none_or(|(loaded, _)| *loaded != minute);
         if stale {
-            let prefix = layout.shard_minute_prefix(minute, shard_id);
-            let listing = retry
-                .run(|| list_written(store, &prefix, sequence_number))
+            let prefix = self.layout.shard_minute_prefix(minute, &self.shard_id);
+            let listing = Retry::new("dedup listing")
+                .metrics(&self.metrics)
+                .until(stop)
+                .run(|| list_written(&self.store, &prefix, sequence_number))
                 .await?;
-            metrics.dedup_list_requests.inc_by(listing.requests);
+            self.metrics.dedup_list_requests.inc_by(listing.requests);
             debug!(
-                shard_id,
+                shard_id = self.shard_id,
                 prefix,
                 ranges = listing.written.range_count(),
                 requests = listing.requests,
@@ -111,11 +135,14 @@ impl Dedup {
 
     /// Called after a batch was written in normal flow (not a replay): turns
     /// dedup off when nothing was excluded since the previous batch.
-    pub fn on_batch_written(&mut self, shard_id: &str) {
+    pub fn on_batch_written(&mut self) {
         if self.enabled && !self.excluded_since_write {
             self.enabled = false;
             self.loaded = None;
-            debug!(shard_id, "dedup off: a batch found nothing already written");
+            debug!(
+                shard_id = self.shard_id,
+                "dedup off: a batch found nothing already written"
+            );
         }
         self.excluded_since_write = false;
     }
@@ -300,30 +327,23 @@ mod tests {
         let keys = vec![key(10, 20)];
         let list = mock!(Client::list_objects_v2).then_output(move || page(&keys, None));
         let client = mock_client!(aws_sdk_s3, RuleMode::MatchAny, [&list]);
-        let (store, layout, metrics) = (store(client), KeyLayout::new("p"), Metrics::new());
-        let minute = Minute::from_millis(1_795_238_823_045);
-        let mut dedup = Dedup::enabled();
+        let metrics = Arc::new(Metrics::new());
         let shard = "shardId-000000000000";
+        let mut dedup = Dedup::new(store(client), KeyLayout::new("p"), shard, metrics);
+        let minute = Minute::from_millis(1_795_238_823_045);
+        let running = CancellationToken::new();
         let is_written = async |dedup: &mut Dedup, sequence_number: u64| {
             dedup
-                .is_written(
-                    &store,
-                    &layout,
-                    shard,
-                    minute,
-                    &sequence_number.into(),
-                    &metrics,
-                    &Retry::new("list"),
-                )
+                .is_written(minute, &sequence_number.into(), &running)
                 .await
                 .unwrap()
         };
         assert!(is_written(&mut dedup, 15).await);
         assert!(!is_written(&mut dedup, 21).await);
         assert_eq!(list.num_calls(), 1, "one listing per minute");
-        dedup.on_batch_written(shard);
+        dedup.on_batch_written();
         assert!(dedup.is_enabled(), "the group had an exclusion");
-        dedup.on_batch_written(shard);
+        dedup.on_batch_written();
         assert!(!dedup.is_enabled(), "a clean batch turns it off");
         assert!(!is_written(&mut dedup, 15).await);
         assert_eq!(list.num_calls(), 1, "no listing once off");

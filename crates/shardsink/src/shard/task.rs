@@ -74,12 +74,18 @@ impl ShardTask {
             ctx.metrics.clone(),
             ctx.failover_time,
         );
+        let dedup = Dedup::new(
+            ctx.store.clone(),
+            ctx.layout.clone(),
+            lease.shard_id(),
+            ctx.metrics.clone(),
+        );
         Self {
             shard_id: lease.shard_id().to_owned(),
             ctx,
             lease,
             writer,
-            dedup: Dedup::enabled(),
+            dedup,
             batch: None,
             replay: None,
             frontier: Frontier::new(Checkpoint::TrimHorizon),
@@ -345,24 +351,10 @@ impl ShardTask {
 
     /// Whether dedup finds the record in S3.
     async fn is_written(&mut self, record: &ShardRecord) -> Result<bool, ShardError> {
-        if !self.dedup.is_enabled() {
-            return Ok(false);
-        }
-        let retry = s3_retry(&self.ctx, &self.lease, "dedup listing");
         self.dedup
-            .is_written(
-                &self.ctx.store,
-                &self.ctx.layout,
-                &self.shard_id,
-                record.minute(),
-                &record.sequence_number,
-                &self.ctx.metrics,
-                &retry,
-            )
+            .is_written(record.minute(), &record.sequence_number, self.lease.lost())
             .await
-            .map_err(|_: Stopped<S3Error>| ShardError::LeaseLost {
-                shard_id: self.shard_id.clone(),
-            })
+            .map_err(|_: Stopped<S3Error>| self.lease_lost())
     }
 
     async fn write(&mut self, batch: Batch, reason: FlushReason) -> Result<(), ShardError> {
@@ -370,7 +362,7 @@ impl ShardTask {
         let written = self.writer.write(batch, reason).await?;
         self.progress.batch_written();
         if reason != FlushReason::Gap {
-            self.dedup.on_batch_written(&self.shard_id);
+            self.dedup.on_batch_written();
         }
         self.frontier.written(written.pending.last);
         Ok(())

@@ -8,7 +8,6 @@ use crate::aws::StartingPosition;
 use crate::ops::log::error_chain;
 use crate::read::retention::RetentionGap;
 use crate::shard::context::ShardExit;
-use crate::shard::dedup::Dedup;
 use crate::shard::error::ShardError;
 
 impl ShardTask {
@@ -22,7 +21,7 @@ impl ShardTask {
             .run(|| gap.report(checkpoint, &ctx.store, ctx.layout.prefix(), &ctx.metrics))
             .await
             .map_err(|_| self.lease_lost())?;
-        self.dedup = Dedup::enabled();
+        self.dedup.enable();
         Ok(())
     }
 
