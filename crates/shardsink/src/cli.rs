@@ -16,7 +16,8 @@ use clap::Parser as _;
 use clap::error::ErrorKind;
 
 use crate::config::{Config, ConfigError, LogFormat, one_line_error};
-use crate::ops::{http, log, shutdown};
+use crate::ops::shutdown::ShutdownSignals;
+use crate::ops::{http, log};
 use crate::verify::VerifyArgs;
 
 /// Copies every record of a Kinesis data stream to S3 exactly once.
@@ -99,6 +100,16 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
 }
 
 fn daemon(config: Config) -> ExitCode {
+    // The runtime first, so the signal handlers are in place before anything
+    // slow (AWS configuration, the endpoints' bind) can happen.
+    let runtime = match runtime() {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    let signals = {
+        let _entered = runtime.enter();
+        ShutdownSignals::install()
+    };
     let settings = match config.validate() {
         Ok(settings) => settings,
         Err(err) => {
@@ -110,11 +121,7 @@ fn daemon(config: Config) -> ExitCode {
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
 
-    let runtime = match runtime() {
-        Ok(runtime) => runtime,
-        Err(code) => return code,
-    };
-    match runtime.block_on(crate::run(settings, shutdown::signal())) {
+    match runtime.block_on(crate::run(settings, signals.received())) {
         Ok(_) => ExitCode::SUCCESS,
         Err(err) => match err.downcast_ref::<ConfigError>() {
             Some(config_error) => {
