@@ -26,7 +26,8 @@
 //!   spread evenly (the KCL's rule).
 //! - [`heartbeat`]: [`WorkerHeartbeat`], one row per live worker, and the
 //!   [`LeaseTable`] calls that write and delete it.
-//! - [`error`]: [`LeaseError`]; [`retry`]: which AWS errors to retry.
+//! - [`error`]: [`LeaseError`]; [`retry`]: which DynamoDB errors to retry,
+//!   and the transport and 5xx rule every AWS service shares.
 //! - `test_util` (feature `test-util`): `FakeTable`, the lease table in
 //!   memory behind a mocked DynamoDB client, for tests of this crate and its
 //!   users.

@@ -19,7 +19,8 @@
 //!   and its minute.
 //! - `commit`: record the batch in the lease row → PUT with
 //!   `If-None-Match: *` → checkpoint.
-//! - `aws`: one thin function per Kinesis and S3 call, and the backoff;
+//! - `aws`: one thin function per Kinesis and S3 call, each service's error
+//!   classification, the one retry loop (`retry::Retry`) and backoff;
 //!   leases live in the `shard-lease` crate, sequence arithmetic in
 //!   `sequence-range`.
 //! - `ops`: metrics, health, the HTTP endpoints, systemd, signals,

@@ -25,7 +25,7 @@ pub struct ArchiveArgs {
     pub prefix: Option<String>,
 
     /// Name of this shardsink application, as the KCL's applicationName: the
-    /// default lease table is <application name>-<stream name>. Two
+    /// default lease table is {application name}-{stream name}. Two
     /// applications archiving one stream (to different prefixes) keep
     /// separate leases.
     #[arg(
@@ -38,7 +38,7 @@ pub struct ArchiveArgs {
 
     /// DynamoDB table holding the leases and checkpoints, one row per shard;
     /// created (on-demand billing) if missing. One table serves one stream.
-    /// [default: <application name>-<stream name>]
+    /// [default: {application name}-{stream name}]
     #[arg(long, env = "SHARDSINK_LEASE_TABLE", value_name = "TABLE")]
     pub lease_table: Option<String>,
 
@@ -63,7 +63,7 @@ pub struct Archive {
 
 impl ArchiveArgs {
     /// Checks every name and resolves the defaults: the prefix is the stream
-    /// name, the lease table `<application name>-<stream name>`.
+    /// name, the lease table `{application name}-{stream name}`.
     ///
     /// # Errors
     /// [`ConfigError`] naming the first bad setting: `--bucket` when it is not

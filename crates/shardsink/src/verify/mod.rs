@@ -5,7 +5,7 @@
 //! # Checks
 //! 1. **Keys.** Every key under `{prefix}/` is listed (all pages) and parsed
 //!    as `{prefix}/{yyyy}/{MM}/{dd}/{HH}/{mm}/{shardId}/{name}`, `name` by
-//!    [`crate::output::key::parse_object_name`]. Retention gap markers (check 5)
+//!    `output::key::parse_object_name`. Retention gap markers (check 5)
 //!    are set apart. A key that does not parse is *foreign*: listed as a warning and otherwise ignored, as dedup ignores
 //!    it. Foreign keys do not make the archive inexact.
 //! 2. **Overlaps.** Two objects of one shard whose sequence ranges share a
@@ -38,7 +38,7 @@
 //! 5. **Retention gaps.** Records that expired from the stream before the
 //!    daemon read them (it was down longer than the stream's retention) can
 //!    no longer be seen in the stream; the daemon records each such gap in a
-//!    marker under `{prefix}/_retention-gaps/` ([`crate::read::retention`]). Every
+//!    marker under `{prefix}/_retention-gaps/` (`read::retention`). Every
 //!    marker is fetched and reported; any marker makes the archive not exact.
 //!
 //! The lease table is read *before* the listing: a checkpoint is written
