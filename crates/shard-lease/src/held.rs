@@ -267,7 +267,7 @@ mod tests {
         UpdateItemError, UpdateItemInput, UpdateItemOutput,
     };
     use aws_sdk_dynamodb::types::error::ConditionalCheckFailedException;
-    use aws_smithy_mocks::{MockResponse, RuleMode, mock, mock_client};
+    use aws_smithy_mocks::{MockResponse, Rule, RuleMode, mock, mock_client};
     use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
     use aws_smithy_runtime_api::http::StatusCode;
     use aws_smithy_types::body::SdkBody;
@@ -321,11 +321,7 @@ mod tests {
                     .build()
             });
         let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&renew, &pending]);
-        let held = HeldLease::new(
-            LeaseTable::new(client, "leases"),
-            lease(1, "me"),
-            Instant::now(),
-        );
+        let held = held_at_counter_1(client);
         held.renew().await.unwrap();
         held.record_pending_batch(after_pending.pending_batch.as_ref().unwrap())
             .await
@@ -353,11 +349,7 @@ mod tests {
                 .build()
         });
         let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&update, &get]);
-        let held = HeldLease::new(
-            LeaseTable::new(client, "leases"),
-            lease(1, "me"),
-            Instant::now(),
-        );
+        let held = held_at_counter_1(client);
         assert!(held.renew().await.unwrap_err().is_lease_lost());
         assert!(held.is_lost());
         assert!(held.lost().is_cancelled());
@@ -419,6 +411,25 @@ mod tests {
         row
     }
 
+    /// A GetItem that returns the row as the in-doubt checkpoint left it:
+    /// counter 2, stamped with the token the attempt carried.
+    fn reads_checkpointed_row(stamped: Arc<std::sync::Mutex<Option<String>>>) -> Rule {
+        mock!(Client::get_item).then_compute_output(move |_| {
+            let token = stamped.lock().unwrap().clone().unwrap();
+            GetItemOutput::builder()
+                .set_item(Some(checkpointed(2, &token).to_item()))
+                .build()
+        })
+    }
+
+    fn held_at_counter_1(client: Client) -> HeldLease {
+        HeldLease::new(
+            LeaseTable::new(client, "leases"),
+            lease(1, "me"),
+            Instant::now(),
+        )
+    }
+
     #[tokio::test]
     async fn the_retry_of_a_write_that_applied_finds_it_applied() {
         // The first attempt applies, but its answer is lost (a 503); the
@@ -436,23 +447,14 @@ mod tests {
             *r1.lock().unwrap() = Some(stamped_token(input));
             MockResponse::Error(condition_failed())
         });
-        let read = mock!(Client::get_item).then_compute_output(move |_| {
-            let token = s2.lock().unwrap().clone().unwrap();
-            GetItemOutput::builder()
-                .set_item(Some(checkpointed(2, &token).to_item()))
-                .build()
-        });
+        let read = reads_checkpointed_row(s2);
         let client = mock_client!(
             aws_sdk_dynamodb,
             RuleMode::Sequential,
             [&first, &retry, &read],
             |c| c.retry_config(RetryConfig::disabled())
         );
-        let held = HeldLease::new(
-            LeaseTable::new(client, "leases"),
-            lease(1, "me"),
-            Instant::now(),
-        );
+        let held = held_at_counter_1(client);
         let checkpoint = Checkpoint::SequenceNumber(SequenceNumber::from(9u64));
         let err = held.checkpoint(&checkpoint).await.unwrap_err();
         assert!(err.is_retriable(), "{err:?}");
@@ -473,12 +475,7 @@ mod tests {
             *s1.lock().unwrap() = Some(stamped_token(input));
             unavailable()
         });
-        let read = mock!(Client::get_item).then_compute_output(move |_| {
-            let token = s2.lock().unwrap().clone().unwrap();
-            GetItemOutput::builder()
-                .set_item(Some(checkpointed(2, &token).to_item()))
-                .build()
-        });
+        let read = reads_checkpointed_row(s2);
         let renewal = mock!(Client::update_item)
             .match_requests(move |input| {
                 // Conditional on the adopted row: counter 2 and its token.
@@ -498,11 +495,7 @@ mod tests {
             [&checkpoint_attempt, &read, &renewal],
             |c| c.retry_config(RetryConfig::disabled())
         );
-        let held = HeldLease::new(
-            LeaseTable::new(client, "leases"),
-            lease(1, "me"),
-            Instant::now(),
-        );
+        let held = held_at_counter_1(client);
         let checkpoint = Checkpoint::SequenceNumber(SequenceNumber::from(9u64));
         assert!(held.checkpoint(&checkpoint).await.is_err());
         held.renew().await.unwrap();

@@ -118,52 +118,45 @@ trait Modeled {
     fn kind(&self) -> Kind;
 }
 
-impl Modeled for GetRecordsError {
-    fn kind(&self) -> Kind {
-        match self {
-            Self::ExpiredIteratorException(_) => Kind::ExpiredIterator,
-            Self::ProvisionedThroughputExceededException(_) | Self::KmsThrottlingException(_) => {
-                Kind::Throttled
+/// Implements [`Modeled`] for an operation's error enum from a table of its
+/// variants; every other variant is [`Kind::Other`].
+macro_rules! modeled {
+    ($($error:ty { $($variant:ident => $kind:ident),+ $(,)? })+) => {$(
+        impl Modeled for $error {
+            fn kind(&self) -> Kind {
+                match self {
+                    $(Self::$variant(_) => Kind::$kind,)+
+                    _ => Kind::Other,
+                }
             }
-            Self::ResourceNotFoundException(_) => Kind::NotFound,
-            Self::InvalidArgumentException(_) => Kind::InvalidArgument,
-            Self::InternalFailureException(_) => Kind::InternalFailure,
-            _ => Kind::Other,
         }
-    }
+    )+};
 }
 
-impl Modeled for GetShardIteratorError {
-    fn kind(&self) -> Kind {
-        match self {
-            Self::ProvisionedThroughputExceededException(_) => Kind::Throttled,
-            Self::ResourceNotFoundException(_) => Kind::NotFound,
-            Self::InvalidArgumentException(_) => Kind::InvalidArgument,
-            Self::InternalFailureException(_) => Kind::InternalFailure,
-            _ => Kind::Other,
-        }
+modeled! {
+    GetRecordsError {
+        ExpiredIteratorException => ExpiredIterator,
+        ProvisionedThroughputExceededException => Throttled,
+        KmsThrottlingException => Throttled,
+        ResourceNotFoundException => NotFound,
+        InvalidArgumentException => InvalidArgument,
+        InternalFailureException => InternalFailure,
     }
-}
-
-impl Modeled for ListShardsError {
-    fn kind(&self) -> Kind {
-        match self {
-            Self::LimitExceededException(_) => Kind::Throttled,
-            Self::ResourceNotFoundException(_) => Kind::NotFound,
-            Self::InvalidArgumentException(_) => Kind::InvalidArgument,
-            _ => Kind::Other,
-        }
+    GetShardIteratorError {
+        ProvisionedThroughputExceededException => Throttled,
+        ResourceNotFoundException => NotFound,
+        InvalidArgumentException => InvalidArgument,
+        InternalFailureException => InternalFailure,
     }
-}
-
-impl Modeled for DescribeStreamSummaryError {
-    fn kind(&self) -> Kind {
-        match self {
-            Self::LimitExceededException(_) => Kind::Throttled,
-            Self::ResourceNotFoundException(_) => Kind::NotFound,
-            Self::InvalidArgumentException(_) => Kind::InvalidArgument,
-            _ => Kind::Other,
-        }
+    ListShardsError {
+        LimitExceededException => Throttled,
+        ResourceNotFoundException => NotFound,
+        InvalidArgumentException => InvalidArgument,
+    }
+    DescribeStreamSummaryError {
+        LimitExceededException => Throttled,
+        ResourceNotFoundException => NotFound,
+        InvalidArgumentException => InvalidArgument,
     }
 }
 
