@@ -13,7 +13,7 @@ use sequence_range::{RangeSet, SequenceNumber, SequenceRange, key_encoding};
 const REAL: &str = "49590338271490256608559692538361571095921575989136588898";
 
 fn base() -> BigUint {
-    SequenceNumber::parse(REAL).unwrap().as_biguint().clone()
+    SequenceNumber::parse(REAL).unwrap().to_biguint()
 }
 
 /// 56-digit sequence numbers spaced `step` apart, like one shard's records.
@@ -36,6 +36,14 @@ fn written_ranges(records: &[SequenceNumber]) -> RangeSet {
 fn bench(c: &mut Criterion) {
     c.bench_function("parse 56-digit sequence number", |b| {
         b.iter(|| SequenceNumber::parse(black_box(REAL)).unwrap())
+    });
+    // As the reader does: the text is the record's own `String`, kept.
+    c.bench_function("parse 56-digit sequence number, owned text", |b| {
+        b.iter_batched(
+            || REAL.to_owned(),
+            |text| SequenceNumber::try_from(text).unwrap(),
+            BatchSize::SmallInput,
+        )
     });
 
     let seqs = records(10_000, 1_000_003);

@@ -2,8 +2,9 @@
 //! arithmetic shardsink's exactly-once guarantee rests on. No I/O.
 //!
 //! # Layout
-//! - [`sequence_number`]: [`SequenceNumber`], a big integer parsed from the
-//!   decimal text Kinesis returns (up to 129 digits; real ones have 56).
+//! - [`sequence_number`]: [`SequenceNumber`], the decimal text Kinesis
+//!   returns (up to 129 digits; real ones have 56), checked once and ordered
+//!   numerically, with big-integer arithmetic when asked.
 //! - [`range`]: [`SequenceRange`], a closed interval `[first, last]` — what an
 //!   object key carries.
 //! - [`range_set`]: [`RangeSet`], sorted merged ranges with insert, remove,

@@ -1,11 +1,12 @@
 //! [`SequenceNumber`]: a Kinesis sequence number as an arbitrary-precision
 //! unsigned integer.
 
+use std::cmp::Ordering;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::str::FromStr;
 
 use num_bigint::BigUint;
-use num_traits::{One, Zero};
 
 /// Longest input kept verbatim in an error message, in bytes; longer inputs are
 /// cut and marked with `…` so a hostile key cannot flood the logs.
@@ -16,38 +17,84 @@ const MAX_INPUT_IN_ERROR: usize = 160;
 /// Kinesis returns sequence numbers as decimal text of 1 to 129 digits
 /// (`SequenceNumber` in the Kinesis API reference: pattern `0|([1-9]\d{0,128})`).
 /// Real ones have 56 digits (186 bits), so they do not fit in `u128`; this type
-/// holds them as a [`BigUint`] and orders them numerically — `"9" < "10"`,
-/// which string comparison gets wrong.
+/// orders them numerically — `"9" < "10"`, which plain string comparison
+/// gets wrong.
 ///
 /// Parsing accepts exactly the API's pattern: no sign, no whitespace, no leading
 /// zeros except the number `0` itself. [`Display`](fmt::Display) writes the same
 /// canonical text back, so `parse(s)?.to_string() == s` for every valid `s`.
 ///
-/// The canonical text is kept next to the integer ([`as_str`](Self::as_str)):
-/// a number is parsed once, where it is read, and written out many times (in
-/// every line and key) without converting it back to decimal. Equal numbers
-/// have equal texts, so comparisons and hashes follow the integer.
-/// [`clone_from`](Clone::clone_from) reuses both buffers, so keeping "the
-/// last number seen" up to date allocates nothing.
-#[derive(PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// The value is its canonical text ([`as_str`](Self::as_str)), checked once
+/// where it is read and written out many times (in every line and key)
+/// without converting back to decimal. Canonical texts order numerically by
+/// length and then byte by byte, and the only arithmetic ranges need — one
+/// more, one less, "is one more than" — is done on the digits, so no big
+/// integer is built on any path: a record read, compared against written
+/// ranges and encoded costs a digit check. [`to_biguint`](Self::to_biguint)
+/// gives the integer where one is wanted.
+/// [`clone_from`](Clone::clone_from) reuses the buffer, so keeping "the last
+/// number seen" up to date allocates nothing.
 pub struct SequenceNumber {
-    // Field order matters: the derived `Ord` compares the integer first.
-    value: BigUint,
+    /// Canonical decimal text (validated).
     text: String,
 }
 
 impl Clone for SequenceNumber {
     fn clone(&self) -> Self {
         Self {
-            value: self.value.clone(),
             text: self.text.clone(),
         }
     }
 
     fn clone_from(&mut self, source: &Self) {
-        self.value.clone_from(&source.value);
         self.text.clone_from(&source.text);
     }
+}
+
+impl PartialEq for SequenceNumber {
+    fn eq(&self, other: &Self) -> bool {
+        // Canonical text: equal numbers have equal texts.
+        self.text == other.text
+    }
+}
+
+impl Eq for SequenceNumber {}
+
+impl Hash for SequenceNumber {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.text.hash(state);
+    }
+}
+
+impl Ord for SequenceNumber {
+    fn cmp(&self, other: &Self) -> Ordering {
+        compare_canonical(&self.text, &other.text)
+    }
+}
+
+impl PartialOrd for SequenceNumber {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Numeric order of two canonical decimal texts: the longer is larger; of
+/// equal length, byte order is digit order.
+fn compare_canonical(a: &str, b: &str) -> Ordering {
+    a.len()
+        .cmp(&b.len())
+        .then_with(|| a.as_bytes().cmp(b.as_bytes()))
+}
+
+/// Index of the last byte of `digits` that is not `digit`.
+fn last_digit_not(digits: &[u8], digit: u8) -> Option<usize> {
+    digits.iter().rposition(|&byte| byte != digit)
+}
+
+/// ASCII digits as a `String`.
+fn ascii_digits(digits: Vec<u8>) -> String {
+    // Only ASCII digits were pushed, so the bytes are UTF-8.
+    String::from_utf8(digits).unwrap_or_default()
 }
 
 impl SequenceNumber {
@@ -62,16 +109,7 @@ impl SequenceNumber {
     /// than [`Self::MAX_DIGITS`], holds a byte other than `0`–`9`, or has a
     /// leading zero.
     pub fn parse(text: &str) -> Result<Self, ParseSequenceNumberError> {
-        validate_digits(text)?;
-        // Every byte is an ASCII digit, so the radix-10 parse cannot fail.
-        BigUint::parse_bytes(text.as_bytes(), 10)
-            .map(|value| Self {
-                value,
-                text: text.to_owned(),
-            })
-            .ok_or_else(|| {
-                ParseSequenceNumberError::new(text, ParseErrorKind::NotDecimal { position: 0 })
-            })
+        Self::try_from(text.to_owned())
     }
 
     /// The canonical decimal text, as Kinesis writes it.
@@ -94,38 +132,86 @@ impl SequenceNumber {
     /// byte by byte.
     pub fn cmp_text(a: &str, b: &str) -> std::cmp::Ordering {
         debug_assert!(validate_digits(a).is_ok() && validate_digits(b).is_ok());
-        a.len().cmp(&b.len()).then_with(|| a.cmp(b))
+        compare_canonical(a, b)
     }
 
     /// The number 0, the smallest sequence number.
     pub fn zero() -> Self {
-        Self::from(BigUint::zero())
+        Self {
+            text: "0".to_owned(),
+        }
     }
 
     /// The integer value.
-    pub fn as_biguint(&self) -> &BigUint {
-        &self.value
+    pub fn to_biguint(&self) -> BigUint {
+        // 19 digits at a time (the most a `u64` holds); every byte is an
+        // ASCII digit (checked at construction), so this cannot fail.
+        self.text
+            .as_bytes()
+            .chunks(19)
+            .fold(BigUint::ZERO, |value, chunk| {
+                let (scale, part) = chunk.iter().fold((1u64, 0u64), |(scale, part), digit| {
+                    (scale * 10, part * 10 + u64::from(digit - b'0'))
+                });
+                value * scale + part
+            })
     }
 
     /// `self + 1`: the smallest sequence number greater than `self`. Kinesis
     /// does not hand out consecutive numbers, so this is interval arithmetic,
     /// not "the next record".
     pub fn successor(&self) -> Self {
-        Self::from(&self.value + BigUint::one())
+        let digits = self.text.as_bytes();
+        let text = match last_digit_not(digits, b'9') {
+            // 9…9 + 1 = 10…0, one digit longer.
+            None => format!("1{}", "0".repeat(digits.len())),
+            Some(i) => {
+                let mut text = Vec::with_capacity(digits.len());
+                text.extend_from_slice(&digits[..i]);
+                text.push(digits[i] + 1);
+                text.resize(digits.len(), b'0');
+                ascii_digits(text)
+            }
+        };
+        Self { text }
     }
 
-    /// Whether `self` is `other + 1`, without building the successor.
+    /// Whether `self` is `other + 1`, without building the successor:
+    /// `other` is `p d 9…9` and `self` is `p (d+1) 0…0`, or `other` is all
+    /// nines and `self` is `1 0…0`, one digit longer.
     pub fn follows(&self, other: &Self) -> bool {
-        self.value > other.value && &self.value - &other.value == BigUint::one()
+        let (digits, before) = (self.text.as_bytes(), other.text.as_bytes());
+        match last_digit_not(before, b'9') {
+            None => {
+                digits.len() == before.len() + 1
+                    && digits[0] == b'1'
+                    && digits[1..].iter().all(|&digit| digit == b'0')
+            }
+            Some(i) => {
+                digits.len() == before.len()
+                    && digits[..i] == before[..i]
+                    && digits[i] == before[i] + 1
+                    && digits[i + 1..].iter().all(|&digit| digit == b'0')
+            }
+        }
     }
 
     /// `self - 1`, or `None` for 0.
     pub fn predecessor(&self) -> Option<Self> {
-        if self.value.is_zero() {
-            None
-        } else {
-            Some(Self::from(&self.value - BigUint::one()))
+        let digits = self.text.as_bytes();
+        // Canonical and not 0: some digit is not 0.
+        let i = last_digit_not(digits, b'0')?;
+        let mut text = Vec::with_capacity(digits.len());
+        text.extend_from_slice(&digits[..i]);
+        text.push(digits[i] - 1);
+        text.resize(digits.len(), b'9');
+        // 10…0 - 1 = 9…9, one digit shorter.
+        if text.len() > 1 && text[0] == b'0' {
+            text.remove(0);
         }
+        Some(Self {
+            text: ascii_digits(text),
+        })
     }
 
     /// Number of decimal digits in the canonical text (1 for 0).
@@ -176,6 +262,17 @@ fn validate_digits(text: &str) -> Result<(), ParseSequenceNumberError> {
     Ok(())
 }
 
+/// Parses text the caller owns (a GetRecords record's `SequenceNumber`),
+/// keeping that `String` as the text instead of copying it.
+impl TryFrom<String> for SequenceNumber {
+    type Error = ParseSequenceNumberError;
+
+    fn try_from(text: String) -> Result<Self, Self::Error> {
+        validate_digits(&text)?;
+        Ok(Self { text })
+    }
+}
+
 impl FromStr for SequenceNumber {
     type Err = ParseSequenceNumberError;
 
@@ -198,13 +295,17 @@ impl fmt::Debug for SequenceNumber {
 
 impl From<u64> for SequenceNumber {
     fn from(value: u64) -> Self {
-        Self::from(BigUint::from(value))
+        Self {
+            text: value.to_string(),
+        }
     }
 }
 
 impl From<u128> for SequenceNumber {
     fn from(value: u128) -> Self {
-        Self::from(BigUint::from(value))
+        Self {
+            text: value.to_string(),
+        }
     }
 }
 
@@ -212,7 +313,6 @@ impl From<BigUint> for SequenceNumber {
     fn from(value: BigUint) -> Self {
         Self {
             text: value.to_str_radix(10),
-            value,
         }
     }
 }
@@ -292,7 +392,7 @@ mod tests {
         let n = SequenceNumber::parse(REAL).unwrap();
         assert_eq!(n.to_string(), REAL);
         assert_eq!(n.digit_count(), 56);
-        assert!(n.as_biguint().bits() > 128, "must not fit in u128");
+        assert!(n.to_biguint().bits() > 128, "must not fit in u128");
     }
 
     #[test]
@@ -367,9 +467,44 @@ mod tests {
 
         #[test]
         fn order_matches_integer_order(a in proptest::num::u128::ANY, b in proptest::num::u128::ANY) {
-            let (sa, sb) = (SequenceNumber::from(a), SequenceNumber::from(b));
+            let (ta, tb) = (a.to_string(), b.to_string());
+            let (sa, sb) = (SequenceNumber::parse(&ta).unwrap(), SequenceNumber::parse(&tb).unwrap());
             proptest::prop_assert_eq!(sa.cmp(&sb), a.cmp(&b));
-            proptest::prop_assert_eq!(SequenceNumber::cmp_text(&a.to_string(), &b.to_string()), a.cmp(&b));
+            proptest::prop_assert_eq!(sa == sb, a == b);
+            proptest::prop_assert_eq!(SequenceNumber::cmp_text(&ta, &tb), a.cmp(&b));
+        }
+
+        #[test]
+        fn the_integer_is_the_text_s_value(text in "0|[1-9][0-9]{0,128}") {
+            let n = SequenceNumber::parse(&text).unwrap();
+            let expected = BigUint::parse_bytes(text.as_bytes(), 10).unwrap();
+            proptest::prop_assert_eq!(n.to_biguint(), expected.clone());
+            let next = n.successor();
+            proptest::prop_assert_eq!(next.to_biguint(), &expected + 1u32);
+            proptest::prop_assert!(next.follows(&n));
+            proptest::prop_assert!(!n.follows(&next) && !n.follows(&n));
+            proptest::prop_assert_eq!(next.predecessor(), Some(n.clone()));
+            match n.predecessor() {
+                Some(before) => {
+                    proptest::prop_assert_eq!(before.to_biguint(), expected - 1u32);
+                    proptest::prop_assert!(n.follows(&before));
+                }
+                None => proptest::prop_assert_eq!(text, "0"),
+            }
+        }
+
+        #[test]
+        fn follows_only_the_number_one_less(a in "0|[1-9][0-9]{0,60}", b in "0|[1-9][0-9]{0,60}") {
+            let (sa, sb) = (SequenceNumber::parse(&a).unwrap(), SequenceNumber::parse(&b).unwrap());
+            let (ia, ib) = (sa.to_biguint(), sb.to_biguint());
+            proptest::prop_assert_eq!(sa.follows(&sb), ia == ib + 1u32);
+        }
+
+        #[test]
+        fn long_numbers_order_as_integers(a in "[1-9][0-9]{40,70}", b in "[1-9][0-9]{40,70}") {
+            let (sa, sb) = (SequenceNumber::parse(&a).unwrap(), SequenceNumber::parse(&b).unwrap());
+            let (ia, ib) = (sa.to_biguint(), sb.to_biguint());
+            proptest::prop_assert_eq!(sa.cmp(&sb), ia.cmp(&ib));
         }
 
         #[test]
@@ -395,5 +530,7 @@ mod tests {
         let mut last = SequenceNumber::from(9u64);
         last.clone_from(&n);
         assert_eq!((last.as_str(), &last), (text, &n));
+        last.clone_from(&SequenceNumber::from(7u64));
+        assert_eq!(last.to_biguint(), BigUint::from(7u64));
     }
 }

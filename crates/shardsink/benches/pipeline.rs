@@ -3,7 +3,9 @@
 //! - `serde_json baseline`: plain `serde_json` + base64 encoding of the same
 //!   records — the bar the pipeline must not fall below;
 //! - `pipeline`: group by minute and encode into a batch, dedup off (the
-//!   steady state) and on (after a restart: parse + range-set lookup);
+//!   steady state) and on (after a restart: range-set lookup);
+//! - `reader's sequence number check`: what reading adds per record before
+//!   the pipeline (the text checked and kept as a `SequenceNumber`);
 //! - compression of a whole batch with zstd level 3 and gzip level 6.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
@@ -42,7 +44,7 @@ fn records() -> Vec<ShardRecord> {
                 })
                 .collect();
             ShardRecord {
-                sequence_number: SequenceNumber::from(base.as_biguint() + (i as u64) * 1_000_003),
+                sequence_number: SequenceNumber::from(base.to_biguint() + (i as u64) * 1_000_003),
                 arrival_millis: MINUTE_START + (i as i64 * 5) % 60_000,
                 partition_key: format!("customer-{:06}", i % 5000),
                 data: Bytes::from(data),
@@ -122,6 +124,24 @@ fn bench(c: &mut Criterion) {
     });
     group.bench_function("pipeline, dedup off", |b| {
         b.iter(|| pipeline(black_box(&records), None))
+    });
+    // What the reader adds per record before the pipeline: the sequence
+    // number's check, on the `String` GetRecords returned.
+    let texts: Vec<String> = records
+        .iter()
+        .map(|record| record.sequence_number.as_str().to_owned())
+        .collect();
+    group.bench_function("reader's sequence number check", |b| {
+        b.iter_batched(
+            || texts.clone(),
+            |texts| {
+                texts
+                    .into_iter()
+                    .map(|text| SequenceNumber::try_from(text).unwrap())
+                    .collect::<Vec<_>>()
+            },
+            BatchSize::LargeInput,
+        )
     });
 
     // After a restart: half the records are in 1,000 written ranges.

@@ -51,13 +51,14 @@ impl ShardRecord {
             partition_key,
             ..
         } = record;
-        let parsed = SequenceNumber::parse(&sequence_number)?;
+        let sequence_number = SequenceNumber::try_from(sequence_number)?;
         let arrival_millis = match approximate_arrival_timestamp {
             Some(time) => time.to_millis().unwrap_or(0),
             None => {
                 warn!(
                     shard_id,
-                    sequence_number, "record has no arrival timestamp; placed at the epoch"
+                    sequence_number = sequence_number.as_str(),
+                    "record has no arrival timestamp; placed at the epoch"
                 );
                 0
             }
@@ -66,12 +67,12 @@ impl ShardRecord {
         let user_records = match kpl::deaggregate(&data) {
             Ok(records) => records,
             Err(error) => {
-                warn!(shard_id, sequence_number, error = %error, "invalid kpl aggregate kept as one record");
+                warn!(shard_id, sequence_number = sequence_number.as_str(), error = %error, "invalid kpl aggregate kept as one record");
                 None
             }
         };
         Ok(Self {
-            sequence_number: parsed,
+            sequence_number,
             arrival_millis,
             partition_key: partition_key.unwrap_or_default(),
             data,

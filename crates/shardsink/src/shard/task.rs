@@ -501,7 +501,7 @@ mod tests {
         let base =
             SequenceNumber::parse("49590338271490256608559692538361571095921575989136588898")
                 .unwrap();
-        SequenceNumber::from(base.as_biguint() + i * 12_345).to_string()
+        SequenceNumber::from(base.to_biguint() + i * 12_345).to_string()
     }
 
     struct Harness {

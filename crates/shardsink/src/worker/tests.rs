@@ -64,7 +64,7 @@ fn fakes_with_records(
     for s in 0..shards {
         let shard = stream.shard(&format!("shardId-{s:012}"));
         for i in 1..=per_shard {
-            let seq = SequenceNumber::from(base.as_biguint() + i * 1_000).to_string();
+            let seq = SequenceNumber::from(base.to_biguint() + i * 1_000).to_string();
             shard.push(&seq, PAST + i as i64 * 2_000, format!("{s}-{i}").as_bytes());
         }
     }
