@@ -14,7 +14,7 @@ use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use chrono::{DateTime, Utc};
 use sequence_range::SequenceNumber;
-use shard_lease::retry::is_transport_or_server_failure;
+use shard_lease::retry::{error_code, is_transport_or_server_failure};
 
 use super::BoxError;
 use crate::config::StreamRef;
@@ -66,14 +66,21 @@ impl KinesisError {
     where
         E: Modeled + ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
-        match err.as_service_error().map(Modeled::kind) {
+        let kind = match err.as_service_error().map(Modeled::kind) {
+            // Kinesis' common errors (API reference, "Common Errors") are not
+            // modeled per operation: `ThrottlingException` comes with 400.
+            Some(Kind::Other) if error_code(&err) == Some("ThrottlingException") => {
+                Some(Kind::Throttled)
+            }
+            kind => kind,
+        };
+        match kind {
             Some(Kind::ExpiredIterator) => Self::ExpiredIterator,
             Some(Kind::Throttled) => Self::Throttled(Box::new(err)),
             Some(Kind::NotFound) => Self::NotFound(Box::new(err)),
             Some(Kind::InvalidArgument)
                 if operation == "GetShardIterator"
                     && is_expired_position(
-                        Some("InvalidArgumentException"),
                         err.as_service_error()
                             .and_then(ProvideErrorMetadata::message),
                     ) =>
@@ -160,8 +167,9 @@ modeled! {
     }
 }
 
-/// Whether a GetShardIterator error says its `StartingSequenceNumber` has
-/// expired from the shard (trimmed by retention).
+/// Whether the message of a GetShardIterator `InvalidArgumentException` says
+/// its `StartingSequenceNumber` has expired from the shard (trimmed by
+/// retention).
 ///
 /// Kinesis answers `AT_SEQUENCE_NUMBER` / `AFTER_SEQUENCE_NUMBER` for a
 /// trimmed sequence number with `InvalidArgumentException` and a message
@@ -174,10 +182,7 @@ modeled! {
 /// bad state, not expiry, and stay errors. Whatever the message, the reader
 /// that falls back confirms expiry from the shard itself: it reports a gap
 /// only when the shard's oldest record is past the expired position.
-pub fn is_expired_position(code: Option<&str>, message: Option<&str>) -> bool {
-    if code != Some("InvalidArgumentException") {
-        return false;
-    }
+pub fn is_expired_position(message: Option<&str>) -> bool {
     let message = message.unwrap_or_default().to_ascii_lowercase();
     let about_starting_number =
         message.contains("startingsequencenumber") || message.contains("starting sequence number");
@@ -406,12 +411,11 @@ mod tests {
 
     #[test]
     fn only_an_expired_starting_sequence_number_is_an_expired_position() {
-        let invalid = Some("InvalidArgumentException");
         for expired in [
             "StartingSequenceNumber 49590338271490256608559692538361571095921575989136588898 used in GetShardIterator on shard shardId-000000000000 in stream orders under account 123456789012 is invalid because it is past the trim horizon.",
             "The starting sequence number has expired.",
         ] {
-            assert!(is_expired_position(invalid, Some(expired)), "{expired}");
+            assert!(is_expired_position(Some(expired)), "{expired}");
         }
         for other in [
             "Invalid StartingSequenceNumber. It encodes shardId-000000000007, while it was used in a call to shardId-000000000000",
@@ -419,13 +423,9 @@ mod tests {
             "Must either specify (1) AT_SEQUENCE_NUMBER or AFTER_SEQUENCE_NUMBER and StartingSequenceNumber or (2) TRIM_HORIZON or LATEST and no StartingSequenceNumber.",
             "1 validation error detected: Value 'x' at 'shardId' failed to satisfy constraint",
         ] {
-            assert!(!is_expired_position(invalid, Some(other)), "{other}");
+            assert!(!is_expired_position(Some(other)), "{other}");
         }
-        assert!(!is_expired_position(
-            Some("ResourceNotFoundException"),
-            Some("StartingSequenceNumber has expired")
-        ));
-        assert!(!is_expired_position(invalid, None));
+        assert!(!is_expired_position(None));
     }
 
     fn kinesis_answering(status: u16, error_type: &str, message: &str) -> Kinesis {
@@ -458,6 +458,11 @@ mod tests {
         let err = throttled.get_records("it", 10).await.unwrap_err();
         assert!(matches!(err, KinesisError::Throttled(_)), "{err:?}");
         assert!(err.is_retriable());
+
+        // A common error, not modeled by the operation.
+        let common = kinesis_answering(400, "ThrottlingException", "Rate exceeded");
+        let err = common.get_records("it", 10).await.unwrap_err();
+        assert!(matches!(err, KinesisError::Throttled(_)), "{err:?}");
 
         let internal = kinesis_answering(400, "InternalFailureException", "oops");
         let err = internal.get_records("it", 10).await.unwrap_err();

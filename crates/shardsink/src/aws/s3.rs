@@ -12,13 +12,24 @@ use shard_lease::retry::{error_code, is_transport_or_server_failure};
 use super::BoxError;
 use super::clients::s3_put_timeouts;
 
-/// S3 error codes that mean "try again later" (S3 API reference, "List of
-/// error codes": `SlowDown`, `InternalError`, `RequestTimeout`, …; 409
-/// `ConditionalRequestConflict` for concurrent conditional writes to one
-/// key).
-const RETRIABLE_CODES: &[&str] = &[
+/// S3 error codes that mean "slow down": `SlowDown` (S3 API reference, "List
+/// of error codes"), the read/write forms S3-compatible stores such as MinIO
+/// send, and the generic AWS throttling codes.
+const THROTTLING_CODES: &[&str] = &[
     "SlowDown",
+    "SlowDownRead",
+    "SlowDownWrite",
+    "Throttling",
+    "ThrottlingException",
+];
+
+/// Other S3 error codes that mean "try again later" (S3 API reference, "List
+/// of error codes": `InternalError`, `ServiceUnavailable`, `RequestTimeout`,
+/// …; 409 `ConditionalRequestConflict` for concurrent conditional writes to
+/// one key), whatever HTTP status they come with.
+const RETRIABLE_CODES: &[&str] = &[
     "InternalError",
+    "ServiceUnavailable",
     "RequestTimeout",
     "RequestTimeTooSkewed",
     "ConditionalRequestConflict",
@@ -34,8 +45,9 @@ pub enum S3Error {
         /// The bucket.
         bucket: String,
     },
-    /// Any other failure; `retriable` for [`RETRIABLE_CODES`] and transport
-    /// or server failures, `throttled` for `SlowDown` (503) and 429.
+    /// Any other failure; `retriable` for [`RETRIABLE_CODES`],
+    /// [`THROTTLING_CODES`] and transport or server failures, `throttled` for
+    /// [`THROTTLING_CODES`], 429 and 503.
     #[error("s3 {operation} failed for s3://{bucket}/{key}")]
     Other {
         /// The API operation.
@@ -257,8 +269,11 @@ impl ObjectStore {
             bucket: self.bucket.clone(),
             key: key.to_owned(),
             retriable: is_transport_or_server_failure(&err)
-                || code.is_some_and(|code| RETRIABLE_CODES.contains(&code)),
-            throttled: code == Some("SlowDown") || matches!(http_status(&err), Some(429 | 503)),
+                || code.is_some_and(|code| {
+                    RETRIABLE_CODES.contains(&code) || THROTTLING_CODES.contains(&code)
+                }),
+            throttled: code.is_some_and(|code| THROTTLING_CODES.contains(&code))
+                || matches!(http_status(&err), Some(429 | 503)),
             source: Box::new(err),
         }
     }
@@ -301,6 +316,7 @@ mod tests {
             (403, "RequestTimeTooSkewed"),
             (409, "ConditionalRequestConflict"),
             (409, "OperationAborted"),
+            (400, "ServiceUnavailable"),
         ] {
             let err = put_error(status, code).await;
             assert!(err.is_retriable(), "{code}: {err:?}");
