@@ -106,6 +106,7 @@ pub(crate) struct Retry<'a, E> {
     stop: Option<&'a CancellationToken>,
     give_up_after: Option<u32>,
     final_when: Option<fn(&E) -> bool>,
+    retry_final: bool,
     on_retry: Option<&'a OnRetry<'a, E>>,
 }
 
@@ -122,6 +123,7 @@ impl<'a, E: Classify + std::error::Error + 'static> Retry<'a, E> {
             stop: None,
             give_up_after: None,
             final_when: None,
+            retry_final: false,
             on_retry: None,
         }
     }
@@ -149,6 +151,15 @@ impl<'a, E: Classify + std::error::Error + 'static> Retry<'a, E> {
     /// start-up: a bad setting, not an outage).
     pub(crate) fn final_when(mut self, is_final: fn(&E) -> bool) -> Self {
         self.final_when = Some(is_final);
+        self
+    }
+
+    /// Retries even the errors their type classifies as final, as persistent
+    /// failures, so that only [`final_when`](Self::final_when) ends the loop
+    /// early. For start-up, where waiting for a fix beats exiting into a
+    /// restart loop.
+    pub(crate) fn retry_final(mut self) -> Self {
+        self.retry_final = true;
         self
     }
 
@@ -188,9 +199,10 @@ impl<'a, E: Classify + std::error::Error + 'static> Retry<'a, E> {
                 return Err(Stopped::Final(err));
             }
             let (cause, delay, persistent_failure) = match err.classify() {
+                Failure::Final if self.retry_final => (None, persistent.next_delay(), true),
                 Failure::Final => return Err(Stopped::Final(err)),
-                Failure::Transient(cause) => (cause, transient.next_delay(), false),
-                Failure::Persistent(cause) => (cause, persistent.next_delay(), true),
+                Failure::Transient(cause) => (Some(cause), transient.next_delay(), false),
+                Failure::Persistent(cause) => (Some(cause), persistent.next_delay(), true),
             };
             failures += 1;
             if self.give_up_after.is_some_and(|limit| failures >= limit) {
@@ -199,7 +211,7 @@ impl<'a, E: Classify + std::error::Error + 'static> Retry<'a, E> {
             if self.stop.is_some_and(CancellationToken::is_cancelled) {
                 return Err(Stopped::Cancelled);
             }
-            if let Some(metrics) = self.metrics {
+            if let (Some(metrics), Some(cause)) = (self.metrics, cause) {
                 metrics.retry(cause);
             }
             if let Some(hook) = self.on_retry {
@@ -315,5 +327,25 @@ mod tests {
             })
             .await;
         assert!(matches!(stopped, Err(Stopped::Cancelled)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_final_retries_what_the_type_calls_final() {
+        let calls = AtomicU32::new(0);
+        let result = Retry::new("x")
+            .retry_final()
+            .run(|| async {
+                match calls.fetch_add(1, Ordering::SeqCst) {
+                    0..=1 => Err(KinesisError::ExpiredPosition("trimmed".into())),
+                    _ => Ok(1),
+                }
+            })
+            .await;
+        assert_eq!(result.unwrap(), 1);
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+        let without = Retry::new("x")
+            .run(|| async { Err::<(), _>(KinesisError::ExpiredPosition("trimmed".into())) })
+            .await;
+        assert!(matches!(without, Err(Stopped::Final(_))));
     }
 }

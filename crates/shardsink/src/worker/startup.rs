@@ -123,6 +123,8 @@ struct StartUpStep {
 
 /// Calls `op` until it succeeds or fails with an error `is_final` says no
 /// retry can fix (a stream or bucket that does not exist: a bad setting).
+/// Every other error is retried, even one its type calls final elsewhere
+/// (a lease table still being deleted when the wait for it ends).
 /// Transient failures are retried quickly; others — access denied, a wrong
 /// endpoint — with a backoff up to 60 s and error logs, so that a daemon
 /// started before its permissions were fixed heals instead of exiting into a
@@ -153,6 +155,7 @@ where
     let result = Retry::new(what)
         .until(token)
         .final_when(is_final)
+        .retry_final()
         .on_retry(&on_retry)
         .run(op)
         .await;
