@@ -246,11 +246,13 @@ impl BatchWriter {
         match put {
             Ok(outcome) => Ok(outcome),
             Err(Stopped::Final(PutError::Stop(err))) => Err(err),
-            // S3 errors are never final and the loop never gives up: only
-            // the lease can stop it.
-            Err(Stopped::Final(PutError::S3(_)) | Stopped::GaveUp(_) | Stopped::Cancelled) => {
-                Err(self.lease_lost())
-            }
+            Err(Stopped::Cancelled) => Err(self.lease_lost()),
+            // Not expected (S3 errors are not final and the loop does not
+            // give up), but if so, a failure — never a silent lease loss.
+            Err(Stopped::Final(PutError::S3(err)) | Stopped::GaveUp(PutError::S3(err))) => Err(
+                ShardError::from_s3_stop(self.lease.shard_id(), Stopped::Final(err)),
+            ),
+            Err(Stopped::GaveUp(PutError::Stop(err))) => Err(err),
         }
     }
 

@@ -3,6 +3,9 @@
 
 use shard_lease::LeaseError;
 
+use crate::aws::S3Error;
+use crate::aws::retry::Stopped;
+
 /// Why a shard task stopped other than by reaching `SHARD_END` or shutdown.
 #[derive(Debug, thiserror::Error)]
 pub enum ShardError {
@@ -20,6 +23,16 @@ pub enum ShardError {
         bucket: String,
         /// The key.
         key: String,
+    },
+    /// An S3 call failed and its retry loop stopped for another reason than
+    /// the lease being lost (a failure classified final, or too many).
+    #[error("s3 call for shard {shard_id} failed")]
+    S3 {
+        /// The shard.
+        shard_id: String,
+        /// The last error.
+        #[source]
+        source: S3Error,
     },
     /// The lease table is gone.
     #[error("lease table missing")]
@@ -41,4 +54,48 @@ pub enum ShardError {
         /// What went wrong.
         message: &'static str,
     },
+}
+
+impl ShardError {
+    /// What an S3 retry loop bound to the lease (see `Retry::until`) ending
+    /// without a result means: the lease was lost when it was cancelled,
+    /// an S3 failure otherwise.
+    pub(crate) fn from_s3_stop(shard_id: &str, stopped: Stopped<S3Error>) -> Self {
+        match stopped {
+            Stopped::Cancelled => Self::LeaseLost {
+                shard_id: shard_id.to_owned(),
+            },
+            Stopped::Final(source) | Stopped::GaveUp(source) => Self::S3 {
+                shard_id: shard_id.to_owned(),
+                source,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_cancelled_s3_retry_means_the_lease_was_lost() {
+        let failure = || S3Error::Other {
+            operation: "PutObject",
+            bucket: "b".to_owned(),
+            key: "k".to_owned(),
+            retriable: false,
+            throttled: false,
+            source: "denied".into(),
+        };
+        assert!(matches!(
+            ShardError::from_s3_stop("s", Stopped::Cancelled),
+            ShardError::LeaseLost { .. }
+        ));
+        for stopped in [Stopped::Final(failure()), Stopped::GaveUp(failure())] {
+            assert!(matches!(
+                ShardError::from_s3_stop("s", stopped),
+                ShardError::S3 { .. }
+            ));
+        }
+    }
 }

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::aws::backoff::Backoff;
-use crate::aws::retry::{Classify, Failure, Retry, Stopped};
+use crate::aws::retry::{Classify, Failure, Retry};
 use crate::aws::{KinesisError, S3Error, ShardInfo};
 use crate::commit::writer::BatchWriter;
 use crate::ops::log::error_chain;
@@ -354,7 +354,7 @@ impl ShardTask {
         self.dedup
             .is_written(record.minute(), &record.sequence_number, self.lease.lost())
             .await
-            .map_err(|_: Stopped<S3Error>| self.lease_lost())
+            .map_err(|stopped| ShardError::from_s3_stop(&self.shard_id, stopped))
     }
 
     async fn write(&mut self, batch: Batch, reason: FlushReason) -> Result<(), ShardError> {

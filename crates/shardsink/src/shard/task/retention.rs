@@ -20,7 +20,7 @@ impl ShardTask {
         s3_retry(ctx, &self.lease, "write the retention gap marker")
             .run(|| gap.report(checkpoint, &ctx.store, ctx.layout.prefix(), &ctx.metrics))
             .await
-            .map_err(|_| self.lease_lost())?;
+            .map_err(|stopped| ShardError::from_s3_stop(&self.shard_id, stopped))?;
         self.dedup.enable();
         Ok(())
     }
