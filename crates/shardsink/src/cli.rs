@@ -9,11 +9,12 @@
 //! - `shardsink health [--ready]` probes a running shardsink's `/healthz`
 //!   (or `/readyz`), for container health checks (exit 0 healthy, 1 not).
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use clap::Parser as _;
 use clap::error::ErrorKind;
+use clap::{CommandFactory as _, FromArgMatches as _};
 
 use crate::config::{Config, ConfigError, LogFormat, one_line_error};
 use crate::ops::shutdown::ShutdownSignals;
@@ -33,7 +34,8 @@ use crate::verify::VerifyArgs;
     name = "shardsink",
     version,
     max_term_width = 100,
-    args_override_self = true
+    args_override_self = true,
+    args_conflicts_with_subcommands = true
 )]
 pub struct Cli {
     /// Without a subcommand: run the daemon.
@@ -42,6 +44,51 @@ pub struct Cli {
     /// The daemon's settings (checked when the daemon runs).
     #[command(flatten)]
     daemon: Config,
+}
+
+/// The subcommands alone. Parsed when the first argument names one, so that
+/// the daemon's settings — and their `SHARDSINK_*` variables — are not read
+/// for them (clap reads a command's environment variables even when one of
+/// its subcommands runs).
+#[derive(Debug, clap::Parser)]
+#[command(name = "shardsink", max_term_width = 100, args_override_self = true)]
+struct SubcommandCli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// What the command line asks for.
+#[derive(Debug)]
+enum Invocation {
+    /// Run the daemon with these settings.
+    Daemon(Box<Config>),
+    /// Run a subcommand.
+    Subcommand(Command),
+}
+
+/// Parses `args` (program name first) with `cli` (from [`Cli`]) or, when
+/// the first argument names a subcommand, with `subcommands` (from
+/// [`SubcommandCli`]).
+fn parse(
+    args: &[OsString],
+    cli: clap::Command,
+    subcommands: clap::Command,
+) -> Result<Invocation, clap::Error> {
+    let names_subcommand = args
+        .get(1)
+        .and_then(|arg| arg.to_str())
+        .is_some_and(|name| subcommands.find_subcommand(name).is_some());
+    if names_subcommand {
+        let matches = subcommands.try_get_matches_from(args)?;
+        return Ok(Invocation::Subcommand(
+            SubcommandCli::from_arg_matches(&matches)?.command,
+        ));
+    }
+    let cli = Cli::from_arg_matches(&cli.try_get_matches_from(args)?)?;
+    Ok(match cli.command {
+        Some(command) => Invocation::Subcommand(command),
+        None => Invocation::Daemon(Box::new(cli.daemon)),
+    })
 }
 
 /// What else the binary does.
@@ -67,8 +114,9 @@ struct HealthArgs {
 
 /// Parses the command line and runs what it says; the process's exit code.
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let invocation = match parse(&args, Cli::command(), SubcommandCli::command()) {
+        Ok(invocation) => invocation,
         Err(err)
             if matches!(
                 err.kind(),
@@ -82,10 +130,10 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match cli.command {
-        Some(Command::Verify(args)) => verify(args),
-        Some(Command::Health(args)) => health(&args),
-        None => daemon(cli.daemon),
+    match invocation {
+        Invocation::Subcommand(Command::Verify(args)) => verify(args),
+        Invocation::Subcommand(Command::Health(args)) => health(&args),
+        Invocation::Daemon(config) => daemon(*config),
     }
 }
 
@@ -182,41 +230,82 @@ fn verify(args: VerifyArgs) -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use clap::{CommandFactory as _, FromArgMatches as _};
+    use clap::CommandFactory as _;
 
     use super::*;
 
-    /// Parses `args` with every environment lookup switched off, so that a
-    /// developer's `SHARDSINK_*` variables cannot change the outcome.
-    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
-        let no_env = |command: clap::Command| command.mut_args(|arg| arg.env(None::<&str>));
-        let command = no_env(Cli::command())
-            .mut_subcommand("verify", no_env)
-            .mut_subcommand("health", no_env);
-        let mut argv = vec!["shardsink"];
-        argv.extend_from_slice(args);
-        Cli::from_arg_matches(&command.try_get_matches_from(argv)?)
+    /// Every environment lookup switched off, so that a developer's
+    /// `SHARDSINK_*` variables cannot change the outcome.
+    fn no_env(command: clap::Command) -> clap::Command {
+        command
+            .mut_args(|arg| arg.env(None::<&str>))
+            .mut_subcommand("verify", |sub| sub.mut_args(|arg| arg.env(None::<&str>)))
+            .mut_subcommand("health", |sub| sub.mut_args(|arg| arg.env(None::<&str>)))
+    }
+
+    fn parse_with(args: &[&str], cli: clap::Command) -> Result<Invocation, clap::Error> {
+        let mut argv = vec![OsString::from("shardsink")];
+        argv.extend(args.iter().map(OsString::from));
+        parse(&argv, cli, no_env(SubcommandCli::command()))
+    }
+
+    fn parse_args(args: &[&str]) -> Result<Invocation, clap::Error> {
+        parse_with(args, no_env(Cli::command()))
+    }
+
+    fn daemon(invocation: Invocation) -> Config {
+        match invocation {
+            Invocation::Daemon(config) => *config,
+            Invocation::Subcommand(command) => panic!("expected the daemon, got {command:?}"),
+        }
     }
 
     #[test]
     fn subcommands_need_none_of_the_daemons_settings() {
-        let cli = parse(&["health", "--ready"]).unwrap();
+        let invocation = parse_args(&["health", "--ready"]).unwrap();
         assert!(matches!(
-            cli.command,
-            Some(Command::Health(HealthArgs { ready: true, .. }))
+            invocation,
+            Invocation::Subcommand(Command::Health(HealthArgs { ready: true, .. }))
         ));
-        let cli = parse(&["verify", "--bucket", "archive", "--prefix", "orders"]).unwrap();
-        assert!(matches!(cli.command, Some(Command::Verify(_))));
+        let invocation =
+            parse_args(&["verify", "--bucket", "archive", "--prefix", "orders"]).unwrap();
+        assert!(matches!(
+            invocation,
+            Invocation::Subcommand(Command::Verify(_))
+        ));
+    }
+
+    #[test]
+    fn subcommands_do_not_read_the_daemons_environment() {
+        // The daemon's --failover-time read from a variable that holds no
+        // duration (HOME is set in any test environment).
+        let bad_env = no_env(Cli::command()).mut_arg("failover_time", |arg| arg.env("HOME"));
+        assert!(parse_with(&["health"], bad_env.clone()).is_ok());
+        assert!(parse_with(&["--stream", "s", "--bucket", "b"], bad_env).is_err());
+    }
+
+    #[test]
+    fn daemon_settings_before_a_subcommand_are_refused() {
+        let err = parse_args(&["--bucket", "archive", "verify"]).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ArgumentConflict);
+    }
+
+    #[test]
+    fn help_works_whatever_the_daemons_environment_holds() {
+        let set_env = no_env(Cli::command()).mut_arg("stream", |arg| arg.env("HOME"));
+        for args in [&["help"][..], &["help", "verify"], &["--help"]] {
+            let err = parse_with(args, set_env.clone()).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::DisplayHelp, "{args:?}: {err}");
+        }
     }
 
     #[test]
     fn without_a_subcommand_the_daemon_runs_and_needs_its_settings() {
-        let cli = parse(&["--stream", "orders", "--bucket", "archive"]).unwrap();
-        assert!(cli.command.is_none());
-        assert_eq!(cli.daemon.validate().unwrap().bucket, "archive");
-        let cli = parse(&["--stream", "orders"]).unwrap();
+        let config = daemon(parse_args(&["--stream", "orders", "--bucket", "archive"]).unwrap());
+        assert_eq!(config.validate().unwrap().bucket, "archive");
+        let config = daemon(parse_args(&["--stream", "orders"]).unwrap());
         assert_eq!(
-            cli.daemon.validate().unwrap_err().to_string(),
+            config.validate().unwrap_err().to_string(),
             "invalid setting --bucket (SHARDSINK_BUCKET): required, not set"
         );
     }
