@@ -4,6 +4,7 @@
 use std::cmp::Ordering;
 use std::fmt;
 use std::hash::{Hash, Hasher};
+use std::iter;
 use std::str::FromStr;
 
 use num_bigint::BigUint;
@@ -91,12 +92,6 @@ fn last_digit_not(digits: &[u8], digit: u8) -> Option<usize> {
     digits.iter().rposition(|&byte| byte != digit)
 }
 
-/// ASCII digits as a `String`.
-fn ascii_digits(digits: Vec<u8>) -> String {
-    // Only ASCII digits were pushed, so the bytes are UTF-8.
-    String::from_utf8(digits).unwrap_or_default()
-}
-
 impl SequenceNumber {
     /// Most decimal digits a sequence number may have (Kinesis API reference,
     /// `SequenceNumber` pattern `0|([1-9]\d{0,128})`).
@@ -162,17 +157,19 @@ impl SequenceNumber {
     /// not "the next record".
     pub fn successor(&self) -> Self {
         let digits = self.text.as_bytes();
-        let text = match last_digit_not(digits, b'9') {
+        let mut text = String::with_capacity(digits.len() + 1);
+        match last_digit_not(digits, b'9') {
             // 9…9 + 1 = 10…0, one digit longer.
-            None => format!("1{}", "0".repeat(digits.len())),
-            Some(i) => {
-                let mut text = Vec::with_capacity(digits.len());
-                text.extend_from_slice(&digits[..i]);
-                text.push(digits[i] + 1);
-                text.resize(digits.len(), b'0');
-                ascii_digits(text)
+            None => {
+                text.push('1');
+                text.extend(iter::repeat_n('0', digits.len()));
             }
-        };
+            Some(i) => {
+                text.push_str(&self.text[..i]);
+                text.push(char::from(digits[i] + 1));
+                text.extend(iter::repeat_n('0', digits.len() - i - 1));
+            }
+        }
         Self { text }
     }
 
@@ -201,17 +198,15 @@ impl SequenceNumber {
         let digits = self.text.as_bytes();
         // Canonical and not 0: some digit is not 0.
         let i = last_digit_not(digits, b'0')?;
-        let mut text = Vec::with_capacity(digits.len());
-        text.extend_from_slice(&digits[..i]);
-        text.push(digits[i] - 1);
-        text.resize(digits.len(), b'9');
-        // 10…0 - 1 = 9…9, one digit shorter.
-        if text.len() > 1 && text[0] == b'0' {
-            text.remove(0);
+        let lowered = digits[i] - 1;
+        let mut text = String::with_capacity(digits.len());
+        // 10…0 - 1 = 9…9, one digit shorter: no leading zero.
+        if !(i == 0 && lowered == b'0' && digits.len() > 1) {
+            text.push_str(&self.text[..i]);
+            text.push(char::from(lowered));
         }
-        Some(Self {
-            text: ascii_digits(text),
-        })
+        text.extend(iter::repeat_n('9', digits.len() - i - 1));
+        Some(Self { text })
     }
 
     /// Number of decimal digits in the canonical text (1 for 0).

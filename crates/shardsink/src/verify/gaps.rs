@@ -70,7 +70,8 @@ pub(super) enum ReadEnd {
     Bound,
     /// The shard is closed and every record was read.
     ShardEnd,
-    /// Nothing more to read (no records, `MillisBehindLatest` 0).
+    /// The read reached the tip (`MillisBehindLatest` 0): nothing more to
+    /// read for now.
     CaughtUp,
     /// Kinesis kept failing.
     Failed(String),
