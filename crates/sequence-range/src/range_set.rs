@@ -115,13 +115,13 @@ impl RangeSet {
         }
         let mut kept = Vec::with_capacity(2);
         // Only the first and the last overlapping range can stick out.
-        if let Some(before) = range.first().predecessor() {
-            if self.ranges[lo].first() <= &before {
-                kept.push(SequenceRange::from_ordered(
-                    self.ranges[lo].first().clone(),
-                    before,
-                ));
-            }
+        if let Some(before) = range.first().predecessor()
+            && self.ranges[lo].first() <= &before
+        {
+            kept.push(SequenceRange::from_ordered(
+                self.ranges[lo].first().clone(),
+                before,
+            ));
         }
         if self.ranges[hi - 1].last() > range.last() {
             kept.push(SequenceRange::from_ordered(

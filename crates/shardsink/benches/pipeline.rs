@@ -3,7 +3,13 @@
 //! - `serde_json baseline`: plain `serde_json` + base64 encoding of the same
 //!   records — the bar the pipeline must not fall below;
 //! - `pipeline`: group by minute and encode into a batch, dedup off (the
-//!   steady state) and on (after a restart: range-set lookup);
+//!   steady state) and on (after a restart: range-set lookup), in the
+//!   `envelope` format;
+//! - `pipeline, json`: the same with 1 KiB JSON object payloads in the
+//!   `json` format (each payload checked, the metadata appended);
+//! - `pipeline, raw`: the payloads and a newline;
+//! - `pipeline, parquet`: rows appended, then the Parquet file written
+//!   (pages uncompressed, to compare encoding with encoding);
 //! - `reader's sequence number check`: what reading adds per record before
 //!   the pipeline (the text checked and kept as a `SequenceNumber`);
 //! - compression of a whole batch with zstd level 3 and gzip level 6.
@@ -16,7 +22,7 @@ use bytes::Bytes;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use sequence_range::{RangeSet, SequenceNumber, SequenceRange};
 use serde::Serialize;
-use shardsink::bench::{Batch, Compression, MemoryBudget, ShardRecord};
+use shardsink::bench::{Batch, Bucket, Compression, Format, MainBody, MemoryBudget, ShardRecord};
 
 const RECORDS: usize = 10_000;
 const SHARD: &str = "shardId-000000000007";
@@ -54,6 +60,30 @@ fn records() -> Vec<ShardRecord> {
         .collect()
 }
 
+/// The same records with a 1 KiB JSON object each.
+fn json_records(records: &[ShardRecord]) -> Vec<ShardRecord> {
+    records
+        .iter()
+        .enumerate()
+        .map(|(i, record)| {
+            let mut payload = format!(
+                "{{\"user\":{},\"event\":\"click\",\"price\":{}.25,\"tags\":[\"a\",\"b\"],\"note\":\"",
+                i % 5000,
+                i % 100
+            );
+            while payload.len() < 1021 {
+                payload.push_str("lorem ipsum ");
+            }
+            payload.truncate(1021);
+            payload.push_str("\"}");
+            ShardRecord {
+                data: Bytes::from(payload),
+                ..record.clone()
+            }
+        })
+        .collect()
+}
+
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct PlainLine<'a> {
@@ -82,28 +112,30 @@ fn plain_serde_json(records: &[ShardRecord], out: &mut Vec<u8>) {
     }
 }
 
-/// What a shard task does per record with dedup off: group by minute, append.
-fn pipeline(records: &[ShardRecord], written: Option<&RangeSet>) -> usize {
+/// What a shard task does per record: skip what dedup finds written, group
+/// by minute, append in `format`.
+fn pipeline(records: &[ShardRecord], written: Option<&RangeSet>, format: &Format) -> Option<Batch> {
     let budget = MemoryBudget::new(u64::MAX, 64 << 20);
     let mut batch: Option<Batch> = None;
     let mut excluded = 0;
     for record in records {
-        if let Some(written) = written {
-            if written.contains(&record.sequence_number) {
-                excluded += 1;
-                continue;
-            }
+        if let Some(written) = written
+            && written.contains(&record.sequence_number)
+        {
+            excluded += 1;
+            continue;
         }
-        let minute = record.minute();
-        if batch.as_ref().is_some_and(|b| b.minute() != minute) {
+        let minute = Bucket::minute(record.arrival_millis);
+        if batch.as_ref().is_some_and(|b| b.bucket() != minute) {
             black_box(batch.take());
         }
         match &mut batch {
             Some(batch) => batch.push(record),
-            None => batch = Some(Batch::start(SHARD, record, budget.clone())),
+            None => batch = Some(Batch::start(SHARD, record, minute, format, budget.clone())),
         }
     }
-    black_box(batch.map_or(0, |b| b.len_bytes())) + excluded
+    black_box(excluded);
+    batch
 }
 
 fn bench(c: &mut Criterion) {
@@ -123,7 +155,30 @@ fn bench(c: &mut Criterion) {
         )
     });
     group.bench_function("pipeline, dedup off", |b| {
-        b.iter(|| pipeline(black_box(&records), None))
+        b.iter(|| pipeline(black_box(&records), None, &Format::Envelope))
+    });
+    let json = json_records(&records);
+    group.bench_function("pipeline, json", |b| {
+        let format = Format::Json {
+            metadata_field: Some("_kinesis".to_owned()),
+        };
+        b.iter(|| pipeline(black_box(&json), None, &format))
+    });
+    group.bench_function("pipeline, raw", |b| {
+        let format = Format::Raw {
+            delimiter: b"\n".to_vec(),
+        };
+        b.iter(|| pipeline(black_box(&records), None, &format))
+    });
+    group.bench_function("pipeline, parquet, written uncompressed", |b| {
+        let format = Format::Parquet { schema: None };
+        b.iter(|| {
+            let batch = pipeline(black_box(&records), None, &format).unwrap();
+            match batch.into_bodies().0.main {
+                MainBody::Parquet(rows) => rows.finish(Compression::None).unwrap().len(),
+                MainBody::Bytes(_) => unreachable!("parquet rows"),
+            }
+        })
     });
     // What the reader adds per record before the pipeline: the sequence
     // number's check, on the `String` GetRecords returned.
@@ -154,27 +209,23 @@ fn bench(c: &mut Criterion) {
         })
         .collect();
     group.bench_function("pipeline, dedup on against 1,000 ranges", |b| {
-        b.iter(|| pipeline(black_box(&records), Some(&written)))
+        b.iter(|| pipeline(black_box(&records), Some(&written), &Format::Envelope))
     });
 
     let budget = MemoryBudget::new(u64::MAX, 64 << 20);
-    let mut batch = Batch::start(SHARD, &records[0], budget);
+    let minute = Bucket::minute(records[0].arrival_millis);
+    let mut batch = Batch::start(SHARD, &records[0], minute, &Format::Envelope, budget);
     for record in &records[1..] {
         batch.push(record);
     }
+    let MainBody::Bytes(lines) = batch.into_bodies().0.main else {
+        unreachable!("envelope lines")
+    };
     group.bench_function("zstd level 3, whole batch", |b| {
-        b.iter(|| {
-            Compression::Zstd(3)
-                .compress(black_box(batch.lines()))
-                .unwrap()
-        })
+        b.iter(|| Compression::Zstd(3).compress(black_box(&lines)).unwrap())
     });
     group.bench_function("gzip level 6, whole batch", |b| {
-        b.iter(|| {
-            Compression::Gzip(6)
-                .compress(black_box(batch.lines()))
-                .unwrap()
-        })
+        b.iter(|| Compression::Gzip(6).compress(black_box(&lines)).unwrap())
     });
     group.finish();
 }

@@ -173,6 +173,8 @@ impl FakeStream {
 pub struct FakeBucket {
     /// Key → body.
     pub objects: Mutex<BTreeMap<String, Bytes>>,
+    /// Key → user metadata, as PUT.
+    pub metadata: Mutex<BTreeMap<String, std::collections::HashMap<String, String>>>,
     /// Keys of PUT attempts, in order (including failed ones).
     pub put_attempts: Mutex<Vec<String>>,
     /// The next this-many PUTs fail with 503 SlowDown.
@@ -192,8 +194,8 @@ impl FakeBucket {
             .filter(|(key, _)| key.contains(".jsonl"))
             .flat_map(|(key, body)| {
                 let ext = &key[key.find(".jsonl").unwrap()..];
-                let codec = crate::output::compression::codec_from_extension(ext).unwrap();
-                let text = crate::output::compression::decompress(codec, body).unwrap();
+                let kind = crate::output::format::BodyKind::from_extension(ext).unwrap();
+                let text = crate::output::compression::decompress(kind.codec, body).unwrap();
                 String::from_utf8(text)
                     .unwrap()
                     .lines()
@@ -310,8 +312,8 @@ fn kinesis_client(stream: Arc<FakeStream>) -> aws_sdk_kinesis::Client {
             ));
         }
         let index: usize = index.parse().unwrap();
-        if let Some((at, n)) = lock(&s2.empty_reads_at).as_mut() {
-            if *at == index && *n > 0 {
+        if let Some((at, n)) = lock(&s2.empty_reads_at).as_mut()
+            && *at == index && *n > 0 {
                 *n -= 1;
                 return MockResponse::Output(
                     GetRecordsOutput::builder()
@@ -322,7 +324,6 @@ fn kinesis_client(stream: Arc<FakeStream>) -> aws_sdk_kinesis::Client {
                         .unwrap(),
                 );
             }
-        }
         let all = lock(&s2.records);
         let limit = input.limit().unwrap_or(10_000) as usize;
         let end = (index + limit).min(all.len());
@@ -411,6 +412,7 @@ fn s3_client(bucket: Arc<FakeBucket>) -> aws_sdk_s3::Client {
             return MockResponse::Http(s3_error(412, "PreconditionFailed"));
         }
         let body = Bytes::copy_from_slice(input.body().bytes().expect("in-memory body"));
+        lock(&b1.metadata).insert(key.clone(), input.metadata().cloned().unwrap_or_default());
         objects.insert(key, body);
         MockResponse::Output(PutObjectOutput::builder().build())
     });
@@ -446,10 +448,23 @@ fn s3_client(bucket: Arc<FakeBucket>) -> aws_sdk_s3::Client {
         output.build()
     });
     let head = mock!(Client::head_bucket).then_output(|| HeadBucketOutput::builder().build());
+    let b4 = bucket.clone();
+    let head_object = mock!(Client::head_object).then_compute_response(move |input| {
+        let key = input.key().unwrap();
+        if !lock(&b4.objects).contains_key(key) {
+            return MockResponse::Http(s3_error(404, "NotFound"));
+        }
+        let metadata = lock(&b4.metadata).get(key).cloned().unwrap_or_default();
+        MockResponse::Output(
+            aws_sdk_s3::operation::head_object::HeadObjectOutput::builder()
+                .set_metadata(Some(metadata))
+                .build(),
+        )
+    });
     mock_client!(
         aws_sdk_s3,
         RuleMode::MatchAny,
-        [&put, &get, &list, &head],
+        [&put, &get, &list, &head, &head_object],
         |c| c.retry_config(aws_smithy_types::retry::RetryConfig::disabled())
     )
 }

@@ -53,7 +53,9 @@ pub use worker::{Summary, run};
 #[doc(hidden)]
 pub mod bench {
     pub use crate::output::batch::Batch;
+    pub use crate::output::bucket::Bucket;
     pub use crate::output::compression::Compression;
+    pub use crate::output::format::{Format, MainBody};
     pub use crate::read::record::ShardRecord;
     pub use crate::shard::memory::MemoryBudget;
 }

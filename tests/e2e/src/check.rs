@@ -594,6 +594,7 @@ mod tests {
             prefix: "p".to_owned(),
             objects,
             stray_keys: Vec::new(),
+            layout_record: None,
         }
     }
 

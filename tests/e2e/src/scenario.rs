@@ -179,12 +179,17 @@ impl Scenario {
             .archive_problems
             .retain(|problem| !how.planted.contains(&problem.object_key));
         report.assert_exact();
+        assert_eq!(
+            archive.layout_record.as_deref(),
+            Some(r#"{"keyLayout":"plain","timeBucket":"minute"}"#),
+            "the daemon records its key layout under the prefix"
+        );
         if self.versioning == Versioning::Enabled {
             let versions = self.assert_nothing_overwritten().await;
             assert_eq!(
                 versions,
-                archive.objects.len() + archive.stray_keys.len(),
-                "versions vs objects"
+                archive.objects.len() + archive.stray_keys.len() + 1,
+                "versions vs objects and the layout record"
             );
         }
         let rows = if how.clean_shutdown {

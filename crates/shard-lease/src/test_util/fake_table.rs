@@ -114,7 +114,7 @@ impl FakeTable {
     fn update(&self, input: &UpdateItemInput) -> Result<UpdateItemOutput, Refusal> {
         let nth = self.updates.fetch_add(1, Ordering::SeqCst) + 1;
         let every = self.throttle_every.load(Ordering::SeqCst);
-        if take_one(&self.failing_updates) || (every > 0 && nth % every == 0) {
+        if take_one(&self.failing_updates) || (every > 0 && nth.is_multiple_of(every)) {
             return Err(Refusal::new(
                 "ProvisionedThroughputExceededException",
                 "fake throttling",

@@ -1,6 +1,8 @@
 //! S3 calls: HeadBucket, PutObject with `If-None-Match: *`, GetObject,
 //! ListObjectsV2.
 
+use std::collections::HashMap;
+
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
@@ -149,6 +151,7 @@ impl ObjectStore {
         key: &str,
         body: Bytes,
         content_type: &str,
+        metadata: &[(&str, String)],
     ) -> Result<PutOutcome, S3Error> {
         let result = self
             .client
@@ -157,6 +160,12 @@ impl ObjectStore {
             .key(key)
             .if_none_match("*")
             .content_type(content_type)
+            .set_metadata((!metadata.is_empty()).then(|| {
+                metadata
+                    .iter()
+                    .map(|(name, value)| ((*name).to_owned(), value.clone()))
+                    .collect()
+            }))
             .content_length(i64::try_from(body.len()).unwrap_or(i64::MAX))
             .body(ByteStream::from(body))
             .customize()
@@ -180,15 +189,28 @@ impl ObjectStore {
     /// [`S3Error`].
     pub async fn get(&self, key: &str) -> Result<Bytes, S3Error> {
         let stream = self.get_stream(key).await?;
-        let body = stream.collect().await.map_err(|err| S3Error::Other {
-            operation: "GetObject",
-            bucket: self.bucket.clone(),
-            key: key.to_owned(),
-            retriable: true,
-            throttled: false,
-            source: Box::new(err),
-        })?;
-        Ok(body.into_bytes())
+        self.collect(key, stream).await
+    }
+
+    /// The whole body of `key`, or `None` when there is no such object
+    /// ([GetObject] answering 404 `NoSuchKey`).
+    ///
+    /// [GetObject]: https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetObject.html
+    ///
+    /// # Errors
+    /// [`S3Error`] for any other failure.
+    pub async fn get_if_exists(&self, key: &str) -> Result<Option<Bytes>, S3Error> {
+        match self.get_object(key).await {
+            Ok(output) => self.collect(key, output.body).await.map(Some),
+            Err(err)
+                if error_code(&err) == Some("NoSuchKey")
+                    || (http_status(&err) == Some(404)
+                        && error_code(&err) != Some("NoSuchBucket")) =>
+            {
+                Ok(None)
+            }
+            Err(err) => Err(self.error("GetObject", key, err)),
+        }
     }
 
     /// The body of `key` as a stream ([GetObject]): read it a buffer at a
@@ -201,14 +223,58 @@ impl ObjectStore {
     /// come from the stream.
     pub async fn get_stream(&self, key: &str) -> Result<ByteStream, S3Error> {
         let output = self
-            .client
+            .get_object(key)
+            .await
+            .map_err(|err| self.error("GetObject", key, err))?;
+        Ok(output.body)
+    }
+
+    async fn get_object(
+        &self,
+        key: &str,
+    ) -> Result<
+        aws_sdk_s3::operation::get_object::GetObjectOutput,
+        SdkError<aws_sdk_s3::operation::get_object::GetObjectError, HttpResponse>,
+    > {
+        self.client
             .get_object()
             .bucket(&self.bucket)
             .key(key)
             .send()
             .await
-            .map_err(|err| self.error("GetObject", key, err))?;
-        Ok(output.body)
+    }
+
+    /// Reads a GetObject body to its end; a failure while reading is
+    /// retriable.
+    async fn collect(&self, key: &str, stream: ByteStream) -> Result<Bytes, S3Error> {
+        let body = stream.collect().await.map_err(|err| S3Error::Other {
+            operation: "GetObject",
+            bucket: self.bucket.clone(),
+            key: key.to_owned(),
+            retriable: true,
+            throttled: false,
+            source: Box::new(err),
+        })?;
+        Ok(body.into_bytes())
+    }
+
+    /// The user metadata of `key` ([HeadObject]): the `x-amz-meta-*`
+    /// headers, names without the prefix, lowercase.
+    ///
+    /// [HeadObject]: https://docs.aws.amazon.com/AmazonS3/latest/API/API_HeadObject.html
+    ///
+    /// # Errors
+    /// [`S3Error`] (404 when the object does not exist).
+    pub async fn user_metadata(&self, key: &str) -> Result<HashMap<String, String>, S3Error> {
+        let output = self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|err| self.error("HeadObject", key, err))?;
+        Ok(output.metadata.unwrap_or_default())
     }
 
     /// One page (up to 1,000 keys) of the keys under `prefix`
@@ -303,7 +369,7 @@ mod tests {
 
     async fn put_error(status: u16, code: &'static str) -> S3Error {
         store_answering(status, code)
-            .put_if_absent("k", Bytes::from_static(b"x"), "text/plain")
+            .put_if_absent("k", Bytes::from_static(b"x"), "text/plain", &[])
             .await
             .unwrap_err()
     }
@@ -355,7 +421,7 @@ mod tests {
     #[tokio::test]
     async fn an_existing_key_is_an_outcome_not_an_error() {
         let outcome = store_answering(412, "PreconditionFailed")
-            .put_if_absent("k", Bytes::from_static(b"x"), "text/plain")
+            .put_if_absent("k", Bytes::from_static(b"x"), "text/plain", &[])
             .await
             .unwrap();
         assert_eq!(outcome, PutOutcome::AlreadyExists);

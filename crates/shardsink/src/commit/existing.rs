@@ -1,67 +1,152 @@
 //! Whether an object already at a batch's key holds the batch's records —
-//! the check after a PUT with `If-None-Match: *` answered 412. The object is
-//! streamed, decompressed and compared line by line, so neither it nor its
-//! decompressed copy is ever held whole.
+//! the check after a PUT with `If-None-Match: *` answered 412.
+//!
+//! - JSON Lines and raw bodies are streamed, decompressed and compared line
+//!   by line, so neither the object nor its decompressed copy is ever held
+//!   whole. Envelope lines that differ in bytes may still hold the same
+//!   records (an older shardsink may have encoded them differently).
+//! - Parquet files are compared row by row, whatever their row groups, page
+//!   compression or writer.
+//! - An object written with other format settings (its
+//!   `x-amz-meta-shardsink-format` differs: the settings changed between a
+//!   crash and the replay of its pending batch) holds the same records when
+//!   it holds as many (`x-amz-meta-shardsink-records`): its key is a
+//!   function of the batch's first and last sequence numbers, under a prefix
+//!   only this stream writes.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use bytes::Bytes;
 use serde_json::Value;
 use tokio_util::io::SyncIoBridge;
 use tracing::warn;
 
+use super::body::{FORMAT_METADATA, ObjectBody, RECORDS_METADATA};
 use crate::aws::{BoxError, ObjectStore, S3Error};
 use crate::config::CompressionCodec;
 use crate::output::compression;
+use crate::output::format::BodyShape;
+use crate::output::format::parquet::same_rows;
 
-/// Whether the existing object `key` holds the same records as `lines`,
-/// line by line: byte-equal, or else the same sequence number,
-/// sub-sequence number and data (an older shardsink may have encoded the
-/// same records differently). The object is streamed and decompressed a
-/// buffer at a time, so neither it nor its decompressed copy is ever held
-/// whole.
+/// Whether the existing object `key` holds the same records as `body`.
+///
+/// # Errors
+/// [`S3Error`] when the object cannot be read (retried by the caller).
 pub(crate) async fn same_records(
     store: &ObjectStore,
     key: &str,
-    codec: CompressionCodec,
-    lines: &Bytes,
+    body: &ObjectBody,
 ) -> Result<bool, S3Error> {
-    let body = store.get_stream(key).await?.into_async_read();
-    let expected = lines.clone();
+    let comparison = match body.kind.shape {
+        BodyShape::Parquet => compare_parquet(store, key, body).await?,
+        BodyShape::JsonLines | BodyShape::Raw => compare_streamed(store, key, body).await?,
+    };
+    match comparison {
+        Comparison::SameBytes => Ok(true),
+        Comparison::SameRecords => {
+            warn!(
+                key,
+                "existing object holds the same records in another encoding"
+            );
+            Ok(true)
+        }
+        Comparison::Different => written_with_other_settings(store, key, body).await,
+    }
+}
+
+/// Whether the object was written with other format settings and holds as
+/// many records as `body`.
+async fn written_with_other_settings(
+    store: &ObjectStore,
+    key: &str,
+    body: &ObjectBody,
+) -> Result<bool, S3Error> {
+    let metadata = store.user_metadata(key).await?;
+    let format = metadata.get(FORMAT_METADATA);
+    let records = metadata
+        .get(RECORDS_METADATA)
+        .and_then(|n| n.parse::<usize>().ok());
+    let same = format.is_some_and(|format| *format != body.format) && records == Some(body.records);
+    if same {
+        warn!(
+            key,
+            written_as = format.map(String::as_str).unwrap_or_default(),
+            now = body.format,
+            records = body.records,
+            "existing object holds the batch's records in another format"
+        );
+    }
+    Ok(same)
+}
+
+/// Reads the whole Parquet object and compares its rows with `body`'s.
+async fn compare_parquet(
+    store: &ObjectStore,
+    key: &str,
+    body: &ObjectBody,
+) -> Result<Comparison, S3Error> {
+    let existing = store.get(key).await?;
+    if existing == body.plain {
+        return Ok(Comparison::SameBytes);
+    }
+    let ours = body.plain.clone();
+    let compared = tokio::task::spawn_blocking(move || same_rows(existing, ours)).await;
+    Ok(match compared {
+        Ok(Ok(true)) => Comparison::SameRecords,
+        Ok(Ok(false)) => Comparison::Different,
+        Ok(Err(err)) => {
+            warn!(key, error = %err, "existing object is not a readable Parquet file");
+            Comparison::Different
+        }
+        Err(join_error) => return Err(read_failed(store, key, Box::new(join_error))),
+    })
+}
+
+/// Streams the object, decompressed, and compares it line by line with
+/// `body`'s plain bytes.
+async fn compare_streamed(
+    store: &ObjectStore,
+    key: &str,
+    body: &ObjectBody,
+) -> Result<Comparison, S3Error> {
+    let stream = store.get_stream(key).await?.into_async_read();
+    let expected = body.plain.clone();
+    let (codec, records_in_lines) = (body.kind.codec, body.kind.shape == BodyShape::JsonLines);
     let compared = tokio::task::spawn_blocking(move || {
-        let source = TrackedRead::new(SyncIoBridge::new(body));
+        let source = TrackedRead::new(SyncIoBridge::new(stream));
         let read_failed = source.failed.clone();
-        let result = compare_lines(codec, std::io::BufReader::new(source), &expected);
+        let result = compare_lines(
+            codec,
+            std::io::BufReader::new(source),
+            &expected,
+            records_in_lines,
+        );
         (result, read_failed.load(Ordering::Relaxed))
     })
     .await;
-    let retriable = |source: BoxError| S3Error::Other {
+    let retriable = |source: BoxError| read_failed(store, key, source);
+    match compared {
+        Ok((Ok(comparison), _)) => Ok(comparison),
+        // Reading the object failed (a dropped connection): try again.
+        Ok((Err(err), true)) => Err(retriable(Box::new(err))),
+        // The bytes arrived but do not decode: not these records.
+        Ok((Err(err), false)) => {
+            warn!(key, error = %err, "existing object does not decompress");
+            Ok(Comparison::Different)
+        }
+        Err(join_error) => Err(retriable(Box::new(join_error))),
+    }
+}
+
+/// Reading the existing object failed after its response began: retriable.
+fn read_failed(store: &ObjectStore, key: &str, source: BoxError) -> S3Error {
+    S3Error::Other {
         operation: "GetObject",
         bucket: store.bucket().to_owned(),
         key: key.to_owned(),
         retriable: true,
         throttled: false,
         source,
-    };
-    match compared {
-        Ok((Ok(comparison), _)) => {
-            if comparison == Comparison::SameRecords {
-                warn!(
-                    key,
-                    "existing object holds the same records in another encoding"
-                );
-            }
-            Ok(comparison != Comparison::Different)
-        }
-        // Reading the object failed (a dropped connection): try again.
-        Ok((Err(err), true)) => Err(retriable(Box::new(err))),
-        // The bytes arrived but do not decode: not these records.
-        Ok((Err(err), false)) => {
-            warn!(key, error = %err, "existing object does not decompress");
-            Ok(false)
-        }
-        Err(join_error) => Err(retriable(Box::new(join_error))),
     }
 }
 
@@ -77,7 +162,9 @@ enum Comparison {
 }
 
 /// Compares the lines `existing` decodes to (with `codec`) with `expected`,
-/// one line at a time.
+/// one line at a time; with `envelope_identity`, lines that differ in bytes
+/// but hold the same envelope record (sequence number, sub-sequence number,
+/// data) still match.
 ///
 /// # Errors
 /// I/O errors from reading or decoding `existing`.
@@ -85,6 +172,7 @@ fn compare_lines(
     codec: CompressionCodec,
     existing: impl std::io::BufRead,
     expected: &[u8],
+    envelope_identity: bool,
 ) -> std::io::Result<Comparison> {
     use std::io::BufRead as _;
 
@@ -99,6 +187,7 @@ fn compare_lines(
             (true, None) => return Ok(comparison),
             (true, Some(_)) | (false, None) => return Ok(Comparison::Different),
             (false, Some(want)) if line == want => {}
+            (false, Some(_)) if !envelope_identity => return Ok(Comparison::Different),
             (false, Some(want)) => match (identity(&line), identity(want)) {
                 (Some(have), Some(want)) if have == want => {
                     comparison = Comparison::SameRecords;
@@ -153,7 +242,7 @@ mod tests {
 
     fn compare(existing: &[u8], expected: &[u8]) -> std::io::Result<Comparison> {
         let body = Compression::Zstd(3).compress(existing).unwrap();
-        compare_lines(CompressionCodec::Zstd, &body[..], expected)
+        compare_lines(CompressionCodec::Zstd, &body[..], expected, true)
     }
 
     #[test]
@@ -165,6 +254,12 @@ mod tests {
         let reencoded = b"{\"data\":\"eA==\",\"sequenceNumber\":\"1\"}\n\
                           {\"data\":\"eQ==\",\"sequenceNumber\":\"2\"}\n";
         assert_eq!(compare(reencoded, lines).unwrap(), Comparison::SameRecords);
+        let body = Compression::Zstd(3).compress(reencoded).unwrap();
+        assert_eq!(
+            compare_lines(CompressionCodec::Zstd, &body[..], lines, false).unwrap(),
+            Comparison::Different,
+            "raw payloads are compared byte for byte"
+        );
         let other_data = b"{\"sequenceNumber\":\"1\",\"partitionKey\":\"a\",\"data\":\"eA==\"}\n\
                            {\"sequenceNumber\":\"2\",\"partitionKey\":\"b\",\"data\":\"eg==\"}\n";
         assert_eq!(compare(other_data, lines).unwrap(), Comparison::Different);
@@ -172,7 +267,7 @@ mod tests {
         assert_eq!(compare(first_only, lines).unwrap(), Comparison::Different);
         assert_eq!(compare(lines, first_only).unwrap(), Comparison::Different);
         assert!(
-            compare_lines(CompressionCodec::Zstd, &b"not zstd"[..], lines).is_err(),
+            compare_lines(CompressionCodec::Zstd, &b"not zstd"[..], lines, true).is_err(),
             "a body that does not decode is an error, not a match"
         );
     }

@@ -5,11 +5,14 @@
 //! - `writer`: [`BatchWriter`](writer::BatchWriter), the only way shardsink
 //!   writes a batch: pending → PUT → checkpoint, and the replay of a pending
 //!   batch;
+//! - `body`: a batch's bodies as PUT — the error object, then the main
+//!   object — with their user metadata;
 //! - `fence`: [`Fence`](fence::Fence), an S3 write runs only while the lease
 //!   is confirmed;
 //! - `existing`: whether an object already at a batch's key (412) holds the
-//!   batch's records, streamed line by line.
+//!   batch's records: lines streamed, Parquet rows compared.
 
+pub(crate) mod body;
 pub(crate) mod existing;
 pub(crate) mod fence;
 pub(crate) mod writer;

@@ -3,9 +3,11 @@
 //! 1. Record the batch (key, first, last) in the lease row, conditional on the
 //!    lease counter (`pendingCheckpoint`; contract line C6). A worker that
 //!    lost the lease fails here and writes nothing new.
-//! 2. PUT the object with `If-None-Match: *` (C2). A 412 means the
-//!    object exists: it is read back and must hold the same records, or the
-//!    shard stops with [`ShardError::ObjectConflict`]; it is never overwritten.
+//! 2. PUT the object with `If-None-Match: *` (C2) — first the error object,
+//!    when the format rejected records, then the main object, which is the
+//!    batch's commit marker. A 412 means the object exists: it is read back
+//!    and must hold the same records, or the shard stops with
+//!    [`ShardError::ObjectConflict`]; it is never overwritten.
 //! 3. Checkpoint the batch's last sequence number, clearing the pending batch
 //!    (C3: the checkpoint only passes records durably in S3).
 //!
@@ -17,21 +19,22 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use shard_lease::{Checkpoint, HeldLease, LeaseError, PendingBatch};
 use tracing::{error, info, warn};
 
+use super::body::{self, EncodedBatch, ObjectBody};
 use super::existing::same_records;
 use super::fence::Fence;
 use crate::aws::retry::{Classify, Failure, Retry, Stopped};
 use crate::aws::{ObjectStore, PutOutcome, S3Error};
-use crate::config::CompressionCodec;
 use crate::ops::failpoint::failpoint;
 use crate::ops::metrics::{Metrics, Outcome};
+use crate::output::Output;
 use crate::output::batch::{Batch, FlushReason};
-use crate::output::compression::{self, Compression};
-use crate::output::key::{KeyLayout, parse_object_name};
+use crate::output::compression::Compression;
+use crate::output::format::{BodyKind, Format};
 use crate::shard::error::ShardError;
+use crate::shard::replay::recorded_kind;
 
 /// A batch as written: the pending batch it was recorded as (its last
 /// sequence number is now the checkpoint), and what the PUT did.
@@ -47,8 +50,7 @@ pub struct WrittenBatch {
 #[derive(Debug, Clone)]
 pub struct BatchWriter {
     store: ObjectStore,
-    layout: KeyLayout,
-    compression: Compression,
+    output: Output,
     lease: Arc<HeldLease>,
     fence: Fence,
     metrics: Arc<Metrics>,
@@ -80,16 +82,14 @@ impl BatchWriter {
     /// lease and `failover_time`.
     pub fn new(
         store: ObjectStore,
-        layout: KeyLayout,
-        compression: Compression,
+        output: Output,
         lease: Arc<HeldLease>,
         metrics: Arc<Metrics>,
         failover_time: Duration,
     ) -> Self {
         Self {
             store,
-            layout,
-            compression,
+            output,
             fence: Fence::new(lease.clone(), failover_time),
             lease,
             metrics,
@@ -116,11 +116,11 @@ impl BatchWriter {
         reason: FlushReason,
     ) -> Result<WrittenBatch, ShardError> {
         let range = batch.range();
-        let key = self.layout.object_key(
-            batch.minute(),
+        let key = self.output.layout.object_key(
+            batch.bucket(),
             self.shard_id(),
             range,
-            self.compression.codec(),
+            self.output.body_kind(),
         );
         let pending = PendingBatch {
             key,
@@ -133,13 +133,16 @@ impl BatchWriter {
         })
         .await?;
         failpoint("after-pending").await;
-        self.put_and_checkpoint(pending, self.compression, batch, reason)
+        let kind = self.output.body_kind();
+        self.put_and_checkpoint(pending, &self.output.format, kind, batch, reason)
             .await
     }
 
     /// Replays the pending batch recorded in the lease row: `batch` must hold
-    /// exactly the shard's records `pending.first..=pending.last`. Writes it
-    /// under the recorded key with the codec the key names, then checkpoints.
+    /// exactly the shard's records `pending.first..=pending.last`, encoded
+    /// in the format the recorded key names ([`Format::for_shape`]). Writes
+    /// it under the recorded key with the codec the key names, then
+    /// checkpoints.
     ///
     /// # Errors
     /// As [`write`](Self::write).
@@ -148,20 +151,9 @@ impl BatchWriter {
         pending: PendingBatch,
         batch: Batch,
     ) -> Result<WrittenBatch, ShardError> {
-        let codec = pending
-            .key
-            .rsplit('/')
-            .next()
-            .and_then(|name| parse_object_name(name).ok())
-            .map_or(self.compression.codec(), |name| name.codec);
-        let compression = if codec == self.compression.codec() {
-            self.compression
-        } else {
-            // Settings changed since the batch was recorded: write what the
-            // key says, at that codec's default level.
-            Compression::new(codec, None)
-        };
-        self.put_and_checkpoint(pending, compression, batch, FlushReason::Replay)
+        let kind = recorded_kind(&pending.key).unwrap_or_else(|| self.output.body_kind());
+        let format = self.output.format.for_shape(kind.shape);
+        self.put_and_checkpoint(pending, &format, kind, batch, FlushReason::Replay)
             .await
     }
 
@@ -180,48 +172,67 @@ impl BatchWriter {
     async fn put_and_checkpoint(
         &self,
         pending: PendingBatch,
-        compression: Compression,
+        format: &Format,
+        kind: BodyKind,
         batch: Batch,
         reason: FlushReason,
     ) -> Result<WrittenBatch, ShardError> {
-        let records = batch.user_records();
-        // The lines and the body stay counted against the memory budget
-        // until the PUT ended.
-        let (lines, mut reservation) = batch.into_lines();
-        let lines = Bytes::from(lines);
-        let body = compress(compression, lines.clone())
+        let bucket = batch.bucket();
+        let range = batch.range().clone();
+        // The bodies stay counted against the memory budget until the PUTs
+        // ended.
+        let (bodies, mut reservation) = batch.into_bodies();
+        let encoded = encode(bodies, format.clone(), kind, self.output.compression)
             .await
             .map_err(|source| ShardError::Compression {
                 shard_id: self.shard_id().to_owned(),
                 source,
             })?;
-        if compression != Compression::None {
-            reservation.grow(body.len() as u64);
+        let EncodedBatch {
+            main,
+            errors,
+            rejected,
+        } = encoded;
+        reservation.grow(main.held_bytes() + errors.as_ref().map_or(0, ObjectBody::held_bytes));
+        let mut bytes_written = 0;
+        if let Some(errors) = &errors {
+            let key =
+                self.output
+                    .error_layout
+                    .object_key(bucket, self.shard_id(), &range, errors.kind);
+            if self.put(&key, errors).await? == PutOutcome::Created {
+                bytes_written += errors.bytes.len();
+            }
+            failpoint("after-error-put").await;
         }
-        let outcome = self
-            .put(&pending.key, &body, compression.codec(), &lines)
-            .await?;
-        let body_len = body.len();
-        drop((lines, body, reservation));
+        let outcome = self.put(&pending.key, &main).await?;
+        if outcome == PutOutcome::Created {
+            bytes_written += main.bytes.len();
+        }
+        let records = main.records + errors.as_ref().map_or(0, |errors| errors.records);
+        let error_records = errors.as_ref().map_or(0, |errors| errors.records);
+        drop((main, errors, reservation));
         failpoint("after-put").await;
         let checkpoint = Checkpoint::SequenceNumber(pending.last.clone());
         self.lease_write("checkpoint", || self.lease.checkpoint(&checkpoint))
             .await?;
         failpoint("after-checkpoint").await;
         match outcome {
-            PutOutcome::Created => {
-                self.metrics.batch_written(Outcome::created);
-                self.metrics.bytes_written.inc_by(body_len as u64);
-            }
+            PutOutcome::Created => self.metrics.batch_written(Outcome::created),
             PutOutcome::AlreadyExists => self.metrics.batch_written(Outcome::already_present),
         }
+        self.metrics.bytes_written.inc_by(bytes_written as u64);
         self.metrics.records_written.inc_by(records as u64);
+        for (reason, count) in rejected {
+            self.metrics.records_errored(reason, count);
+        }
         info!(
             key = %pending.key,
             first = %pending.first,
             last = %pending.last,
             records,
-            bytes = body_len,
+            error_records,
+            bytes = bytes_written,
             reason = reason.as_str(),
             already_present = outcome == PutOutcome::AlreadyExists,
             "batch written"
@@ -231,17 +242,11 @@ impl BatchWriter {
 
     /// PUT with `If-None-Match: *`, retried until it succeeds or the lease is
     /// lost (the batch is recorded in the row: the new owner replays it).
-    async fn put(
-        &self,
-        key: &str,
-        body: &Bytes,
-        codec: CompressionCodec,
-        lines: &Bytes,
-    ) -> Result<PutOutcome, ShardError> {
+    async fn put(&self, key: &str, body: &ObjectBody) -> Result<PutOutcome, ShardError> {
         let put = Retry::new("PutObject")
             .metrics(&self.metrics)
             .until(self.lease.lost())
-            .run(|| self.put_once(key, body, codec, lines))
+            .run(|| self.put_once(key, body))
             .await;
         match put {
             Ok(outcome) => Ok(outcome),
@@ -258,17 +263,15 @@ impl BatchWriter {
 
     /// One PUT attempt, fenced by the lease (confirmed first whenever it is
     /// not confirmed recently); a 412 is checked against the records.
-    async fn put_once(
-        &self,
-        key: &str,
-        body: &Bytes,
-        codec: CompressionCodec,
-        lines: &Bytes,
-    ) -> Result<PutOutcome, PutError> {
+    async fn put_once(&self, key: &str, body: &ObjectBody) -> Result<PutOutcome, PutError> {
+        let metadata = body.metadata();
         loop {
-            let put = self
-                .store
-                .put_if_absent(key, body.clone(), compression::content_type(codec));
+            let put = self.store.put_if_absent(
+                key,
+                body.bytes.clone(),
+                body.kind.content_type(),
+                &metadata,
+            );
             let Some(attempt) = self.fence.within(put).await else {
                 // Another worker could take the lease soon: confirm it (or
                 // learn it is lost), then try again.
@@ -285,7 +288,7 @@ impl BatchWriter {
                 PutOutcome::Created => Ok(PutOutcome::Created),
                 PutOutcome::AlreadyExists => {
                     self.metrics.conditional_write_conflicts.inc();
-                    match same_records(&self.store, key, codec, lines).await {
+                    match same_records(&self.store, key, body).await {
                         Ok(true) => Ok(PutOutcome::AlreadyExists),
                         Ok(false) => {
                             error!(key, "object exists with different records");
@@ -332,14 +335,18 @@ impl BatchWriter {
     }
 }
 
-/// Compresses off the async threads: a 64 MiB batch takes tens of
-/// milliseconds even with zstd.
-async fn compress(compression: Compression, lines: Bytes) -> std::io::Result<Bytes> {
-    if compression == Compression::None {
-        return Ok(lines);
-    }
-    match tokio::task::spawn_blocking(move || compression.compress(&lines)).await {
-        Ok(body) => body.map(Bytes::from),
+/// Encodes a batch's bodies off the async threads: a 64 MiB batch takes
+/// tens of milliseconds to compress even with zstd.
+async fn encode(
+    bodies: crate::output::format::Bodies,
+    format: Format,
+    kind: BodyKind,
+    compression: Compression,
+) -> std::io::Result<EncodedBatch> {
+    match tokio::task::spawn_blocking(move || body::encode(bodies, &format, kind, compression))
+        .await
+    {
+        Ok(encoded) => encoded,
         Err(join_error) => Err(std::io::Error::other(join_error)),
     }
 }

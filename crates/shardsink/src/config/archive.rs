@@ -24,6 +24,13 @@ pub struct ArchiveArgs {
     #[arg(long, env = "SHARDSINK_PREFIX", value_name = "PREFIX")]
     pub prefix: Option<String>,
 
+    /// Key prefix of error objects: the records the output format cannot
+    /// represent, as envelope lines with an errorMessage, under the same key
+    /// scheme. Must not be the prefix or under it.
+    /// [default: {prefix}-errors]
+    #[arg(long, env = "SHARDSINK_ERROR_PREFIX", value_name = "PREFIX")]
+    pub error_prefix: Option<String>,
+
     /// Name of this shardsink application, as the KCL's applicationName: the
     /// default lease table is {application name}-{stream name}. Two
     /// applications archiving one stream (to different prefixes) keep
@@ -57,13 +64,17 @@ pub struct Archive {
     pub bucket: String,
     /// The key prefix: no leading or trailing slash; may be empty.
     pub prefix: String,
+    /// The error prefix: no leading or trailing slash; not empty, not the
+    /// prefix nor under it.
+    pub error_prefix: String,
     /// The lease table; resolved when the stream is given.
     pub lease_table: Option<String>,
 }
 
 impl ArchiveArgs {
     /// Checks every name and resolves the defaults: the prefix is the stream
-    /// name, the lease table `{application name}-{stream name}`.
+    /// name, the error prefix `{prefix}-errors`, the lease table
+    /// `{application name}-{stream name}`.
     ///
     /// # Errors
     /// [`ConfigError`] naming the first bad setting: `--bucket` when it is not
@@ -76,7 +87,7 @@ impl ArchiveArgs {
         let stream = self.stream.as_deref().map(parse_stream).transpose()?;
         validate_bucket(&bucket)?;
         let prefix = match (&self.prefix, &stream) {
-            (Some(prefix), _) => validate_prefix(prefix)?,
+            (Some(prefix), _) => validate_prefix("prefix", prefix)?,
             (None, Some(stream)) => stream.name().to_owned(),
             (None, None) => {
                 return Err(ConfigError::new(
@@ -85,6 +96,21 @@ impl ArchiveArgs {
                 ));
             }
         };
+        let error_prefix = match &self.error_prefix {
+            Some(error_prefix) => validate_prefix("error-prefix", error_prefix)?,
+            None => format!("{prefix}-errors"),
+        };
+        if error_prefix.is_empty()
+            || error_prefix == prefix
+            || (!prefix.is_empty() && error_prefix.starts_with(&format!("{prefix}/")))
+        {
+            return Err(ConfigError::new(
+                "error-prefix",
+                format!(
+                    "{error_prefix:?} must be outside the prefix {prefix:?} (its keys are all read as batches)"
+                ),
+            ));
+        }
         if !is_stream_name(&self.application_name) {
             return Err(ConfigError::new(
                 "application-name",
@@ -109,6 +135,7 @@ impl ArchiveArgs {
             stream,
             bucket,
             prefix,
+            error_prefix,
             lease_table,
         })
     }
@@ -213,16 +240,16 @@ fn validate_bucket(bucket: &str) -> Result<(), ConfigError> {
 
 /// A prefix has no leading slash, no empty segments, and at most 512 bytes so
 /// that full keys stay well under S3's 1,024-byte limit.
-fn validate_prefix(prefix: &str) -> Result<String, ConfigError> {
+fn validate_prefix(setting: &'static str, prefix: &str) -> Result<String, ConfigError> {
     let trimmed = prefix.trim_end_matches('/');
     if trimmed.starts_with('/') || trimmed.contains("//") {
         return Err(ConfigError::new(
-            "prefix",
+            setting,
             format!("{prefix:?} must not start with / or contain //"),
         ));
     }
     if trimmed.len() > 512 {
-        return Err(ConfigError::new("prefix", "longer than 512 bytes"));
+        return Err(ConfigError::new(setting, "longer than 512 bytes"));
     }
     Ok(trimmed.to_owned())
 }

@@ -10,8 +10,14 @@ use chrono::{DateTime, Utc};
 use super::archive::{Archive, ArchiveArgs, StreamRef};
 use super::error::ConfigError;
 use super::values::{
-    CompressionCodec, InitialPosition, LogFormat, parse_byte_size, parse_duration, parse_timestamp,
+    CompressionCodec, InitialPosition, KeyStyle, LogFormat, OutputFormat, RecordDelimiter,
+    TimeBucket, parse_byte_size, parse_delimiter, parse_duration, parse_timestamp,
 };
+use crate::output::Output;
+use crate::output::compression::Compression;
+use crate::output::format::schema::ParquetSchema;
+use crate::output::format::{DEFAULT_METADATA_FIELD, Format};
+use crate::output::key::KeyLayout;
 
 /// The shortest `--failover-time`: a writer stops sending a PUT one second
 /// before its lease could move, so below two seconds almost nothing fits.
@@ -20,6 +26,10 @@ pub const MIN_FAILOVER_TIME: Duration = Duration::from_secs(2);
 /// The longest `--failover-time` (one hour): beyond it a dead worker's
 /// shards would wait hours to move.
 pub const MAX_FAILOVER_TIME: Duration = Duration::from_secs(3_600);
+
+/// The longest `--buffer-max-age`: 15 minutes, as Firehose's buffering
+/// interval.
+pub const MAX_BUFFER_MAX_AGE: Duration = Duration::from_secs(900);
 
 /// Most records one GetRecords call may return (Kinesis API reference,
 /// GetRecords `Limit`: 1 to 10,000).
@@ -69,9 +79,9 @@ pub struct Config {
     #[arg(long, env = "SHARDSINK_INITIAL_TIMESTAMP", value_parser = parse_timestamp, value_name = "TIME")]
     pub initial_timestamp: Option<DateTime<Utc>>,
 
-    /// Flush a shard's buffer once its JSON Lines reach this size (before
-    /// compression), like Firehose's buffering size hint. Units: B, KiB,
-    /// MiB, GiB (or KB, MB, GB).
+    /// Flush a shard's buffer once its encoded records reach this size
+    /// (before compression), like Firehose's buffering size hint. Units: B,
+    /// KiB, MiB, GiB (or KB, MB, GB).
     #[arg(long, env = "SHARDSINK_BUFFER_MAX_BYTES", default_value = "64MiB", value_parser = parse_byte_size, value_name = "SIZE")]
     pub buffer_max_bytes: u64,
 
@@ -85,8 +95,8 @@ pub struct Config {
     pub buffer_max_records: usize,
 
     /// Flush a shard's buffer this long after its first record arrived, like
-    /// Firehose's buffering interval hint. A buffer is also flushed when its
-    /// arrival minute is over.
+    /// Firehose's buffering interval hint (at most 15m). A buffer is also
+    /// flushed when its arrival minute or hour (--time-bucket) is over.
     #[arg(long, env = "SHARDSINK_BUFFER_MAX_AGE", default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
     pub buffer_max_age: Duration,
 
@@ -97,8 +107,66 @@ pub struct Config {
     #[arg(long, env = "SHARDSINK_BUFFER_MEMORY_LIMIT", default_value = "256MiB", value_parser = parse_byte_size, value_name = "SIZE")]
     pub buffer_memory_limit: u64,
 
-    /// Compression of the objects: none (.jsonl), gzip (.jsonl.gz) or zstd
-    /// (.jsonl.zst). Athena, Spark and Trino read all three.
+    /// What each record becomes: envelope (JSON Lines, payload in base64
+    /// beside the Kinesis metadata; .jsonl), json (JSON Lines of the
+    /// payloads, which must be JSON objects, with the metadata under
+    /// --metadata-field; .jsonl), raw (the payload bytes, each followed by
+    /// --record-delimiter; .raw) or parquet (one row per record; .parquet).
+    #[arg(
+        long,
+        env = "SHARDSINK_FORMAT",
+        value_enum,
+        ignore_case = true,
+        default_value = "envelope",
+        value_name = "FORMAT"
+    )]
+    pub format: OutputFormat,
+
+    /// With --format json: the member each line's Kinesis metadata goes
+    /// under (shardId, sequenceNumber, subSequenceNumber, partitionKey,
+    /// approximateArrivalTimestamp). Empty: no metadata. [default: _kinesis]
+    #[arg(long, env = "SHARDSINK_METADATA_FIELD", value_name = "NAME")]
+    pub metadata_field: Option<String>,
+
+    /// With --format raw: the bytes written after each payload; \n, \r,
+    /// \t, \0, \\ and \xHH are escapes; may be empty. [default: \n]
+    #[arg(long, env = "SHARDSINK_RECORD_DELIMITER", value_parser = parse_delimiter, value_name = "TEXT", allow_hyphen_values = true)]
+    pub record_delimiter: Option<RecordDelimiter>,
+
+    /// With --format parquet: a JSON file listing the columns to make of
+    /// each JSON payload's fields instead of the data column, e.g.
+    /// [{"name":"user_id","type":"int64"}]; see docs/CONFIGURATION.md.
+    #[arg(long, env = "SHARDSINK_PARQUET_SCHEMA", value_name = "FILE")]
+    pub parquet_schema: Option<std::path::PathBuf>,
+
+    /// How the time part of keys is written: plain (2026/11/21/05/27/) or
+    /// hive (year=2026/month=11/day=21/hour=05/minute=27/). Recorded under
+    /// the prefix: a prefix keeps the layout it was started with.
+    #[arg(
+        long,
+        env = "SHARDSINK_KEY_LAYOUT",
+        value_enum,
+        ignore_case = true,
+        default_value = "plain",
+        value_name = "LAYOUT"
+    )]
+    pub key_layout: KeyStyle,
+
+    /// The span of arrival time one object holds: minute or hour. Recorded
+    /// under the prefix: a prefix keeps the bucket it was started with.
+    #[arg(
+        long,
+        env = "SHARDSINK_TIME_BUCKET",
+        value_enum,
+        ignore_case = true,
+        default_value = "minute",
+        value_name = "BUCKET"
+    )]
+    pub time_bucket: TimeBucket,
+
+    /// Compression: none, gzip or zstd. For envelope, json and raw the whole
+    /// object is compressed (.gz, .zst after the extension); for parquet,
+    /// its pages. Athena, Spark, Trino and DuckDB read all of them.
     #[arg(
         long,
         env = "SHARDSINK_COMPRESSION",
@@ -208,6 +276,8 @@ pub struct Settings {
     pub lease_taking_interval: Duration,
     /// Where to serve /metrics, /healthz and /readyz; `None` when off.
     pub metrics_address: Option<std::net::SocketAddr>,
+    /// Format, compression and key layouts of the objects.
+    pub(crate) output: Output,
 }
 
 impl Config {
@@ -224,6 +294,7 @@ impl Config {
             stream: Some(stream),
             bucket,
             prefix,
+            error_prefix,
             lease_table: Some(lease_table),
         } = self.archive.validate()?
         else {
@@ -266,8 +337,11 @@ impl Config {
         if self.buffer_max_records == 0 {
             return Err(ConfigError::new("buffer-max-records", "must be at least 1"));
         }
-        if self.buffer_max_age < Duration::from_millis(100) {
-            return Err(ConfigError::new("buffer-max-age", "must be at least 100ms"));
+        if !(Duration::from_millis(100)..=MAX_BUFFER_MAX_AGE).contains(&self.buffer_max_age) {
+            return Err(ConfigError::new(
+                "buffer-max-age",
+                "must be at least 100ms and at most 15m",
+            ));
         }
         if self.buffer_memory_limit == 0 {
             return Err(ConfigError::new(
@@ -355,7 +429,16 @@ impl Config {
                 ),
             ));
         }
+        let format = self.output_format()?;
+        let layout = KeyLayout::new(prefix.clone(), self.key_layout, self.time_bucket);
+        let output = Output {
+            format,
+            compression: Compression::new(self.compression, self.compression_level),
+            error_layout: layout.with_prefix(error_prefix),
+            layout,
+        };
         Ok(Settings {
+            output,
             config: self,
             stream,
             bucket,
@@ -365,6 +448,54 @@ impl Config {
             lease_renewal_interval,
             lease_taking_interval,
             metrics_address,
+        })
+    }
+
+    /// The format with its settings; a setting of another format is a bad
+    /// setting, not silently ignored.
+    fn output_format(&self) -> Result<Format, ConfigError> {
+        let only_with = |setting: &'static str, format: &str| {
+            ConfigError::new(
+                setting,
+                format!(
+                    "only used with --format {format} (--format is {})",
+                    self.format.as_str()
+                ),
+            )
+        };
+        if self.metadata_field.is_some() && self.format != OutputFormat::Json {
+            return Err(only_with("metadata-field", "json"));
+        }
+        if self.record_delimiter.is_some() && self.format != OutputFormat::Raw {
+            return Err(only_with("record-delimiter", "raw"));
+        }
+        if self.parquet_schema.is_some() && self.format != OutputFormat::Parquet {
+            return Err(only_with("parquet-schema", "parquet"));
+        }
+        Ok(match self.format {
+            OutputFormat::Envelope => Format::Envelope,
+            OutputFormat::Json => Format::Json {
+                metadata_field: match self.metadata_field.as_deref() {
+                    None => Some(DEFAULT_METADATA_FIELD.to_owned()),
+                    Some("") => None,
+                    Some(field) => Some(field.to_owned()),
+                },
+            },
+            OutputFormat::Raw => Format::Raw {
+                delimiter: self
+                    .record_delimiter
+                    .clone()
+                    .map_or_else(|| b"\n".to_vec(), |delimiter| delimiter.0),
+            },
+            OutputFormat::Parquet => Format::Parquet {
+                schema: match &self.parquet_schema {
+                    None => None,
+                    Some(path) => Some(std::sync::Arc::new(
+                        ParquetSchema::load(path)
+                            .map_err(|message| ConfigError::new("parquet-schema", message))?,
+                    )),
+                },
+            },
         })
     }
 }

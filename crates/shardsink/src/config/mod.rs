@@ -17,10 +17,13 @@ mod error;
 mod values;
 
 pub use archive::{Archive, ArchiveArgs, StreamRef};
-pub use daemon::{Config, MAX_FAILOVER_TIME, MIN_FAILOVER_TIME, Settings};
+pub use daemon::{Config, MAX_BUFFER_MAX_AGE, MAX_FAILOVER_TIME, MIN_FAILOVER_TIME, Settings};
 pub use error::{ConfigError, one_line_error};
 pub(crate) use values::parse_timestamp;
-pub use values::{CompressionCodec, InitialPosition, LogFormat};
+pub use values::{
+    CompressionCodec, InitialPosition, KeyStyle, LogFormat, OutputFormat, RecordDelimiter,
+    TimeBucket,
+};
 
 /// Parses flags only, for tests: environment lookup is switched off so that
 /// a developer's `SHARDSINK_*` variables cannot change the outcome (the
@@ -85,6 +88,129 @@ mod tests {
                 .metrics_address,
             None
         );
+    }
+
+    #[test]
+    fn output_settings_resolve_to_a_format_and_layouts() {
+        use crate::output::format::Format;
+
+        let settings = valid(&[]).unwrap();
+        assert_eq!(settings.output.format, Format::Envelope);
+        assert_eq!(settings.output.layout.style(), KeyStyle::Plain);
+        assert_eq!(settings.output.layout.time_bucket(), TimeBucket::Minute);
+        assert_eq!(settings.output.error_layout.prefix(), "orders-errors");
+        let json = valid(&["--format", "json"]).unwrap();
+        assert_eq!(
+            json.output.format,
+            Format::Json {
+                metadata_field: Some("_kinesis".to_owned())
+            }
+        );
+        let bare = valid(&["--format", "JSON", "--metadata-field", ""]).unwrap();
+        assert_eq!(
+            bare.output.format,
+            Format::Json {
+                metadata_field: None
+            }
+        );
+        let raw = valid(&["--format", "raw"]).unwrap();
+        assert_eq!(
+            raw.output.format,
+            Format::Raw {
+                delimiter: b"\n".to_vec()
+            }
+        );
+        let crlf = valid(&["--format", "raw", "--record-delimiter", "\\r\\n"]).unwrap();
+        assert_eq!(
+            crlf.output.format,
+            Format::Raw {
+                delimiter: b"\r\n".to_vec()
+            }
+        );
+        let none = valid(&["--format", "raw", "--record-delimiter", ""]).unwrap();
+        assert_eq!(
+            none.output.format,
+            Format::Raw {
+                delimiter: Vec::new()
+            }
+        );
+        let hive = valid(&[
+            "--key-layout",
+            "hive",
+            "--time-bucket",
+            "hour",
+            "--buffer-max-age",
+            "15m",
+            "--error-prefix",
+            "errors/orders/",
+        ])
+        .unwrap();
+        assert_eq!(hive.output.layout.style(), KeyStyle::Hive);
+        assert_eq!(hive.output.layout.time_bucket(), TimeBucket::Hour);
+        assert_eq!(hive.output.error_layout.prefix(), "errors/orders");
+        assert_eq!(hive.output.error_layout.style(), KeyStyle::Hive);
+        assert_eq!(hive.config.buffer_max_age, Duration::from_secs(900));
+    }
+
+    #[test]
+    fn a_parquet_schema_file_is_read_at_start() {
+        use crate::output::format::Format;
+
+        let dir = std::env::temp_dir().join(format!("shardsink-schema-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("schema.json");
+        std::fs::write(&path, r#"[{"name":"user_id","type":"int64"}]"#).unwrap();
+        let path_text = path.to_str().unwrap();
+        let settings = valid(&["--format", "parquet", "--parquet-schema", path_text]).unwrap();
+        assert!(matches!(
+            settings.output.format,
+            Format::Parquet { schema: Some(_) }
+        ));
+        std::fs::write(&path, r#"[{"name":"user_id","type":"uint128"}]"#).unwrap();
+        let err = valid(&["--format", "parquet", "--parquet-schema", path_text]).unwrap_err();
+        assert_eq!(err.flag, "--parquet-schema");
+        let missing = dir.join("missing.json");
+        let err = valid(&[
+            "--format",
+            "parquet",
+            "--parquet-schema",
+            missing.to_str().unwrap(),
+        ])
+        .unwrap_err();
+        assert_eq!(err.flag, "--parquet-schema");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn settings_of_another_format_are_refused() {
+        let cases: [(&[&str], &str); 9] = [
+            (&["--parquet-schema", "s.json"], "--parquet-schema"),
+            (
+                &["--format", "json", "--parquet-schema", "s.json"],
+                "--parquet-schema",
+            ),
+            (
+                &["--format", "parquet", "--record-delimiter", "|"],
+                "--record-delimiter",
+            ),
+            (&["--record-delimiter", "|"], "--record-delimiter"),
+            (
+                &["--format", "raw", "--metadata-field", "m"],
+                "--metadata-field",
+            ),
+            (&["--error-prefix", "orders"], "--error-prefix"),
+            (&["--error-prefix", "orders/errors"], "--error-prefix"),
+            (&["--buffer-max-age", "16m"], "--buffer-max-age"),
+            (&["--error-prefix", "/errors"], "--error-prefix"),
+        ];
+        for (args, flag) in cases {
+            let err = valid(args).unwrap_err();
+            assert_eq!(err.flag, flag, "{args:?}: {err}");
+        }
+        // Outside the prefix, even when it starts with the same letters.
+        assert!(valid(&["--error-prefix", "orders-bad"]).is_ok());
+        let err = parse(&["--record-delimiter", "\\q"]).unwrap_err();
+        assert!(one_line_error(&err).contains("--record-delimiter"), "{err}");
     }
 
     #[test]

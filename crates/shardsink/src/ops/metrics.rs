@@ -19,6 +19,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::registry::Registry;
 
+use crate::output::view::RejectReason;
+
 /// How a batch's PUT ended.
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
 pub enum Outcome {
@@ -71,6 +73,15 @@ pub struct CauseLabel {
     pub cause: RetryCause,
 }
 
+/// Label set with `reason`: why a format rejected a record
+/// ([`RejectReason::as_str`]).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// `not_utf8`, `not_json_object`, `metadata_field_present` or
+    /// `schema_mismatch`.
+    pub reason: &'static str,
+}
+
 /// Label set with `shard_id`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ShardLabel {
@@ -88,8 +99,12 @@ pub struct Metrics {
     pub records_read: Counter,
     /// `shardsink_read_bytes_total`: data bytes read.
     pub bytes_read: Counter,
-    /// `shardsink_records_written_total`: user records in written or already present objects.
+    /// `shardsink_records_written_total`: user records in written or already
+    /// present objects, error objects included.
     pub records_written: Counter,
+    /// `shardsink_records_errored_total{reason}`: user records the format
+    /// could not represent, written to the error prefix.
+    pub records_errored: Family<ReasonLabel, Counter>,
     /// `shardsink_written_bytes_total`: compressed bytes PUT.
     pub bytes_written: Counter,
     /// `shardsink_batches_written_total{outcome}`.
@@ -126,6 +141,7 @@ impl Metrics {
             records_read: Counter::default(),
             bytes_read: Counter::default(),
             records_written: Counter::default(),
+            records_errored: Family::default(),
             bytes_written: Counter::default(),
             batches_written: Family::default(),
             duplicates_excluded: Counter::default(),
@@ -157,8 +173,13 @@ impl Metrics {
         );
         registry.register(
             "records_written",
-            "User records in objects written or found already written",
+            "User records in objects written or found already written (error objects included)",
             metrics.records_written.clone(),
+        );
+        registry.register(
+            "records_errored",
+            "User records the output format could not represent, written to the error prefix, by reason",
+            metrics.records_errored.clone(),
         );
         registry.register(
             "written_bytes",
@@ -230,6 +251,15 @@ impl Metrics {
     /// Counts one retry.
     pub fn retry(&self, cause: RetryCause) {
         self.retries.get_or_create(&CauseLabel { cause }).inc();
+    }
+
+    /// Counts `count` user records rejected for `reason`.
+    pub fn records_errored(&self, reason: RejectReason, count: u64) {
+        self.records_errored
+            .get_or_create(&ReasonLabel {
+                reason: reason.as_str(),
+            })
+            .inc_by(count);
     }
 
     /// Counts a batch write.

@@ -1,5 +1,6 @@
-//! [`Batch`]: one shard's buffered records of one minute, encoded as JSON
-//! Lines, held against the process's [`MemoryBudget`].
+//! [`Batch`]: one shard's buffered records of one minute or hour, encoded in
+//! the output format as they arrive, held against the process's
+//! [`MemoryBudget`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,15 +8,16 @@ use std::time::Duration;
 use sequence_range::SequenceRange;
 use tokio::time::Instant;
 
-use crate::output::encode::LineEncoder;
-use crate::output::minute::Minute;
+use crate::output::bucket::Bucket;
+use crate::output::format::{Bodies, BodyEncoder, Format};
 use crate::read::record::ShardRecord;
 use crate::shard::memory::{MemoryBudget, Reservation};
 
 /// When a batch is flushed (Firehose-style buffering hints).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BufferLimits {
-    /// Encoded JSON Lines bytes, before compression.
+    /// Encoded bytes, before compression (for Parquet, the bytes its
+    /// columns hold).
     pub max_bytes: u64,
     /// User records (lines).
     pub max_records: usize,
@@ -23,14 +25,14 @@ pub struct BufferLimits {
     pub max_age: Duration,
 }
 
-/// One shard's records of one arrival minute, in sequence order, contiguous
-/// (no record of the shard between `first` and `last` is missing), encoded.
-/// Never empty: it starts with its first record, so its range always exists.
+/// One shard's records of one arrival minute or hour, in sequence order,
+/// contiguous (no record of the shard between `first` and `last` is
+/// missing), encoded. Never empty: it starts with its first record, so its
+/// range always exists.
 #[derive(Debug)]
 pub struct Batch {
-    minute: Minute,
-    encoder: LineEncoder,
-    lines: Vec<u8>,
+    bucket: Bucket,
+    bodies: BodyEncoder,
     /// `[first, last]`: the first record's sequence number to the last's.
     range: SequenceRange,
     /// `ApproximateArrivalTimestamp` of the first record, ms since the epoch.
@@ -39,19 +41,23 @@ pub struct Batch {
     user_records: usize,
     opened_at: Instant,
     budget: Arc<MemoryBudget>,
-    /// The bytes of `lines`, held against the budget.
+    /// The bytes of `bodies`, held against the budget.
     reservation: Reservation,
 }
 
 impl Batch {
-    /// A batch of `shard_id`'s records arriving in `first`'s minute, holding
-    /// `first`.
-    pub fn start(shard_id: &str, first: &ShardRecord, budget: Arc<MemoryBudget>) -> Self {
-        let minute = first.minute();
+    /// A batch of `shard_id`'s records arriving in `bucket` (`first`'s),
+    /// encoded in `format`, holding `first`.
+    pub fn start(
+        shard_id: &str,
+        first: &ShardRecord,
+        bucket: Bucket,
+        format: &Format,
+        budget: Arc<MemoryBudget>,
+    ) -> Self {
         let mut batch = Self {
-            minute,
-            encoder: LineEncoder::new(shard_id, minute),
-            lines: Vec::new(),
+            bucket,
+            bodies: BodyEncoder::new(shard_id, format),
             range: SequenceRange::single(first.sequence_number.clone()),
             first_arrival: first.arrival_millis,
             kinesis_records: 0,
@@ -64,9 +70,12 @@ impl Batch {
         batch
     }
 
-    /// Appends a record of this batch's minute, after the batch's last.
+    /// Appends a record of this batch's bucket, after the batch's last.
     pub fn push(&mut self, record: &ShardRecord) {
-        debug_assert_eq!(record.minute(), self.minute);
+        debug_assert_eq!(
+            Bucket::of(self.bucket.size(), record.arrival_millis),
+            self.bucket
+        );
         debug_assert!(
             *self.range.last() < record.sequence_number,
             "records must arrive in sequence order"
@@ -77,11 +86,12 @@ impl Batch {
     }
 
     fn append(&mut self, record: &ShardRecord) {
-        self.encoder.encode(record, &mut self.lines);
+        self.bodies.push(record);
         self.kinesis_records += 1;
         self.user_records += record.user_record_count();
+        let held = self.bodies.memory_bytes();
         self.reservation
-            .grow(self.lines.len() as u64 - self.reservation.bytes());
+            .grow(held.saturating_sub(self.reservation.bytes()));
     }
 
     /// Arrival time of the first record (ms since the epoch).
@@ -89,14 +99,14 @@ impl Batch {
         self.first_arrival
     }
 
-    /// The arrival minute.
-    pub fn minute(&self) -> Minute {
-        self.minute
+    /// The arrival minute or hour.
+    pub fn bucket(&self) -> Bucket {
+        self.bucket
     }
 
     /// Encoded bytes so far.
-    pub fn len_bytes(&self) -> usize {
-        self.lines.len()
+    pub fn len_bytes(&self) -> u64 {
+        self.bodies.memory_bytes()
     }
 
     /// Kinesis records in the batch.
@@ -104,7 +114,7 @@ impl Batch {
         self.kinesis_records
     }
 
-    /// User records (lines) in the batch.
+    /// User records in the batch (main and error bodies).
     pub fn user_records(&self) -> usize {
         self.user_records
     }
@@ -112,7 +122,7 @@ impl Batch {
     /// Why the batch must be flushed now, if it must: a size or count limit,
     /// the process-wide memory budget, or its age.
     pub fn flush_reason(&self, limits: &BufferLimits) -> Option<FlushReason> {
-        if self.lines.len() as u64 >= limits.max_bytes {
+        if self.len_bytes() >= limits.max_bytes {
             Some(FlushReason::MaxBytes)
         } else if self.user_records >= limits.max_records {
             Some(FlushReason::MaxRecords)
@@ -130,16 +140,11 @@ impl Batch {
         &self.range
     }
 
-    /// The encoded JSON Lines.
-    pub fn lines(&self) -> &[u8] {
-        &self.lines
-    }
-
-    /// Takes the encoded JSON Lines out without copying them, with their
+    /// Takes the encoded bodies out without copying them, with their
     /// reservation: they stay counted against the budget until the caller
     /// drops it (after the write).
-    pub fn into_lines(self) -> (Vec<u8>, Reservation) {
-        (self.lines, self.reservation)
+    pub fn into_bodies(self) -> (Bodies, Reservation) {
+        (self.bodies.finish(), self.reservation)
     }
 }
 
@@ -154,9 +159,9 @@ pub enum FlushReason {
     MemoryLimit,
     /// `--buffer-max-age` reached.
     MaxAge,
-    /// A record of a later minute arrived, or the minute ended while the
-    /// shard was caught up.
-    MinuteOver,
+    /// A record of a later minute or hour arrived, or the bucket ended
+    /// while the shard was caught up.
+    BucketOver,
     /// The next record is already in S3 (dedup), so the batch ends here.
     Gap,
     /// The shard reached `SHARD_END`.
@@ -175,7 +180,7 @@ impl FlushReason {
             Self::MaxRecords => "max_records",
             Self::MemoryLimit => "memory_limit",
             Self::MaxAge => "max_age",
-            Self::MinuteOver => "minute_over",
+            Self::BucketOver => "bucket_over",
             Self::Gap => "gap",
             Self::ShardEnd => "shard_end",
             Self::Shutdown => "shutdown",
@@ -189,6 +194,12 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
+    use crate::output::format::MainBody;
+
+    fn start(shard_id: &str, first: &ShardRecord, budget: Arc<MemoryBudget>) -> Batch {
+        let bucket = Bucket::minute(first.arrival_millis);
+        Batch::start(shard_id, first, bucket, &Format::Envelope, budget)
+    }
 
     fn record(sequence_number: &str) -> ShardRecord {
         ShardRecord {
@@ -211,7 +222,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn flushes_on_count_then_tracks_the_range() {
         let budget = MemoryBudget::new(1 << 30, 1 << 20);
-        let mut batch = Batch::start("s", &record("8"), budget);
+        let mut batch = start("s", &record("8"), budget);
         assert_eq!(batch.flush_reason(&limits()), None);
         batch.push(&record("9"));
         assert_eq!(batch.flush_reason(&limits()), None);
@@ -223,7 +234,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn flushes_on_age_and_bytes() {
         let budget = MemoryBudget::new(1 << 30, 1 << 20);
-        let batch = Batch::start("s", &record("1"), budget);
+        let batch = start("s", &record("1"), budget);
         tokio::time::advance(Duration::from_secs(60)).await;
         assert_eq!(batch.flush_reason(&limits()), Some(FlushReason::MaxAge));
         let small = BufferLimits {
@@ -236,16 +247,16 @@ mod tests {
     #[tokio::test]
     async fn the_memory_budget_is_shared_and_released_on_drop() {
         let budget = MemoryBudget::new(150, 150);
-        let a = Batch::start("a", &record("1"), budget.clone());
+        let a = start("a", &record("1"), budget.clone());
         assert_eq!(a.flush_reason(&limits()), None);
-        let b = Batch::start("b", &record("1"), budget.clone());
+        let b = start("b", &record("1"), budget.clone());
         assert_eq!(b.flush_reason(&limits()), Some(FlushReason::MemoryLimit));
-        assert_eq!(budget.used(), (a.len_bytes() + b.len_bytes()) as u64);
+        assert_eq!(budget.used(), a.len_bytes() + b.len_bytes());
         drop(b);
         assert_eq!(a.flush_reason(&limits()), None);
-        let a_bytes = a.len_bytes() as u64;
-        let (lines, reservation) = a.into_lines();
-        assert!(!lines.is_empty());
+        let a_bytes = a.len_bytes();
+        let (bodies, reservation) = a.into_bodies();
+        assert!(matches!(bodies.main, MainBody::Bytes(lines) if !lines.is_empty()));
         assert_eq!(budget.used(), a_bytes, "lines being written stay counted");
         drop(reservation);
         assert_eq!(budget.used(), 0, "released once written");

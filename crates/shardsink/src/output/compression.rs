@@ -1,5 +1,5 @@
-//! [`Compression`]: how object bodies are compressed, and the key extension
-//! that says so.
+//! [`Compression`]: how object bodies are compressed (the key's extension
+//! says so: [`BodyKind`](crate::output::format::BodyKind)).
 
 use std::io::{self, Read as _, Write as _};
 
@@ -68,34 +68,6 @@ impl Compression {
             }
             Self::Zstd(level) => zstd::bulk::compress(lines, level),
         }
-    }
-}
-
-/// Key extension of a codec.
-pub fn extension(codec: CompressionCodec) -> &'static str {
-    match codec {
-        CompressionCodec::None => ".jsonl",
-        CompressionCodec::Gzip => ".jsonl.gz",
-        CompressionCodec::Zstd => ".jsonl.zst",
-    }
-}
-
-/// The codec an extension names (the inverse of [`extension`]).
-pub fn codec_from_extension(extension: &str) -> Option<CompressionCodec> {
-    match extension {
-        ".jsonl" => Some(CompressionCodec::None),
-        ".jsonl.gz" => Some(CompressionCodec::Gzip),
-        ".jsonl.zst" => Some(CompressionCodec::Zstd),
-        _ => None,
-    }
-}
-
-/// `Content-Type` of an object body.
-pub fn content_type(codec: CompressionCodec) -> &'static str {
-    match codec {
-        CompressionCodec::None => "application/x-ndjson",
-        CompressionCodec::Gzip => "application/gzip",
-        CompressionCodec::Zstd => "application/zstd",
     }
 }
 
@@ -176,18 +148,6 @@ mod tests {
                 .unwrap();
             assert_eq!(out, sample(), "{compression:?}");
         }
-    }
-
-    #[test]
-    fn extensions_map_both_ways() {
-        for codec in [
-            CompressionCodec::None,
-            CompressionCodec::Gzip,
-            CompressionCodec::Zstd,
-        ] {
-            assert_eq!(codec_from_extension(extension(codec)), Some(codec));
-        }
-        assert_eq!(codec_from_extension(".json"), None);
     }
 
     #[test]

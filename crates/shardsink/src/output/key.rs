@@ -1,40 +1,64 @@
-//! Object keys: `{prefix}/{yyyy}/{MM}/{dd}/{HH}/{mm}/{shardId}/{sorter}-{first}-{last}{ext}`.
+//! Object keys:
+//! `{prefix}/{time path}/{shardId}/{sorter}-{first}-{last}{ext}`.
 //!
-//! - The minute path is the UTC minute of the records' arrival time, so the
-//!   same records always land under the same prefix.
+//! - The time path is the UTC minute or hour of the records' arrival time
+//!   ([`Bucket::path`]: `yyyy/MM/dd/HH[/mm]`, or Hive-style
+//!   `year=yyyy/month=MM/day=dd/hour=HH[/minute=mm]`), so the same records
+//!   always land under the same prefix.
 //! - The shard id keeps ranges of different shards apart (sequence numbers
 //!   are unique only within a shard).
 //! - `first` and `last` are the batch's first and last Kinesis sequence
 //!   numbers in the ascending length-prefixed form of
 //!   [`sequence_range::key_encoding`] (`9` → `0019`, `10` → `00210`).
 //! - `sorter` is the descending form of `first`: S3 lists keys in ascending
-//!   byte order, so under one shard-minute prefix the newest batch lists first.
+//!   byte order, so under one shard's time prefix the newest batch lists
+//!   first.
+//! - `ext` names the body: [`BodyKind::extension`].
 //!
-//! A key is a pure function of the batch's records (C5 in docs/DESIGN.md).
-//! Parsing accepts exactly what [`object_name`] writes; anything else is a
-//! [`KeyParseError`], which dedup logs and ignores.
+//! A key is a pure function of the batch's records and the layout (C5 in
+//! docs/DESIGN.md). Parsing accepts exactly what [`object_name`] writes;
+//! anything else is a [`KeyParseError`], which dedup logs and ignores.
 
 use sequence_range::key_encoding::{
     decode_ascending, decode_descending, encode_ascending, encode_descending,
 };
 use sequence_range::{KeyDecodeError, SequenceRange};
 
-use crate::config::CompressionCodec;
-use crate::output::compression::{codec_from_extension, extension};
-use crate::output::minute::Minute;
+use crate::config::{KeyStyle, TimeBucket};
+use crate::output::bucket::Bucket;
+use crate::output::format::BodyKind;
 
-/// Builds keys under one prefix.
+/// Builds and parses keys under one prefix, with one time bucket and key
+/// style.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyLayout {
     /// Validated prefix without trailing slash; may be empty.
     prefix: String,
+    style: KeyStyle,
+    bucket: TimeBucket,
 }
 
 impl KeyLayout {
     /// A layout under `prefix` (no leading or trailing slash; may be empty).
-    pub fn new(prefix: impl Into<String>) -> Self {
+    pub fn new(prefix: impl Into<String>, style: KeyStyle, bucket: TimeBucket) -> Self {
         Self {
             prefix: prefix.into(),
+            style,
+            bucket,
+        }
+    }
+
+    /// The plain, per-minute layout under `prefix` (the only one before
+    /// the layout was a setting).
+    pub fn plain(prefix: impl Into<String>) -> Self {
+        Self::new(prefix, KeyStyle::Plain, TimeBucket::Minute)
+    }
+
+    /// The same style and bucket under another prefix (the error prefix).
+    pub fn with_prefix(&self, prefix: impl Into<String>) -> Self {
+        Self {
+            prefix: prefix.into(),
+            ..self.clone()
         }
     }
 
@@ -43,44 +67,45 @@ impl KeyLayout {
         &self.prefix
     }
 
-    /// `{prefix}/{yyyy}/{MM}/{dd}/{HH}/{mm}/{shardId}/`: everything one shard
-    /// writes in one minute, and what dedup lists.
-    pub fn shard_minute_prefix(&self, minute: Minute, shard_id: &str) -> String {
-        if self.prefix.is_empty() {
-            format!("{}/{shard_id}/", minute.path())
-        } else {
-            format!("{}/{}/{shard_id}/", self.prefix, minute.path())
-        }
+    /// The key style.
+    pub fn style(&self) -> KeyStyle {
+        self.style
+    }
+
+    /// The time bucket.
+    pub fn time_bucket(&self) -> TimeBucket {
+        self.bucket
+    }
+
+    /// The bucket of a record arriving at `arrival_millis`.
+    pub fn bucket_of(&self, arrival_millis: i64) -> Bucket {
+        Bucket::of(self.bucket, arrival_millis)
+    }
+
+    /// `{prefix}/{time path}/{shardId}/`: everything one shard writes in one
+    /// bucket, and what dedup lists.
+    pub fn shard_bucket_prefix(&self, bucket: Bucket, shard_id: &str) -> String {
+        debug_assert_eq!(bucket.size(), self.bucket, "bucket of another layout");
+        format!(
+            "{}{}/{shard_id}/",
+            self.list_prefix(),
+            bucket.path(self.style)
+        )
     }
 
     /// The full key of a batch.
     pub fn object_key(
         &self,
-        minute: Minute,
+        bucket: Bucket,
         shard_id: &str,
         range: &SequenceRange,
-        codec: CompressionCodec,
+        body: BodyKind,
     ) -> String {
-        let mut key = self.shard_minute_prefix(minute, shard_id);
-        key.push_str(&object_name(range, codec));
+        let mut key = self.shard_bucket_prefix(bucket, shard_id);
+        key.push_str(&object_name(range, body));
         key
     }
-}
 
-/// What a full object key says: the inverse of [`KeyLayout::object_key`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParsedKey {
-    /// The arrival minute of its records.
-    pub minute: Minute,
-    /// The shard.
-    pub shard_id: String,
-    /// The sequence range of the batch.
-    pub range: SequenceRange,
-    /// The compression of the body.
-    pub codec: CompressionCodec,
-}
-
-impl KeyLayout {
     /// `{prefix}/`, or nothing for an empty prefix: what every key of this
     /// layout starts with, and what lists them all.
     pub fn list_prefix(&self) -> String {
@@ -92,7 +117,7 @@ impl KeyLayout {
     }
 
     /// Parses a full key written under this layout:
-    /// `{prefix}/{yyyy}/{MM}/{dd}/{HH}/{mm}/{shardId}/{name}`.
+    /// `{prefix}/{time path}/{shardId}/{name}`.
     ///
     /// # Errors
     /// Why the key is not one this layout writes, for a log line or a
@@ -103,25 +128,51 @@ impl KeyLayout {
             .strip_prefix(&list_prefix)
             .ok_or_else(|| format!("not under {list_prefix:?}"))?;
         let segments: Vec<&str> = rest.split('/').collect();
-        let [year, month, day, hour, minute, shard_id, name] = segments[..] else {
-            return Err(format!(
-                "{} path segments after the prefix, not yyyy/MM/dd/HH/mm/shardId/name",
-                segments.len()
-            ));
+        let time_segments = self.bucket.segment_count();
+        let [time @ .., shard_id, name] = &segments[..] else {
+            return Err("no shard id and name".to_owned());
         };
-        let minute = Minute::parse_path([year, month, day, hour, minute])
-            .ok_or_else(|| format!("{year}/{month}/{day}/{hour}/{minute} is not a UTC minute"))?;
+        if time.len() != time_segments {
+            return Err(format!(
+                "{} path segments after the prefix, not {} of time, a shard id and a name ({} {} layout)",
+                segments.len(),
+                time_segments,
+                self.style.as_str(),
+                self.bucket.as_str(),
+            ));
+        }
+        let bucket = Bucket::parse_path(self.bucket, self.style, time).ok_or_else(|| {
+            format!(
+                "{} is not a UTC {} path of the {} layout",
+                time.join("/"),
+                self.bucket.as_str(),
+                self.style.as_str()
+            )
+        })?;
         if !is_shard_id(shard_id) {
             return Err(format!("{shard_id:?} is not a shard id"));
         }
         let parsed = parse_object_name(name).map_err(|err| err.to_string())?;
         Ok(ParsedKey {
-            minute,
-            shard_id: shard_id.to_owned(),
+            bucket,
+            shard_id: (*shard_id).to_owned(),
             range: parsed.range,
-            codec: parsed.codec,
+            body: parsed.body,
         })
     }
+}
+
+/// What a full object key says: the inverse of [`KeyLayout::object_key`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParsedKey {
+    /// The arrival minute or hour of its records.
+    pub bucket: Bucket,
+    /// The shard.
+    pub shard_id: String,
+    /// The sequence range of the batch.
+    pub range: SequenceRange,
+    /// The body's shape and compression.
+    pub body: BodyKind,
 }
 
 /// A Kinesis shard id: 1-128 of `a-z A-Z 0-9 _ . -` (Kinesis API reference,
@@ -134,14 +185,14 @@ fn is_shard_id(id: &str) -> bool {
 }
 
 /// The last key segment: `{sorter}-{first}-{last}{ext}`.
-pub fn object_name(range: &SequenceRange, codec: CompressionCodec) -> String {
+pub fn object_name(range: &SequenceRange, body: BodyKind) -> String {
     let mut name = String::with_capacity(3 * 62 + 12);
     encode_descending(range.first(), &mut name);
     name.push('-');
     encode_ascending(range.first(), &mut name);
     name.push('-');
     encode_ascending(range.last(), &mut name);
-    name.push_str(extension(codec));
+    name.push_str(body.extension());
     name
 }
 
@@ -150,15 +201,18 @@ pub fn object_name(range: &SequenceRange, codec: CompressionCodec) -> String {
 pub struct ObjectName {
     /// The sequence range of the batch.
     pub range: SequenceRange,
-    /// The compression of the body.
-    pub codec: CompressionCodec,
+    /// The body's shape and compression.
+    pub body: BodyKind,
 }
 
 /// An object name that is not one shardsink writes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyParseError {
-    /// Not `{sorter}-{first}-{last}.jsonl[.gz|.zst]`.
-    #[error("object name {name:?} is not sorter-first-last.jsonl[.gz|.zst]")]
+    /// Not `{sorter}-{first}-{last}{ext}` with an extension of
+    /// [`BodyKind::extension`].
+    #[error(
+        "object name {name:?} is not sorter-first-last with .jsonl[.gz|.zst], .raw[.gz|.zst] or .parquet"
+    )]
     Shape {
         /// The name.
         name: String,
@@ -192,7 +246,7 @@ pub fn parse_object_name(name: &str) -> Result<ObjectName, KeyParseError> {
     };
     let dot = name.find('.').ok_or_else(shape)?;
     let (stem, ext) = name.split_at(dot);
-    let codec = codec_from_extension(ext).ok_or_else(shape)?;
+    let body = BodyKind::from_extension(ext).ok_or_else(shape)?;
     let mut parts = stem.split('-');
     let (Some(sorter), Some(first), Some(last), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
@@ -216,7 +270,7 @@ pub fn parse_object_name(name: &str) -> Result<ObjectName, KeyParseError> {
         name: name.to_owned(),
         reason: "first is greater than last",
     })?;
-    Ok(ObjectName { range, codec })
+    Ok(ObjectName { range, body })
 }
 
 #[cfg(test)]
@@ -225,6 +279,7 @@ mod tests {
     use sequence_range::SequenceNumber;
 
     use super::*;
+    use crate::config::CompressionCodec;
 
     fn range(first: &str, last: &str) -> SequenceRange {
         SequenceRange::new(
@@ -234,28 +289,59 @@ mod tests {
         .unwrap()
     }
 
+    const ZSTD_LINES: BodyKind = BodyKind::lines(CompressionCodec::Zstd);
+
     #[test]
     fn parse_key_inverts_object_key() {
-        let minute = Minute::from_millis(1_795_238_823_045);
-        for prefix in ["raw/orders", ""] {
-            let layout = KeyLayout::new(prefix);
-            let key = layout.object_key(
-                minute,
-                "shardId-000000000003",
-                &range("9", "10"),
-                CompressionCodec::Gzip,
-            );
-            assert_eq!(
-                layout.parse_key(&key),
-                Ok(ParsedKey {
-                    minute,
-                    shard_id: "shardId-000000000003".to_owned(),
-                    range: range("9", "10"),
-                    codec: CompressionCodec::Gzip,
-                })
-            );
+        let arrival = 1_795_238_823_045;
+        for style in [KeyStyle::Plain, KeyStyle::Hive] {
+            for size in [TimeBucket::Minute, TimeBucket::Hour] {
+                for prefix in ["raw/orders", ""] {
+                    for body in BodyKind::ALL {
+                        let layout = KeyLayout::new(prefix, style, size);
+                        let bucket = layout.bucket_of(arrival);
+                        let key = layout.object_key(
+                            bucket,
+                            "shardId-000000000003",
+                            &range("9", "10"),
+                            body,
+                        );
+                        assert_eq!(
+                            layout.parse_key(&key),
+                            Ok(ParsedKey {
+                                bucket,
+                                shard_id: "shardId-000000000003".to_owned(),
+                                range: range("9", "10"),
+                                body,
+                            }),
+                            "{key}"
+                        );
+                        // Another layout does not take it for one of its own.
+                        let other = KeyLayout::new(
+                            prefix,
+                            if style == KeyStyle::Plain {
+                                KeyStyle::Hive
+                            } else {
+                                KeyStyle::Plain
+                            },
+                            size,
+                        );
+                        assert!(other.parse_key(&key).is_err(), "{key}");
+                        let other = KeyLayout::new(
+                            prefix,
+                            style,
+                            if size == TimeBucket::Minute {
+                                TimeBucket::Hour
+                            } else {
+                                TimeBucket::Minute
+                            },
+                        );
+                        assert!(other.parse_key(&key).is_err(), "{key}");
+                    }
+                }
+            }
         }
-        let layout = KeyLayout::new("raw/orders");
+        let layout = KeyLayout::plain("raw/orders");
         assert!(
             layout
                 .parse_key("other/2026/11/21/05/27/s/9980-0019-00210.jsonl")
@@ -266,31 +352,48 @@ mod tests {
                 .parse_key("raw/orders/2026/11/21/05/27/s/notes.txt")
                 .is_err()
         );
+        assert!(layout.parse_key("raw/orders/_shardsink.json").is_err());
     }
 
     #[test]
-    fn builds_the_documented_layout() {
-        let layout = KeyLayout::new("raw/orders");
-        let minute = Minute::from_millis(1_795_238_823_045);
-        let key = layout.object_key(
-            minute,
-            "shardId-000000000003",
-            &range("9", "10"),
-            CompressionCodec::Zstd,
-        );
+    fn builds_the_documented_layouts() {
+        let arrival = 1_795_238_823_045; // 2026-11-21T05:27:03.045Z
+        let key = |style, size| {
+            let layout = KeyLayout::new("raw/orders", style, size);
+            layout.object_key(
+                layout.bucket_of(arrival),
+                "shardId-000000000003",
+                &range("9", "10"),
+                ZSTD_LINES,
+            )
+        };
         assert_eq!(
-            key,
+            key(KeyStyle::Plain, TimeBucket::Minute),
             "raw/orders/2026/11/21/05/27/shardId-000000000003/9980-0019-00210.jsonl.zst"
         );
-        let bare = KeyLayout::new("").shard_minute_prefix(minute, "shardId-000000000003");
+        assert_eq!(
+            key(KeyStyle::Plain, TimeBucket::Hour),
+            "raw/orders/2026/11/21/05/shardId-000000000003/9980-0019-00210.jsonl.zst"
+        );
+        assert_eq!(
+            key(KeyStyle::Hive, TimeBucket::Minute),
+            "raw/orders/year=2026/month=11/day=21/hour=05/minute=27/shardId-000000000003/9980-0019-00210.jsonl.zst"
+        );
+        assert_eq!(
+            key(KeyStyle::Hive, TimeBucket::Hour),
+            "raw/orders/year=2026/month=11/day=21/hour=05/shardId-000000000003/9980-0019-00210.jsonl.zst"
+        );
+        let bare = KeyLayout::plain("")
+            .shard_bucket_prefix(Bucket::minute(arrival), "shardId-000000000003");
         assert_eq!(bare, "2026/11/21/05/27/shardId-000000000003/");
     }
 
     #[test]
     fn newest_batch_lists_first_within_a_prefix() {
-        let older = object_name(&range("9", "9"), CompressionCodec::None);
-        let newer = object_name(&range("10", "12"), CompressionCodec::None);
-        let newest = object_name(&range("100", "100"), CompressionCodec::None);
+        let plain = BodyKind::lines(CompressionCodec::None);
+        let older = object_name(&range("9", "9"), plain);
+        let newer = object_name(&range("10", "12"), plain);
+        let newest = object_name(&range("100", "100"), plain);
         let mut listed = vec![older.clone(), newest.clone(), newer.clone()];
         listed.sort(); // S3's ascending byte order
         assert_eq!(listed, vec![newest, newer, older]);
@@ -326,13 +429,13 @@ mod tests {
 
     proptest! {
         #[test]
-        fn names_round_trip(a in "[1-9][0-9]{0,60}", b in "[1-9][0-9]{0,60}", codec in 0usize..3) {
+        fn names_round_trip(a in "[1-9][0-9]{0,60}", b in "[1-9][0-9]{0,60}", body in 0usize..BodyKind::ALL.len()) {
             let (a, b) = (SequenceNumber::parse(&a).unwrap(), SequenceNumber::parse(&b).unwrap());
             let (first, last) = if a <= b { (a, b) } else { (b, a) };
-            let codec = [CompressionCodec::None, CompressionCodec::Gzip, CompressionCodec::Zstd][codec];
+            let body = BodyKind::ALL[body];
             let r = SequenceRange::new(first, last).unwrap();
-            let parsed = parse_object_name(&object_name(&r, codec)).unwrap();
-            prop_assert_eq!(parsed, ObjectName { range: r, codec });
+            let parsed = parse_object_name(&object_name(&r, body)).unwrap();
+            prop_assert_eq!(parsed, ObjectName { range: r, body });
         }
 
         #[test]

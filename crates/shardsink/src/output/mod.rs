@@ -1,16 +1,63 @@
-//! Output: what a batch of records becomes in S3 — the lines, their
-//! compression, the object key and the arrival minute it lives under.
+//! Output: what a batch of records becomes in S3 — the body in its format,
+//! its compression, the object key and the arrival minute or hour it lives
+//! under.
 //!
-//! - `batch`: [`Batch`](batch::Batch), one shard's records of one minute, encoded as they
-//!   arrive and held against the memory budget;
-//! - `encode`: the JSON Lines envelope of a record;
-//! - `compression`: the codec of an object body and the key extension;
+//! - `batch`: [`Batch`](batch::Batch), one shard's records of one minute or
+//!   hour, encoded as they arrive and held against the memory budget;
+//! - `view`: a user record as every format sees it, and why a format
+//!   rejects one;
+//! - `format`: the formats (envelope, json, raw, Parquet), and what a key's
+//!   extension says of a body;
+//! - `compression`: the codec of an object body;
 //! - `key`: the key layout and its inverse (parsing a key back into its
-//!   minute, shard, range and codec);
-//! - `minute`: a record's UTC arrival minute.
+//!   bucket, shard, range and body kind);
+//! - `bucket`: a record's UTC arrival minute or hour.
 
 pub(crate) mod batch;
+pub(crate) mod bucket;
 pub(crate) mod compression;
-pub(crate) mod encode;
+pub(crate) mod format;
 pub(crate) mod key;
-pub(crate) mod minute;
+pub(crate) mod marker;
+pub(crate) mod view;
+
+use self::compression::Compression;
+use self::format::{BodyKind, Format};
+use self::key::KeyLayout;
+
+/// How batches become objects.
+#[derive(Debug, Clone)]
+pub struct Output {
+    /// The format of new batches.
+    pub format: Format,
+    /// Codec and level of new batches (of the whole body, or of Parquet's
+    /// pages).
+    pub compression: Compression,
+    /// Keys of the main objects, under `--prefix`.
+    pub layout: KeyLayout,
+    /// Keys of the error objects, under `--error-prefix`: the same style and
+    /// time bucket.
+    pub error_layout: KeyLayout,
+}
+
+impl Output {
+    /// The kind of new main bodies.
+    pub fn body_kind(&self) -> BodyKind {
+        self.format.body_kind(self.compression.codec())
+    }
+}
+
+#[cfg(test)]
+impl Output {
+    /// `envelope`, zstd level 3, plain per-minute keys under `prefix`,
+    /// errors under `{prefix}-errors`.
+    pub(crate) fn for_tests(prefix: &str) -> Self {
+        let layout = KeyLayout::plain(prefix);
+        Self {
+            format: Format::Envelope,
+            compression: Compression::Zstd(3),
+            error_layout: layout.with_prefix(format!("{prefix}-errors")),
+            layout,
+        }
+    }
+}

@@ -264,17 +264,17 @@ impl ShardReader {
         }
         // Nothing left in the shard past the expired position: everything
         // after it was trimmed.
-        if batch.records.is_empty() && (batch.is_caught_up() || batch.shard_end) {
-            if let Some(fallback) = self.fallback.take() {
-                if fallback.lost(None) {
-                    batch.retention_gap = Some(RetentionGap {
-                        shard_id: self.shard_id.clone(),
-                        expired: fallback.position,
-                        first_retained: None,
-                        shard_left_stream: false,
-                    });
-                }
-            }
+        if batch.records.is_empty()
+            && (batch.is_caught_up() || batch.shard_end)
+            && let Some(fallback) = self.fallback.take()
+            && fallback.lost(None)
+        {
+            batch.retention_gap = Some(RetentionGap {
+                shard_id: self.shard_id.clone(),
+                expired: fallback.position,
+                first_retained: None,
+                shard_left_stream: false,
+            });
         }
         Ok(batch)
     }

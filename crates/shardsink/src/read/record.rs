@@ -5,7 +5,7 @@ use bytes::Bytes;
 use sequence_range::{ParseSequenceNumberError, SequenceNumber};
 use tracing::warn;
 
-use crate::output::minute::Minute;
+use crate::output::view::UserRecordView;
 use crate::read::kpl::{self, UserRecord};
 
 /// One Kinesis record: the unit of sequence ranges, checkpoints and batch
@@ -80,9 +80,30 @@ impl ShardRecord {
         })
     }
 
-    /// The UTC minute of the arrival timestamp.
-    pub fn minute(&self) -> Minute {
-        Minute::from_millis(self.arrival_millis)
+    /// The user records as every format sees them: the record itself, or
+    /// each user record of its KPL aggregate.
+    pub fn views<'a>(&'a self, shard_id: &'a str) -> impl Iterator<Item = UserRecordView<'a>> + 'a {
+        let whole = self.user_records.is_none().then(|| UserRecordView {
+            shard_id,
+            sequence_number: self.sequence_number.as_str(),
+            sub_sequence_number: None,
+            partition_key: &self.partition_key,
+            arrival_millis: self.arrival_millis,
+            data: &self.data,
+        });
+        let users = self
+            .user_records
+            .iter()
+            .flatten()
+            .map(move |user| UserRecordView {
+                shard_id,
+                sequence_number: self.sequence_number.as_str(),
+                sub_sequence_number: Some(user.sub_sequence_number),
+                partition_key: &user.partition_key,
+                arrival_millis: self.arrival_millis,
+                data: &user.data,
+            });
+        whole.into_iter().chain(users)
     }
 
     /// How many lines the record becomes.
@@ -113,9 +134,12 @@ mod tests {
             ShardRecord::from_kinesis("shardId-0", sdk_record("42", b"hello".to_vec())).unwrap();
         assert_eq!(record.sequence_number.as_str(), "42");
         assert_eq!(record.arrival_millis, 1_763_702_823_123);
-        assert_eq!(record.minute().path(), "2025/11/21/05/27");
         assert_eq!(&record.data[..], b"hello");
         assert_eq!(record.user_record_count(), 1);
+        let views: Vec<_> = record.views("shardId-0").collect();
+        assert_eq!(views.len(), 1);
+        assert_eq!(views[0].sub_sequence_number, None);
+        assert_eq!(views[0].data, b"hello");
     }
 
     #[test]
@@ -126,6 +150,20 @@ mod tests {
         ]);
         let record = ShardRecord::from_kinesis("shardId-0", sdk_record("7", aggregate)).unwrap();
         assert_eq!(record.user_record_count(), 2);
+        let views: Vec<_> = record.views("shardId-0").collect();
+        assert_eq!(views.len(), 2);
+        assert_eq!(
+            (
+                views[1].sub_sequence_number,
+                views[1].partition_key,
+                views[1].data
+            ),
+            (Some(1), "b", &b"two"[..])
+        );
+        assert_eq!(
+            (views[0].shard_id, views[0].sequence_number),
+            ("shardId-0", "7")
+        );
     }
 
     #[test]

@@ -164,7 +164,7 @@ impl RetentionGap {
         // Serializing plain strings and booleans cannot fail.
         let body = serde_json::to_vec(&self.marker(Utc::now())).unwrap_or_default();
         store
-            .put_if_absent(&key, Bytes::from(body), "application/json")
+            .put_if_absent(&key, Bytes::from(body), "application/json", &[])
             .await?;
         metrics.retention_gaps.inc();
         error!(
@@ -183,7 +183,7 @@ impl RetentionGap {
 /// `{prefix}/_retention-gaps/` (or `_retention-gaps/` without a prefix):
 /// where every gap marker of the archive is.
 pub fn marker_prefix(prefix: &str) -> String {
-    format!("{}{MARKER_FOLDER}/", KeyLayout::new(prefix).list_prefix())
+    format!("{}{MARKER_FOLDER}/", KeyLayout::plain(prefix).list_prefix())
 }
 
 #[cfg(test)]

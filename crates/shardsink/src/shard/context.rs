@@ -10,9 +10,8 @@ use tracing::warn;
 
 use crate::aws::{Kinesis, ObjectStore, ShardInfo, StartingPosition};
 use crate::ops::metrics::Metrics;
+use crate::output::Output;
 use crate::output::batch::BufferLimits;
-use crate::output::compression::Compression;
-use crate::output::key::KeyLayout;
 use crate::shard::memory::MemoryBudget;
 
 /// What every shard task shares.
@@ -22,10 +21,8 @@ pub struct ShardContext {
     pub kinesis: Kinesis,
     /// The bucket.
     pub store: ObjectStore,
-    /// Key layout under the prefix.
-    pub layout: KeyLayout,
-    /// Codec and level for new batches.
-    pub compression: Compression,
+    /// Format, compression and key layouts.
+    pub output: Output,
     /// Buffering hints.
     pub limits: BufferLimits,
     /// Process-wide buffer budget.

@@ -1,7 +1,8 @@
 //! [`Dedup`]: per-shard exclusion of records already in S3.
 //!
 //! When a shard starts — process start or lease taken — dedup is on. For each
-//! arrival minute the shard reaches, it lists the shard-minute prefix once,
+//! arrival minute or hour (the time bucket) the shard reaches, it lists the
+//! shard's prefix of that bucket once, whatever the objects' formats,
 //! parses the ranges in the keys into a [`RangeSet`], and excludes every record
 //! whose sequence number is in it. The set is right for any listing order;
 //! the newest-first key order only lets the listing stop early.
@@ -23,8 +24,8 @@ use tracing::{debug, warn};
 use crate::aws::retry::{Retry, Stopped};
 use crate::aws::{ObjectStore, S3Error};
 use crate::ops::metrics::Metrics;
+use crate::output::bucket::Bucket;
 use crate::output::key::{KeyLayout, parse_object_name};
-use crate::output::minute::Minute;
 
 /// Dedup state of one shard, with what it needs to list the shard's objects.
 #[derive(Debug)]
@@ -34,8 +35,8 @@ pub struct Dedup {
     shard_id: String,
     metrics: Arc<Metrics>,
     enabled: bool,
-    /// The minute whose written ranges are loaded, and those ranges.
-    loaded: Option<(Minute, RangeSet)>,
+    /// The bucket whose written ranges are loaded, and those ranges.
+    loaded: Option<(Bucket, RangeSet)>,
     /// Whether a record was excluded since the last written batch.
     excluded_since_write: bool,
 }
@@ -84,9 +85,9 @@ impl Dedup {
         self.enabled
     }
 
-    /// Whether the record with `sequence_number`, arriving in `minute`, is
-    /// already in S3. Lists the shard-minute prefix the first time a minute is
-    /// asked about, retrying failed listings (with backoff, counted in the
+    /// Whether the record with `sequence_number`, arriving in `bucket`, is
+    /// already in S3. Lists the shard's prefix of the bucket the first time
+    /// the bucket is asked about, retrying failed listings (with backoff, counted in the
     /// retry metrics) until they succeed or `stop` is cancelled. Always
     /// `false` once dedup is off.
     ///
@@ -95,7 +96,7 @@ impl Dedup {
     /// succeeded.
     pub async fn is_written(
         &mut self,
-        minute: Minute,
+        bucket: Bucket,
         sequence_number: &SequenceNumber,
         stop: &CancellationToken,
     ) -> Result<bool, Stopped<S3Error>> {
@@ -105,9 +106,9 @@ impl Dedup {
         let stale = self
             .loaded
             .as_ref()
-            .is_none_or(|(loaded, _)| *loaded != minute);
+            .is_none_or(|(loaded, _)| *loaded != bucket);
         if stale {
-            let prefix = self.layout.shard_minute_prefix(minute, &self.shard_id);
+            let prefix = self.layout.shard_bucket_prefix(bucket, &self.shard_id);
             let listing = Retry::new("dedup listing")
                 .metrics(&self.metrics)
                 .until(stop)
@@ -119,9 +120,9 @@ impl Dedup {
                 prefix,
                 ranges = listing.written.range_count(),
                 requests = listing.requests,
-                "dedup listed minute"
+                "dedup listed bucket"
             );
-            self.loaded = Some((minute, listing.written));
+            self.loaded = Some((bucket, listing.written));
         }
         let written = self
             .loaded
@@ -148,7 +149,7 @@ impl Dedup {
     }
 }
 
-/// Lists the ranges written under `prefix` (one shard, one minute) that can
+/// Lists the ranges written under `prefix` (one shard, one bucket) that can
 /// hold `from` or later sequence numbers.
 ///
 /// Keys that do not parse are logged and ignored, never read as ranges. S3
@@ -218,6 +219,7 @@ mod tests {
 
     use super::*;
     use crate::config::CompressionCodec;
+    use crate::output::format::BodyKind;
     use crate::output::key::object_name;
 
     const PREFIX: &str = "p/2026/11/21/05/27/shardId-000000000000/";
@@ -229,7 +231,7 @@ mod tests {
     fn key(first: u64, last: u64) -> String {
         format!(
             "{PREFIX}{}",
-            object_name(&range(first, last), CompressionCodec::Zstd)
+            object_name(&range(first, last), BodyKind::lines(CompressionCodec::Zstd))
         )
     }
 
@@ -329,8 +331,8 @@ mod tests {
         let client = mock_client!(aws_sdk_s3, RuleMode::MatchAny, [&list]);
         let metrics = Arc::new(Metrics::new());
         let shard = "shardId-000000000000";
-        let mut dedup = Dedup::new(store(client), KeyLayout::new("p"), shard, metrics);
-        let minute = Minute::from_millis(1_795_238_823_045);
+        let mut dedup = Dedup::new(store(client), KeyLayout::plain("p"), shard, metrics);
+        let minute = Bucket::minute(1_795_238_823_045);
         let running = CancellationToken::new();
         let is_written = async |dedup: &mut Dedup, sequence_number: u64| {
             dedup

@@ -7,7 +7,10 @@ use std::sync::Arc;
 use shard_lease::PendingBatch;
 use tokio::sync::OwnedSemaphorePermit;
 
+use crate::output::Output;
 use crate::output::batch::Batch;
+use crate::output::format::{BodyKind, Format};
+use crate::output::key::parse_object_name;
 use crate::read::record::ShardRecord;
 use crate::shard::memory::MemoryBudget;
 
@@ -15,6 +18,8 @@ use crate::shard::memory::MemoryBudget;
 #[derive(Debug)]
 pub(crate) struct Replay {
     pending: PendingBatch,
+    /// The format the recorded key's extension names.
+    format: Format,
     batch: Option<Batch>,
     /// This shard's turn to replay ([`MemoryBudget::replay_permit`]), held
     /// until the replay is written.
@@ -50,9 +55,16 @@ pub(crate) struct Complete {
 }
 
 impl Replay {
-    /// The replay of `pending`, in its `turn`.
-    pub(crate) fn new(pending: PendingBatch, turn: Option<OwnedSemaphorePermit>) -> Self {
+    /// The replay of `pending`, in its `turn`, encoded as `output` writes a
+    /// body of the kind the recorded key names ([`Format::for_shape`]).
+    pub(crate) fn new(
+        pending: PendingBatch,
+        output: &Output,
+        turn: Option<OwnedSemaphorePermit>,
+    ) -> Self {
+        let kind = recorded_kind(&pending.key).unwrap_or_else(|| output.body_kind());
         Self {
+            format: output.format.for_shape(kind.shape),
             pending,
             batch: None,
             turn,
@@ -74,13 +86,21 @@ impl Replay {
         mut self,
         shard_id: &str,
         record: &ShardRecord,
+        output: &Output,
         budget: &Arc<MemoryBudget>,
     ) -> Step {
         let n = &record.sequence_number;
         match &mut self.batch {
             None if *n != self.pending.first => Step::Abandoned(self.pending),
             None => {
-                self.batch = Some(Batch::start(shard_id, record, budget.clone()));
+                let bucket = output.layout.bucket_of(record.arrival_millis);
+                self.batch = Some(Batch::start(
+                    shard_id,
+                    record,
+                    bucket,
+                    &self.format,
+                    budget.clone(),
+                ));
                 self.after(n)
             }
             Some(_) if *n > self.pending.last => Step::Broken(self.pending),
@@ -101,6 +121,12 @@ impl Replay {
             batch => Step::Continue(Self { batch, ..self }),
         }
     }
+}
+
+/// The body kind a recorded key names, if it is a key shardsink writes.
+pub(crate) fn recorded_kind(key: &str) -> Option<BodyKind> {
+    let name = key.rsplit('/').next()?;
+    parse_object_name(name).ok().map(|name| name.body)
 }
 
 #[cfg(test)]
@@ -127,12 +153,47 @@ mod tests {
                 first: SequenceNumber::from(first),
                 last: SequenceNumber::from(last),
             },
+            &Output::for_tests("p"),
             None,
         )
     }
 
     fn feed(replay: Replay, n: u64) -> Step {
-        replay.feed("s", &record(n), &MemoryBudget::new(1 << 20, 1 << 20))
+        replay.feed(
+            "s",
+            &record(n),
+            &Output::for_tests("p"),
+            &MemoryBudget::new(1 << 20, 1 << 20),
+        )
+    }
+
+    #[test]
+    fn a_replay_writes_the_body_its_key_names() {
+        let json = Output {
+            format: Format::Json {
+                metadata_field: None,
+            },
+            ..Output::for_tests("p")
+        };
+        let pending = |name: &str| PendingBatch {
+            key: format!("p/2026/11/21/05/27/s/{name}"),
+            first: SequenceNumber::from(9u64),
+            last: SequenceNumber::from(9u64),
+        };
+        let format_for = |name: &str| Replay::new(pending(name), &json, None).format;
+        // The key's shape is the current format's: its settings apply.
+        assert_eq!(format_for("9980-0019-0019.jsonl.zst"), json.format);
+        // Recorded before a change of format: that shape's defaults.
+        assert_eq!(
+            format_for("9980-0019-0019.raw"),
+            Format::Raw {
+                delimiter: b"\n".to_vec()
+            }
+        );
+        assert_eq!(
+            format_for("9980-0019-0019.parquet"),
+            Format::Parquet { schema: None }
+        );
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //!    then that batch is written under its recorded key (C6).
 //! 2. While dedup is on, a record already in S3 is skipped; the batch being
 //!    built ends before it (batches are contiguous runs of records).
-//! 3. A record of another arrival minute ends the batch being built.
+//! 3. A record of another arrival minute or hour (the time bucket) ends the
+//!    batch being built.
 //! 4. The record is appended; a batch past a buffering limit is written.
 //!
 //! Batches are written one at a time, in order (C4): the task awaits each
@@ -43,10 +44,10 @@ mod retention;
 /// reference); a busy shard is read at most this often.
 const MIN_READ_INTERVAL: Duration = Duration::from_millis(200);
 
-/// A minute is over for a caught-up shard this long after it ends by the
-/// local clock: slack for clock skew between this host and Kinesis. A record
-/// of the minute that still arrives later only makes one more object.
-const MINUTE_CLOSE_GRACE: Duration = Duration::from_secs(2);
+/// A time bucket is over for a caught-up shard this long after it ends by
+/// the local clock: slack for clock skew between this host and Kinesis. A
+/// record of the bucket that still arrives later only makes one more object.
+const BUCKET_CLOSE_GRACE: Duration = Duration::from_secs(2);
 
 /// One shard's reading and writing, for as long as the lease is held.
 #[derive(Debug)]
@@ -68,15 +69,14 @@ impl ShardTask {
     pub fn new(ctx: Arc<ShardContext>, lease: Arc<HeldLease>) -> Self {
         let writer = BatchWriter::new(
             ctx.store.clone(),
-            ctx.layout.clone(),
-            ctx.compression,
+            ctx.output.clone(),
             lease.clone(),
             ctx.metrics.clone(),
             ctx.failover_time,
         );
         let dedup = Dedup::new(
             ctx.store.clone(),
-            ctx.layout.clone(),
+            ctx.output.layout.clone(),
             lease.shard_id(),
             ctx.metrics.clone(),
         );
@@ -128,7 +128,7 @@ impl ShardTask {
                 () = lost.cancelled() => return Ok(ShardExit::LeaseLost),
                 turn = self.ctx.budget.replay_permit() => turn,
             };
-            self.replay = Some(Replay::new(pending, turn));
+            self.replay = Some(Replay::new(pending, &self.ctx.output, turn));
         }
         let mut reader = ShardReader::new(
             self.ctx.kinesis.clone(),
@@ -281,7 +281,7 @@ impl ShardTask {
 
     async fn on_record(&mut self, record: ShardRecord) -> Result<(), ShardError> {
         if let Some(replay) = self.replay.take() {
-            match replay.feed(&self.shard_id, &record, &self.ctx.budget) {
+            match replay.feed(&self.shard_id, &record, &self.ctx.output, &self.ctx.budget) {
                 Step::Continue(replay) => {
                     self.replay = Some(replay);
                     return Ok(());
@@ -324,11 +324,9 @@ impl ShardTask {
             self.frontier.skipped(record.sequence_number);
             return Ok(());
         }
-        if let Some(batch) = self
-            .batch
-            .take_if(|batch| batch.minute() != record.minute())
-        {
-            self.write(batch, FlushReason::MinuteOver).await?;
+        let bucket = self.ctx.output.layout.bucket_of(record.arrival_millis);
+        if let Some(batch) = self.batch.take_if(|batch| batch.bucket() != bucket) {
+            self.write(batch, FlushReason::BucketOver).await?;
         }
         let batch = match &mut self.batch {
             Some(batch) => {
@@ -338,13 +336,15 @@ impl ShardTask {
             None => self.batch.insert(Batch::start(
                 &self.shard_id,
                 &record,
+                bucket,
+                &self.ctx.output.format,
                 self.ctx.budget.clone(),
             )),
         };
-        if let Some(reason) = batch.flush_reason(&self.ctx.limits) {
-            if let Some(batch) = self.batch.take() {
-                self.write(batch, reason).await?;
-            }
+        if let Some(reason) = batch.flush_reason(&self.ctx.limits)
+            && let Some(batch) = self.batch.take()
+        {
+            self.write(batch, reason).await?;
         }
         Ok(())
     }
@@ -352,7 +352,11 @@ impl ShardTask {
     /// Whether dedup finds the record in S3.
     async fn is_written(&mut self, record: &ShardRecord) -> Result<bool, ShardError> {
         self.dedup
-            .is_written(record.minute(), &record.sequence_number, self.lease.lost())
+            .is_written(
+                self.ctx.output.layout.bucket_of(record.arrival_millis),
+                &record.sequence_number,
+                self.lease.lost(),
+            )
             .await
             .map_err(|stopped| ShardError::from_s3_stop(&self.shard_id, stopped))
     }
@@ -369,22 +373,22 @@ impl ShardTask {
     }
 
     /// Writes the batch being built if a buffering limit is reached, or if its
-    /// minute is over while the shard is caught up.
+    /// time bucket is over while the shard is caught up.
     async fn flush_if_due(&mut self, caught_up: bool) -> Result<(), ShardError> {
         let Some(batch) = &self.batch else {
             return Ok(());
         };
         let mut reason = batch.flush_reason(&self.ctx.limits);
         if reason.is_none() && caught_up {
-            let grace = i64::try_from(MINUTE_CLOSE_GRACE.as_millis()).unwrap_or(i64::MAX);
-            if Utc::now().timestamp_millis() >= batch.minute().end_millis().saturating_add(grace) {
-                reason = Some(FlushReason::MinuteOver);
+            let grace = i64::try_from(BUCKET_CLOSE_GRACE.as_millis()).unwrap_or(i64::MAX);
+            if Utc::now().timestamp_millis() >= batch.bucket().end_millis().saturating_add(grace) {
+                reason = Some(FlushReason::BucketOver);
             }
         }
-        if let Some(reason) = reason {
-            if let Some(batch) = self.batch.take() {
-                self.write(batch, reason).await?;
-            }
+        if let Some(reason) = reason
+            && let Some(batch) = self.batch.take()
+        {
+            self.write(batch, reason).await?;
         }
         Ok(())
     }
@@ -475,6 +479,8 @@ fn s3_retry<'a>(
 
 #[cfg(test)]
 mod tests {
+    mod formats;
+
     use std::sync::atomic::Ordering;
 
     use bytes::Bytes;
@@ -486,8 +492,9 @@ mod tests {
     use crate::config::CompressionCodec;
     use crate::fake_aws::{self, FakeBucket, FakeShard, FakeStream, FakeTable};
     use crate::ops::metrics::Metrics;
+    use crate::output::Output;
     use crate::output::batch::BufferLimits;
-    use crate::output::compression::Compression;
+    use crate::output::format::BodyKind;
     use crate::output::key::KeyLayout;
     use crate::output::key::object_name;
     use crate::shard::memory::MemoryBudget;
@@ -526,8 +533,7 @@ mod tests {
                 crate::config::StreamRef::Name("s".to_owned()),
             ),
             store: ObjectStore::new(clients.s3.clone(), "bucket"),
-            layout: KeyLayout::new("p"),
-            compression: Compression::Zstd(3),
+            output: Output::for_tests("p"),
             limits: BufferLimits {
                 max_bytes: 1 << 30,
                 max_records,
@@ -611,11 +617,9 @@ mod tests {
         .unwrap();
         format!(
             "{}{}",
-            KeyLayout::new("p").shard_minute_prefix(
-                crate::output::minute::Minute::from_millis(minute_millis),
-                SHARD
-            ),
-            object_name(&range, CompressionCodec::Zstd)
+            KeyLayout::plain("p")
+                .shard_bucket_prefix(crate::output::bucket::Bucket::minute(minute_millis), SHARD),
+            object_name(&range, BodyKind::lines(CompressionCodec::Zstd))
         )
     }
 
@@ -699,8 +703,8 @@ mod tests {
         // A foreign key under the prefix is ignored.
         let foreign = format!(
             "{}README.txt",
-            KeyLayout::new("p")
-                .shard_minute_prefix(crate::output::minute::Minute::from_millis(PAST), SHARD)
+            KeyLayout::plain("p")
+                .shard_bucket_prefix(crate::output::bucket::Bucket::minute(PAST), SHARD)
         );
         h.bucket
             .objects
@@ -818,8 +822,7 @@ mod tests {
         ShardContext {
             kinesis: ctx.kinesis.clone(),
             store: ctx.store.clone(),
-            layout: ctx.layout.clone(),
-            compression: ctx.compression,
+            output: ctx.output.clone(),
             limits: ctx.limits,
             budget: ctx.budget.clone(),
             metrics: ctx.metrics.clone(),
@@ -1342,7 +1345,7 @@ mod tests {
             h.shard.push(&seq(i), PAST + 1_000 * i as i64, b"c");
         }
         let key = key_for(1, 3, PAST);
-        let other = Compression::Zstd(3)
+        let other = crate::output::compression::Compression::Zstd(3)
             .compress(b"{\"sequenceNumber\":\"1\",\"data\":\"\"}\n")
             .unwrap();
         // Written after dedup's listing, so the writer meets it as a 412.

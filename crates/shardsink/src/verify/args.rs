@@ -100,6 +100,7 @@ impl Plan {
             bucket,
             prefix,
             lease_table,
+            ..
         } = args.archive.validate()?;
         if args.since.is_some() && stream.is_none() {
             return Err(ConfigError::new(
@@ -107,7 +108,7 @@ impl Plan {
                 "only with --stream (it says where the gap check starts reading)",
             ));
         }
-        let list_prefix = KeyLayout::new(prefix.clone()).list_prefix();
+        let list_prefix = KeyLayout::plain(prefix.clone()).list_prefix();
         Ok(Self {
             bucket,
             prefix,

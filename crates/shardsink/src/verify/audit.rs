@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use super::args::Plan;
 use super::body::read_objects;
 use super::gap_markers::read_markers;
-use super::keys::{Classified, classify, list_keys};
+use super::keys::{Classified, classify, list_keys, read_layout};
 use super::overlaps::overlaps;
 use super::report::Audit;
 use super::stream::{GapOutcome, check_gaps, read_checkpoints};
@@ -21,12 +21,13 @@ pub(super) async fn audit(plan: &Plan, clients: &AwsClients, tty: bool) -> anyho
         _ => None,
     };
 
+    let layout = read_layout(&store, &plan.prefix).await?;
     let keys = list_keys(&store, &plan.list_prefix, tty).await?;
     let Classified {
         objects,
         gap_markers,
         foreign,
-    } = classify(&plan.list_prefix, keys);
+    } = classify(&layout, keys);
     let overlaps = overlaps(&objects);
     let retention_gaps = read_markers(&store, gap_markers).await;
 
@@ -70,7 +71,6 @@ mod tests {
     use crate::config::{CompressionCodec, StreamRef};
     use crate::fake_aws::{FakeBucket, FakeStream, FakeTable};
     use crate::output::compression::Compression;
-    use crate::output::minute::Minute;
     use crate::verify::test_support::{MINUTE_MILLIS, SHARD, missing, n, object_in};
 
     /// In-memory Kinesis, S3 and DynamoDB; [`SHARD`] holds records 1 to 9,
@@ -95,7 +95,7 @@ mod tests {
         use shard_lease::Lease;
 
         use crate::fake_aws;
-        use crate::output::encode::LineEncoder;
+        use crate::output::format::envelope::LineEncoder;
         use crate::read::record::ShardRecord;
 
         let (stream, bucket, table) = fakes_with_nine_records();
@@ -104,7 +104,6 @@ mod tests {
         stream
             .shard("shardId-000000000002")
             .push("1", MINUTE_MILLIS, b"y");
-        let minute = Minute::from_millis(MINUTE_MILLIS);
         let batch = |shard_id: &str, first: u64, last: u64, codec| {
             let mut lines = Vec::new();
             for i in first..=last {
@@ -115,7 +114,7 @@ mod tests {
                     data: bytes::Bytes::from_static(b"x"),
                     user_records: None,
                 };
-                LineEncoder::new(shard_id, minute).encode(&record, &mut lines);
+                LineEncoder::new(shard_id).encode(&record, &mut lines);
             }
             let object = object_in(SHARD, MINUTE_MILLIS, first, last, codec);
             let body = Compression::new(codec, None).compress(&lines).unwrap();

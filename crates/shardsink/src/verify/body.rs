@@ -1,5 +1,5 @@
 //! Check 3, unreadable objects (`--deep`): every object fetched (GetObject),
-//! decompressed and read line by line against its key.
+//! decompressed and read line by line (or row by row) against its key.
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
@@ -19,14 +19,15 @@ use super::report::minute_text;
 use super::{s3_retry, s3_stopped};
 use crate::aws::{ObjectStore, S3Error};
 use crate::ops::log::error_chain;
-use crate::output::compression::{decompress, extension};
-use crate::output::minute::Minute;
+use crate::output::bucket::Bucket;
+use crate::output::compression::decompress;
+use crate::output::format::BodyShape;
+use crate::output::format::parquet::row_identities;
 
 /// Objects fetched and checked at once with `--deep`.
 const DEEP_CONCURRENCY: usize = 8;
 
-/// One JSON line as shardsink writes it (`encode.rs`); any other field is an
-/// error.
+/// One envelope line as shardsink writes it (`format/envelope.rs`).
 #[derive(Debug, serde::Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct Line<'a> {
@@ -74,24 +75,137 @@ impl BodyCheck {
     }
 }
 
+/// One record's identity and metadata, as read from a body.
+struct Row {
+    /// Where in the body: `line 3`, `row 3`.
+    at: String,
+    shard_id: Option<String>,
+    sequence_number: String,
+    sub_sequence_number: Option<u64>,
+    /// `approximateArrivalTimestamp` as written (RFC 3339), when the body
+    /// has it as text.
+    arrival: Option<String>,
+}
+
 /// Checks an object's body against its key (check 3 of the `verify` module
-/// documentation).
+/// documentation): JSON Lines (envelope lines, or `json` lines with their
+/// metadata member), Parquet rows; raw payloads are only decompressed.
 fn check_body(object: &ArchivedKey, body: &[u8]) -> BodyCheck {
-    let text = match decompress(object.codec, body) {
-        Ok(text) => text,
-        Err(err) => {
-            return BodyCheck::failed(format!(
-                "does not decompress as {}: {err}",
-                extension(object.codec)
-            ));
+    let mut check = BodyCheck::default();
+    let rows = match object.body.shape {
+        BodyShape::Parquet => match row_identities(Bytes::copy_from_slice(body)) {
+            Ok(identities) => identities
+                .into_iter()
+                .enumerate()
+                .map(|(index, (sequence_number, sub))| Row {
+                    at: format!("row {}", index + 1),
+                    shard_id: None,
+                    sequence_number,
+                    sub_sequence_number: sub.and_then(|sub| u64::try_from(sub).ok()),
+                    arrival: None,
+                })
+                .collect(),
+            Err(err) => return BodyCheck::failed(format!("is not a readable Parquet file: {err}")),
+        },
+        BodyShape::JsonLines | BodyShape::Raw => {
+            let text = match decompress(object.body.codec, body) {
+                Ok(text) => text,
+                Err(err) => {
+                    return BodyCheck::failed(format!(
+                        "does not decompress as {}: {err}",
+                        object.body.extension()
+                    ));
+                }
+            };
+            if object.body.shape == BodyShape::Raw {
+                return check;
+            }
+            json_rows(&text, &mut check)
         }
     };
-    let mut check = BodyCheck::default();
     let first = object.range.first().to_string();
     let last = object.range.last().to_string();
     let mut seen: HashSet<(String, Option<u64>)> = HashSet::new();
     let mut records: HashSet<String> = HashSet::new();
+    let with_identity = !rows.is_empty();
+    for row in rows {
+        let at = &row.at;
+        if let Some(shard_id) = &row.shard_id
+            && *shard_id != object.shard_id
+        {
+            check.problem(|| {
+                format!(
+                    "{at}: shardId {shard_id:?} is not the key's shard {:?}",
+                    object.shard_id
+                )
+            });
+        }
+        let sequence_number = row.sequence_number.as_str();
+        if SequenceNumber::validate_text(sequence_number).is_err() {
+            check.problem(|| format!("{at}: sequenceNumber {sequence_number:?} is not one"));
+        } else {
+            if SequenceNumber::cmp_text(sequence_number, &first) == Ordering::Less
+                || SequenceNumber::cmp_text(sequence_number, &last) == Ordering::Greater
+            {
+                check.problem(|| {
+                    format!(
+                        "{at}: sequenceNumber {sequence_number} is outside the key's range {first}-{last}"
+                    )
+                });
+            }
+            if !seen.insert((sequence_number.to_owned(), row.sub_sequence_number)) {
+                check.problem(|| {
+                    format!(
+                        "{at}: record ({sequence_number}, {:?}) appears twice",
+                        row.sub_sequence_number
+                    )
+                });
+            }
+            if !records.contains(sequence_number) {
+                records.insert(sequence_number.to_owned());
+            }
+        }
+        if let Some(timestamp) = &row.arrival {
+            match DateTime::parse_from_rfc3339(timestamp) {
+                Ok(time)
+                    if Bucket::of(object.bucket.size(), time.timestamp_millis())
+                        == object.bucket => {}
+                Ok(_) => check.problem(|| {
+                    format!(
+                        "{at}: approximateArrivalTimestamp {timestamp} is not in the key's {} {}",
+                        object.bucket.size().as_str(),
+                        minute_text(object.bucket)
+                    )
+                }),
+                Err(err) => check
+                    .problem(|| format!("{at}: approximateArrivalTimestamp {timestamp:?}: {err}")),
+            }
+        }
+    }
+    if object.body.shape == BodyShape::Parquet {
+        check.lines = seen.len() as u64;
+    }
+    check.kinesis_records = records.len() as u64;
+    // A batch whose every record the format rejected has an empty main
+    // object (its records are in the error object).
+    if with_identity {
+        for (end, name) in [(&first, "first"), (&last, "last")] {
+            if !records.contains(end.as_str()) {
+                check.problem(|| format!("no record has the key's {name} sequence number {end}"));
+            }
+        }
+    }
+    check
+}
+
+/// The rows of JSON Lines: envelope lines (checked field by field, data
+/// base64), or `json` lines with their metadata member (a line without one
+/// is counted, with no identity).
+fn json_rows(text: &[u8], check: &mut BodyCheck) -> Vec<Row> {
+    let mut rows = Vec::new();
     let mut data = Vec::new();
+    // Envelope lines or `json` lines, as the first line says.
+    let mut envelope_object = None;
     let pieces: Vec<&[u8]> = text.split(|&b| b == b'\n').collect();
     for (index, raw) in pieces.iter().enumerate() {
         let n = index + 1;
@@ -102,77 +216,65 @@ fn check_body(object: &ArchivedKey, body: &[u8]) -> BodyCheck {
             }
             continue;
         }
-        let line: Line<'_> = match serde_json::from_slice(raw) {
-            Ok(line) => line,
+        let envelope = serde_json::from_slice::<Line<'_>>(raw);
+        let is_envelope = *envelope_object.get_or_insert_with(|| {
+            envelope.is_ok()
+                || serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(raw)
+                    .is_ok_and(|object| object.contains_key("sequenceNumber"))
+        });
+        if let Ok(line) = envelope {
+            check.lines += 1;
+            data.clear();
+            if let Err(err) = STANDARD.decode_vec(line.data.as_bytes(), &mut data) {
+                check.problem(|| format!("line {n}: data is not base64: {err}"));
+            }
+            rows.push(Row {
+                at: format!("line {n}"),
+                shard_id: Some(line.shard_id.into_owned()),
+                sequence_number: line.sequence_number.into_owned(),
+                sub_sequence_number: line.sub_sequence_number,
+                arrival: Some(line.approximate_arrival_timestamp.into_owned()),
+            });
+            continue;
+        }
+        let object: serde_json::Map<String, serde_json::Value> = match serde_json::from_slice(raw) {
+            Ok(object) => object,
             Err(err) => {
-                check.problem(|| format!("line {n} is not a shardsink JSON line: {err}"));
+                check.problem(|| format!("line {n} is not a JSON object: {err}"));
                 continue;
             }
         };
+        if let (Err(err), true) = (envelope, is_envelope) {
+            check.problem(|| format!("line {n} is not a shardsink JSON line: {err}"));
+            continue;
+        }
         check.lines += 1;
-        if line.shard_id != object.shard_id {
-            check.problem(|| {
-                format!(
-                    "line {n}: shardId {:?} is not the key's shard {:?}",
-                    line.shard_id, object.shard_id
-                )
+        let metadata = object
+            .values()
+            .find_map(|value| serde_json::from_value::<Metadata>(value.clone()).ok());
+        if let Some(metadata) = metadata {
+            rows.push(Row {
+                at: format!("line {n}"),
+                shard_id: Some(metadata.shard_id),
+                sequence_number: metadata.sequence_number,
+                sub_sequence_number: metadata.sub_sequence_number,
+                arrival: Some(metadata.approximate_arrival_timestamp),
             });
         }
-        let sequence_number = line.sequence_number.as_ref();
-        if SequenceNumber::validate_text(sequence_number).is_err() {
-            check.problem(|| format!("line {n}: sequenceNumber {sequence_number:?} is not one"));
-        } else {
-            if SequenceNumber::cmp_text(sequence_number, &first) == Ordering::Less
-                || SequenceNumber::cmp_text(sequence_number, &last) == Ordering::Greater
-            {
-                check.problem(|| {
-                    format!(
-                        "line {n}: sequenceNumber {sequence_number} is outside the key's range {first}-{last}"
-                    )
-                });
-            }
-            if !seen.insert((sequence_number.to_owned(), line.sub_sequence_number)) {
-                check.problem(|| {
-                    format!(
-                        "line {n}: record ({sequence_number}, {:?}) appears twice",
-                        line.sub_sequence_number
-                    )
-                });
-            }
-            if !records.contains(sequence_number) {
-                records.insert(sequence_number.to_owned());
-            }
-        }
-        let timestamp = line.approximate_arrival_timestamp.as_ref();
-        match DateTime::parse_from_rfc3339(timestamp) {
-            Ok(time) if Minute::from_millis(time.timestamp_millis()) == object.minute => {}
-            Ok(_) => check.problem(|| {
-                format!(
-                    "line {n}: approximateArrivalTimestamp {timestamp} is not in the key's minute {}",
-                    minute_text(object.minute)
-                )
-            }),
-            Err(err) => check.problem(|| {
-                format!("line {n}: approximateArrivalTimestamp {timestamp:?}: {err}")
-            }),
-        }
-        data.clear();
-        if let Err(err) = STANDARD.decode_vec(line.data.as_bytes(), &mut data) {
-            check.problem(|| format!("line {n}: data is not base64: {err}"));
-        }
     }
-    check.kinesis_records = records.len() as u64;
-    if check.lines == 0 && check.problems == 0 {
-        check.problem(|| "object has no lines".to_owned());
-    }
-    if check.lines > 0 {
-        for (end, name) in [(&first, "first"), (&last, "last")] {
-            if !records.contains(end.as_str()) {
-                check.problem(|| format!("no line has the key's {name} sequence number {end}"));
-            }
-        }
-    }
-    check
+    rows
+}
+
+/// The metadata member of a `json` line.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Metadata {
+    shard_id: String,
+    sequence_number: String,
+    sub_sequence_number: Option<u64>,
+    #[allow(dead_code)] // read for its type only
+    partition_key: String,
+    approximate_arrival_timestamp: String,
 }
 
 /// An object `--deep` could not read as a batch of its key.
@@ -277,10 +379,9 @@ mod tests {
 
     #[test]
     fn a_batch_written_by_shardsink_reads_clean() {
-        use crate::output::encode::LineEncoder;
+        use crate::output::format::envelope::LineEncoder;
         use crate::read::record::ShardRecord;
-        let minute = Minute::from_millis(MINUTE_MILLIS);
-        let encoder = LineEncoder::new(SHARD, minute);
+        let mut encoder = LineEncoder::new(SHARD);
         let mut lines = Vec::new();
         for (i, sequence_number) in ["9", "10", "12"].into_iter().enumerate() {
             let record = ShardRecord {
@@ -329,6 +430,37 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_object_holds_no_record() {
+        // Every record of its batch went to the error prefix.
+        assert_eq!(check_body(&object(1, 2), b""), BodyCheck::default());
+    }
+
+    #[test]
+    fn json_lines_are_checked_by_their_metadata_member() {
+        let metadata = |seq: &str| {
+            format!(
+                "{{\"order\":1,\"m\":{{\"shardId\":\"{SHARD}\",\"sequenceNumber\":\"{seq}\",\"partitionKey\":\"k\",\"approximateArrivalTimestamp\":\"{IN_MINUTE}\"}}}}\n"
+            )
+        };
+        let check = check_body(&object(1, 2), &body(&[metadata("1"), metadata("2")]));
+        assert_eq!(
+            (check.lines, check.kinesis_records, check.problems),
+            (2, 2, 0)
+        );
+        let check = check_body(&object(1, 2), &body(&[metadata("1"), metadata("3")]));
+        assert_eq!(
+            check.first_problem.as_deref(),
+            Some("line 2: sequenceNumber 3 is outside the key's range 1-2")
+        );
+        // Without metadata, lines are counted.
+        let check = check_body(&object(1, 2), b"{\"a\":1}\n{\"a\":2}\n");
+        assert_eq!(
+            (check.lines, check.kinesis_records, check.problems),
+            (2, 0, 0)
+        );
+    }
+
+    #[test]
     fn unreadable_bodies_say_why() {
         let ok = |seq: &str| line(SHARD, seq, None, IN_MINUTE);
         let cases: Vec<(ArchivedKey, Vec<u8>, &str)> = vec![
@@ -337,7 +469,6 @@ mod tests {
                 b"not zstd".to_vec(),
                 "does not decompress as .jsonl.zst",
             ),
-            (object(1, 2), Vec::new(), "object has no lines"),
             (
                 object(1, 2),
                 body(&[ok("1"), "{}\n".to_owned(), ok("2")]),
@@ -391,12 +522,12 @@ mod tests {
             (
                 object(1, 3),
                 body(&[ok("1"), ok("2")]),
-                "no line has the key's last sequence number 3",
+                "no record has the key's last sequence number 3",
             ),
             (
                 object(1, 3),
                 body(&[ok("2"), ok("3")]),
-                "no line has the key's first sequence number 1",
+                "no record has the key's first sequence number 1",
             ),
         ];
         for (object, body, expected) in cases {

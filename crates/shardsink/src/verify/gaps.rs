@@ -6,7 +6,7 @@ use sequence_range::{RangeSet, SequenceNumber, SequenceRange};
 use shard_lease::Checkpoint;
 
 use super::keys::ArchivedKey;
-use crate::output::minute::Minute;
+use crate::output::bucket::Bucket;
 
 /// Up to where a shard's records must be archived.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,8 +42,8 @@ pub(super) struct Gap {
     pub(super) first: SequenceNumber,
     pub(super) last: SequenceNumber,
     pub(super) records: u64,
-    pub(super) first_arrival: Minute,
-    pub(super) last_arrival: Minute,
+    pub(super) first_arrival: Bucket,
+    pub(super) last_arrival: Bucket,
     /// The object ending just below the gap, if any.
     pub(super) before: Option<(String, SequenceRange)>,
     /// The object starting just above the gap, if any.
@@ -149,10 +149,10 @@ impl ShardGapCheck {
 
     /// The next record of the shard (in sequence order).
     pub(super) fn observe(&mut self, sequence_number: SequenceNumber, arrival_millis: i64) -> Flow {
-        if let Bound::UpTo(bound) = &self.bound {
-            if &sequence_number > bound {
-                return Flow::Done;
-            }
+        if let Bound::UpTo(bound) = &self.bound
+            && &sequence_number > bound
+        {
+            return Flow::Done;
         }
         if self.oldest.is_none() {
             self.oldest = Some((sequence_number.clone(), arrival_millis));
@@ -177,7 +177,7 @@ impl ShardGapCheck {
     }
 
     fn missing(&mut self, sequence_number: &SequenceNumber, arrival_millis: i64) {
-        let minute = Minute::from_millis(arrival_millis);
+        let minute = Bucket::minute(arrival_millis);
         let above = self
             .objects
             .partition_point(|(range, _)| range.first() <= sequence_number);
@@ -185,13 +185,14 @@ impl ShardGapCheck {
             above.checked_sub(1),
             (above < self.objects.len()).then_some(above),
         );
-        if let Some(gap) = self.gaps.last_mut() {
-            if self.in_run && gap.around == around {
-                gap.last = sequence_number.clone();
-                gap.records += 1;
-                gap.last_arrival = minute;
-                return;
-            }
+        if let Some(gap) = self.gaps.last_mut()
+            && self.in_run
+            && gap.around == around
+        {
+            gap.last = sequence_number.clone();
+            gap.records += 1;
+            gap.last_arrival = minute;
+            return;
         }
         let object = |index: Option<usize>| {
             index.map(|i| (self.objects[i].1.clone(), self.objects[i].0.clone()))

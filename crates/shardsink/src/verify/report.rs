@@ -12,7 +12,7 @@ use super::gaps::{Bound, Gap, ShardGapResult};
 use super::keys::ForeignKey;
 use super::overlaps::Overlap;
 use super::stream::GapOutcome;
-use crate::output::minute::Minute;
+use crate::output::bucket::Bucket;
 
 /// Most offending items (overlaps, unreadable objects, gaps) the summary
 /// lists; the same for foreign keys.
@@ -293,8 +293,14 @@ fn gap_line(gap: &Gap) -> String {
 }
 
 /// `yyyy-MM-ddTHH:mmZ`.
-pub(super) fn minute_text(minute: Minute) -> String {
-    format!("{}Z", minute.rfc3339_prefix().trim_end_matches(':'))
+pub(super) fn minute_text(bucket: Bucket) -> String {
+    chrono::DateTime::from_timestamp_millis(bucket.start_millis())
+        .unwrap_or_default()
+        .format(match bucket.size() {
+            crate::config::TimeBucket::Minute => "%Y-%m-%dT%H:%MZ",
+            crate::config::TimeBucket::Hour => "%Y-%m-%dT%HZ",
+        })
+        .to_string()
 }
 
 /// `--since` as given, in UTC.

@@ -5,8 +5,9 @@ use sequence_range::{SequenceNumber, SequenceRange};
 use super::gaps::ShardGapResult;
 use super::keys::ArchivedKey;
 use crate::config::CompressionCodec;
+use crate::output::bucket::Bucket;
+use crate::output::format::BodyKind;
 use crate::output::key::KeyLayout;
-use crate::output::minute::Minute;
 
 pub(super) const SHARD: &str = "shardId-000000000001";
 /// 2026-11-21T05:27:00Z.
@@ -27,14 +28,15 @@ pub(super) fn object_in(
     last: u64,
     codec: CompressionCodec,
 ) -> ArchivedKey {
-    let minute = Minute::from_millis(minute_millis);
+    let bucket = Bucket::minute(minute_millis);
     let range = range(first, last);
+    let body = BodyKind::lines(codec);
     ArchivedKey {
-        key: KeyLayout::new("p").object_key(minute, shard_id, &range, codec),
-        minute,
+        key: KeyLayout::plain("p").object_key(bucket, shard_id, &range, body),
+        bucket,
         shard_id: shard_id.to_owned(),
         range,
-        codec,
+        body,
     }
 }
 

@@ -18,8 +18,6 @@ use crate::config::Settings;
 use crate::ops::health::Health;
 use crate::ops::metrics::Metrics;
 use crate::output::batch::BufferLimits;
-use crate::output::compression::Compression;
-use crate::output::key::KeyLayout;
 use crate::shard::context::{ShardContext, ShardExit};
 use crate::shard::error::ShardError;
 use crate::shard::memory::MemoryBudget;
@@ -72,8 +70,7 @@ impl Worker {
         let ctx = Arc::new(ShardContext {
             kinesis: kinesis.clone(),
             store: store.clone(),
-            layout: KeyLayout::new(settings.prefix.clone()),
-            compression: Compression::new(config.compression, config.compression_level),
+            output: settings.output.clone(),
             limits: BufferLimits {
                 max_bytes: config.buffer_max_bytes,
                 max_records: config.buffer_max_records,

@@ -80,11 +80,10 @@ impl Renewer {
                     }
                     let shard_id = lease.shard_id().to_owned();
                     let task = in_flight.spawn(async move {
-                        if let Err(err) = lease.renew().await {
-                            if !err.is_lease_lost() {
+                        if let Err(err) = lease.renew().await
+                            && !err.is_lease_lost() {
                                 warn!(shard_id = %lease.shard_id(), error = %error_chain(&err), "lease renewal failed");
                             }
-                        }
                     });
                     renewing.insert(task.id(), shard_id);
                 }

@@ -18,6 +18,8 @@ use crate::config::ConfigError;
 use crate::ops::health::Health;
 use crate::ops::log::error_chain;
 use crate::ops::systemd;
+use crate::output::key::KeyLayout;
+use crate::output::marker::{self, LayoutCheck, MarkerError, RecordedLayout};
 
 impl Worker {
     /// Checks the stream and bucket and creates the lease table if missing.
@@ -76,6 +78,28 @@ impl Worker {
             }
             Some(result) => result.with_context(|| format!("failed to reach bucket {bucket}"))?,
         }
+        let layout = &self.ctx.output.layout;
+        match retry_until(
+            token,
+            &self.health,
+            StartUpStep {
+                what: "check the archive's key layout",
+                bound: START_UP_CALL_BOUND,
+            },
+            || marker::check_or_record(&self.store, layout),
+            |err| matches!(err, MarkerError::Unreadable { .. }),
+        )
+        .await
+        {
+            None => return Ok(false),
+            Some(Ok(LayoutCheck::Matches)) => {}
+            Some(Ok(LayoutCheck::Differs(recorded))) => {
+                return Err(layout_differs(&bucket, layout, recorded).into());
+            }
+            Some(Err(err)) => {
+                return Err(err).context("failed to check the archive's key layout");
+            }
+        }
         let table = self.table.table_name().to_owned();
         match retry_until(
             token,
@@ -100,13 +124,35 @@ impl Worker {
             prefix = %self.settings.prefix,
             lease_table = %table,
             worker_id = %self.settings.worker_id,
-            compression = ?self.ctx.compression,
+            format = %self.ctx.output.format.description(),
+            compression = ?self.ctx.output.compression,
+            key_layout = self.ctx.output.layout.style().as_str(),
+            time_bucket = self.ctx.output.layout.time_bucket().as_str(),
+            error_prefix = self.ctx.output.error_layout.prefix(),
             "shardsink started"
         );
         self.health.started();
         systemd::ready();
         Ok(true)
     }
+}
+
+/// The bad setting when the prefix holds an archive of another key layout
+/// or time bucket.
+fn layout_differs(bucket: &str, layout: &KeyLayout, recorded: RecordedLayout) -> ConfigError {
+    let flag = if recorded.key_layout == layout.style() {
+        "time-bucket"
+    } else {
+        "key-layout"
+    };
+    ConfigError::new(
+        flag,
+        format!(
+            "s3://{bucket}/{} holds an archive written with {}; dedup would not find its objects under another layout. Keep those settings, or use a new --prefix",
+            layout.list_prefix(),
+            recorded.flags()
+        ),
+    )
 }
 
 /// The longest one start-up call may take: the SDK's attempts of up to 30 s

@@ -119,16 +119,16 @@ pub fn decode_object(key: &ObjectKey, body: &[u8]) -> (Vec<ArchivedRecord>, Vec<
                     );
                 }
                 let current = (seq, raw.sub_sequence_number);
-                if let Some(prev) = &previous {
-                    if !is_after(prev, &current) {
-                        problem(
-                            Some(line),
-                            format!(
-                                "({}, {:?}) does not follow ({}, {:?}): lines out of sequence order",
-                                current.0, current.1, prev.0, prev.1
-                            ),
-                        );
-                    }
+                if let Some(prev) = &previous
+                    && !is_after(prev, &current)
+                {
+                    problem(
+                        Some(line),
+                        format!(
+                            "({}, {:?}) does not follow ({}, {:?}): lines out of sequence order",
+                            current.0, current.1, prev.0, prev.1
+                        ),
+                    );
                 }
                 previous = Some(current);
             }

@@ -42,8 +42,14 @@ impl ArchiveReader {
         let listed = list_objects(&self.env, &self.bucket, "").await?;
         let mut objects = Vec::new();
         let mut stray_keys = Vec::new();
+        let mut layout_record = None;
         let mut cache = HashMap::new();
         for entry in listed {
+            if entry.key == format!("{}/_shardsink.json", self.prefix) {
+                let body = get_object(&self.env, &self.bucket, &entry.key).await?;
+                layout_record = body.map(|body| String::from_utf8_lossy(&body).into_owned());
+                continue;
+            }
             let key = match ObjectKey::parse(&self.prefix, &entry.key) {
                 Ok(key) => key,
                 Err(message) => {
@@ -84,6 +90,7 @@ impl ArchiveReader {
             prefix: self.prefix.clone(),
             objects,
             stray_keys,
+            layout_record,
         })
     }
 }

@@ -82,6 +82,9 @@ pub struct Archive {
     pub objects: Vec<Arc<ArchivedObject>>,
     /// Keys that do not parse or are outside the prefix.
     pub stray_keys: Vec<ArchiveProblem>,
+    /// The body of `{prefix}/_shardsink.json`, the key layout the daemon
+    /// records under its prefix, if present.
+    pub layout_record: Option<String>,
 }
 
 impl Archive {

@@ -18,7 +18,14 @@ impl ShardTask {
     pub(super) async fn on_retention_gap(&mut self, gap: RetentionGap) -> Result<(), ShardError> {
         let (checkpoint, ctx) = (self.frontier.checkpoint(), &self.ctx);
         s3_retry(ctx, &self.lease, "write the retention gap marker")
-            .run(|| gap.report(checkpoint, &ctx.store, ctx.layout.prefix(), &ctx.metrics))
+            .run(|| {
+                gap.report(
+                    checkpoint,
+                    &ctx.store,
+                    ctx.output.layout.prefix(),
+                    &ctx.metrics,
+                )
+            })
             .await
             .map_err(|stopped| ShardError::from_s3_stop(&self.shard_id, stopped))?;
         self.dedup.enable();

@@ -1,8 +1,10 @@
-//! JSON Lines encoding of records: one line per user record, fields in the
-//! order the README's example line shows — `shardId`, `sequenceNumber`,
+//! The `envelope` format: JSON Lines, one line per user record, fields in
+//! the order the README's example line shows — `shardId`, `sequenceNumber`,
 //! `subSequenceNumber` (KPL records only), `partitionKey`,
 //! `approximateArrivalTimestamp` (RFC 3339, UTC, milliseconds), `data`
-//! (standard base64).
+//! (standard base64). The same fields without `data` are the `json`
+//! format's metadata object, and with an `errorMessage` after `data` they
+//! are the lines of error objects.
 //!
 //! The encoding is a pure function of the record and its shard, so a replay of
 //! the same records produces the same bytes (C5 in docs/DESIGN.md). It writes
@@ -12,96 +14,132 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+use chrono::{DateTime, Datelike, Timelike};
 
-use crate::output::minute::Minute;
+use crate::output::view::UserRecordView;
+#[cfg(test)]
 use crate::read::record::ShardRecord;
 
+/// Milliseconds in a minute.
+const MINUTE_MILLIS: i64 = 60_000;
+
 /// Per-batch encoding context: the parts of a line shared by every record of
-/// one shard and minute.
+/// one shard, and of one arrival minute.
 #[derive(Debug, Clone)]
 pub struct LineEncoder {
     /// `{"shardId":"…","sequenceNumber":"`
     head: Vec<u8>,
-    /// `"approximateArrivalTimestamp":"yyyy-MM-ddTHH:mm:`
+    /// The minute `timestamp_head` is for (minutes since the epoch).
+    minute: i64,
+    /// `,"approximateArrivalTimestamp":"yyyy-MM-ddTHH:mm:`
     timestamp_head: Vec<u8>,
-    minute: Minute,
 }
 
 impl LineEncoder {
-    /// The encoder for records of `shard_id` arriving in `minute`.
-    pub fn new(shard_id: &str, minute: Minute) -> Self {
+    /// The encoder for records of `shard_id`.
+    pub fn new(shard_id: &str) -> Self {
         let mut head = br#"{"shardId":"#.to_vec();
         push_json_string(&mut head, shard_id);
         head.extend_from_slice(br#","sequenceNumber":""#);
-        let mut timestamp_head = br#","approximateArrivalTimestamp":""#.to_vec();
-        timestamp_head.extend_from_slice(minute.rfc3339_prefix().as_bytes());
         Self {
             head,
-            timestamp_head,
-            minute,
+            minute: i64::MIN,
+            timestamp_head: Vec::new(),
         }
     }
 
-    /// Appends the record's lines (one, or one per KPL user record) to `out`.
-    pub fn encode(&self, record: &ShardRecord, out: &mut Vec<u8>) {
-        debug_assert_eq!(
-            record.minute(),
-            self.minute,
-            "record encoded in the wrong minute"
-        );
-        match &record.user_records {
-            None => self.encode_line(record, None, &record.partition_key, &record.data, out),
-            Some(user_records) => {
-                for user in user_records {
-                    self.encode_line(
-                        record,
-                        Some(user.sub_sequence_number),
-                        &user.partition_key,
-                        &user.data,
-                        out,
-                    );
-                }
-            }
+    /// Appends the record's lines (one, or one per KPL user record) to `out`
+    /// (under the encoder's shard id).
+    #[cfg(test)]
+    pub fn encode(&mut self, record: &ShardRecord, out: &mut Vec<u8>) {
+        for user in record.views("") {
+            self.encode_line(&user, out);
         }
     }
 
-    fn encode_line(
-        &self,
-        record: &ShardRecord,
-        sub_sequence_number: Option<u64>,
-        partition_key: &str,
-        data: &[u8],
-        out: &mut Vec<u8>,
-    ) {
+    /// Appends one user record's envelope line to `out`.
+    pub fn encode_line(&mut self, user: &UserRecordView<'_>, out: &mut Vec<u8>) {
+        self.metadata_fields(user, out);
+        push_data(out, user.data);
+        out.extend_from_slice(b"\"}\n");
+    }
+
+    /// Appends one user record's error line to `out`: its envelope line with
+    /// an `errorMessage` after `data`.
+    pub fn encode_error(&mut self, user: &UserRecordView<'_>, message: &str, out: &mut Vec<u8>) {
+        self.metadata_fields(user, out);
+        push_data(out, user.data);
+        out.extend_from_slice(br#"","errorMessage":"#);
+        push_json_string(out, message);
+        out.extend_from_slice(b"}\n");
+    }
+
+    /// Appends the metadata object of a user record: the envelope's fields
+    /// without `data`, `{"shardId":…,"approximateArrivalTimestamp":"…"}`.
+    pub fn encode_metadata(&mut self, user: &UserRecordView<'_>, out: &mut Vec<u8>) {
+        self.metadata_fields(user, out);
+        out.extend_from_slice(b"\"}");
+    }
+
+    /// `{"shardId":…,"approximateArrivalTimestamp":"…Z` — the string and
+    /// the object left open.
+    fn metadata_fields(&mut self, user: &UserRecordView<'_>, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.head);
         // Validated decimal digits: nothing to escape.
-        out.extend_from_slice(record.sequence_number.as_str().as_bytes());
+        out.extend_from_slice(user.sequence_number.as_bytes());
         out.push(b'"');
-        if let Some(sub) = sub_sequence_number {
+        if let Some(sub) = user.sub_sequence_number {
             out.extend_from_slice(br#","subSequenceNumber":"#);
             push_decimal(out, sub);
         }
         out.extend_from_slice(br#","partitionKey":"#);
-        push_json_string(out, partition_key);
+        push_json_string(out, user.partition_key);
+        let minute = user.arrival_millis.div_euclid(MINUTE_MILLIS);
+        if minute != self.minute {
+            self.minute = minute;
+            self.timestamp_head.clear();
+            self.timestamp_head
+                .extend_from_slice(br#","approximateArrivalTimestamp":""#);
+            self.timestamp_head
+                .extend_from_slice(rfc3339_minute_prefix(minute).as_bytes());
+        }
         out.extend_from_slice(&self.timestamp_head);
-        let millis_in_minute =
-            (record.arrival_millis - self.minute.start_millis()).clamp(0, 59_999);
-        push_seconds_millis(out, millis_in_minute);
-        out.extend_from_slice(br#"Z","data":""#);
-        let start = out.len();
-        out.resize(
-            start + base64::encoded_len(data.len(), true).unwrap_or(0),
-            0,
-        );
-        // The buffer was sized with the engine's own length formula.
-        let written = STANDARD.encode_slice(data, &mut out[start..]).unwrap_or(0);
-        out.truncate(start + written);
-        out.extend_from_slice(b"\"}\n");
+        push_seconds_millis(out, user.arrival_millis.rem_euclid(MINUTE_MILLIS));
+        out.push(b'Z');
     }
 }
 
+/// `","data":"` and the payload in standard base64 (the string left open).
+fn push_data(out: &mut Vec<u8>, data: &[u8]) {
+    out.extend_from_slice(br#"","data":""#);
+    let start = out.len();
+    out.resize(
+        start + base64::encoded_len(data.len(), true).unwrap_or(0),
+        0,
+    );
+    // The buffer was sized with the engine's own length formula.
+    let written = STANDARD.encode_slice(data, &mut out[start..]).unwrap_or(0);
+    out.truncate(start + written);
+}
+
+/// `yyyy-MM-ddTHH:mm:` of a minute since the epoch.
+fn rfc3339_minute_prefix(minute: i64) -> String {
+    // In range for any minute chrono can represent; records carry timestamps
+    // from the Kinesis API, well inside that range.
+    let t =
+        DateTime::from_timestamp_millis(minute.saturating_mul(MINUTE_MILLIS)).unwrap_or_default();
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:",
+        t.year(),
+        t.month(),
+        t.day(),
+        t.hour(),
+        t.minute()
+    )
+}
+
 /// Appends `text` as a JSON string (quoted and escaped per RFC 8259).
-fn push_json_string(out: &mut Vec<u8>, text: &str) {
+pub(crate) fn push_json_string(out: &mut Vec<u8>, text: &str) {
     // Writing to a Vec cannot fail, and serializing a str cannot either.
     let _ = serde_json::to_writer(&mut *out, text);
 }
@@ -160,7 +198,7 @@ mod tests {
 
     fn encode(shard_id: &str, record: &ShardRecord) -> String {
         let mut out = Vec::new();
-        LineEncoder::new(shard_id, record.minute()).encode(record, &mut out);
+        LineEncoder::new(shard_id).encode(record, &mut out);
         String::from_utf8(out).unwrap()
     }
 

@@ -1,0 +1,143 @@
+//! [`EncodedBatch`]: a batch's bodies as they are PUT — the main object in
+//! the batch's format and, when the format rejected records, the error
+//! object — with what a 412 compares each by and the user metadata stored
+//! with it.
+
+use bytes::Bytes;
+
+use crate::config::CompressionCodec;
+use crate::output::compression::Compression;
+use crate::output::format::{Bodies, BodyKind, BodyShape, Format, MainBody};
+use crate::output::view::RejectReason;
+
+/// User metadata name (`x-amz-meta-shardsink-format`): the format and its
+/// settings ([`Format::description`]), or `errors` for an error object.
+pub const FORMAT_METADATA: &str = "shardsink-format";
+/// User metadata name (`x-amz-meta-shardsink-records`): the user records
+/// (lines or rows) in the object, decimal.
+pub const RECORDS_METADATA: &str = "shardsink-records";
+/// [`FORMAT_METADATA`] of error objects.
+pub const ERRORS_FORMAT: &str = "errors";
+
+/// One object body, ready to PUT.
+#[derive(Debug, Clone)]
+pub struct ObjectBody {
+    /// Shape and compression, as the key's extension says.
+    pub kind: BodyKind,
+    /// The bytes PUT.
+    pub bytes: Bytes,
+    /// What an existing object is compared with: the uncompressed lines or
+    /// payloads, or the Parquet file.
+    pub plain: Bytes,
+    /// User records in it.
+    pub records: usize,
+    /// [`FORMAT_METADATA`].
+    pub format: String,
+}
+
+impl ObjectBody {
+    /// The user metadata stored with it.
+    pub fn metadata(&self) -> [(&'static str, String); 2] {
+        [
+            (FORMAT_METADATA, self.format.clone()),
+            (RECORDS_METADATA, self.records.to_string()),
+        ]
+    }
+
+    /// Bytes held: the body and, when compressed, its plain form.
+    pub fn held_bytes(&self) -> u64 {
+        let plain = if self.kind.codec == CompressionCodec::None {
+            0
+        } else {
+            self.plain.len()
+        };
+        (self.bytes.len() + plain) as u64
+    }
+}
+
+/// A batch's bodies, ready to PUT: the error object first, the main object
+/// last (it is the batch's commit marker).
+#[derive(Debug)]
+pub struct EncodedBatch {
+    /// The main object's body; written even when every record was rejected.
+    pub main: ObjectBody,
+    /// The error object's body, when a record was rejected.
+    pub errors: Option<ObjectBody>,
+    /// Rejected user records by reason.
+    pub rejected: Vec<(RejectReason, u64)>,
+}
+
+/// The codec of a batch's error object: the main key's codec, or zstd when
+/// the main body is Parquet (whose key names no codec) — so the error key
+/// is a function of the main key, whatever the settings of a replay.
+pub fn error_codec(main: BodyKind) -> CompressionCodec {
+    match main.shape {
+        BodyShape::Parquet => CompressionCodec::Zstd,
+        BodyShape::JsonLines | BodyShape::Raw => main.codec,
+    }
+}
+
+/// Compresses (or, for Parquet, writes) a batch's bodies. CPU-bound: call it
+/// off the async threads.
+///
+/// `kind` is the main key's body kind; `compression` is the codec and level
+/// of the settings, used where it matches the kind (else the kind's codec
+/// at its default level).
+///
+/// # Errors
+/// I/O errors from a codec, or the Parquet writer's.
+pub fn encode(
+    bodies: Bodies,
+    format: &Format,
+    kind: BodyKind,
+    compression: Compression,
+) -> std::io::Result<EncodedBatch> {
+    let at = |codec: CompressionCodec| {
+        if codec == compression.codec() {
+            compression
+        } else {
+            Compression::new(codec, None)
+        }
+    };
+    let plain_and_bytes = |plain: Vec<u8>, codec| -> std::io::Result<(Bytes, Bytes)> {
+        let plain = Bytes::from(plain);
+        let bytes = match at(codec) {
+            Compression::None => plain.clone(),
+            compression => Bytes::from(compression.compress(&plain)?),
+        };
+        Ok((plain, bytes))
+    };
+    let error_records = usize::try_from(bodies.error_records()).unwrap_or(usize::MAX);
+    let (plain, bytes) = match bodies.main {
+        MainBody::Bytes(plain) => plain_and_bytes(plain, kind.codec)?,
+        MainBody::Parquet(rows) => {
+            let file = Bytes::from(rows.finish(compression).map_err(std::io::Error::other)?);
+            (file.clone(), file)
+        }
+    };
+    let main = ObjectBody {
+        kind,
+        bytes,
+        plain,
+        records: bodies.main_records,
+        format: format.description(),
+    };
+    let errors = if bodies.errors.is_empty() {
+        None
+    } else {
+        let codec = error_codec(kind);
+        let (plain, bytes) = plain_and_bytes(bodies.errors, codec)?;
+        Some(ObjectBody {
+            kind: BodyKind::lines(codec),
+            bytes,
+            plain,
+            records: error_records,
+            format: ERRORS_FORMAT.to_owned(),
+        })
+    };
+    Ok(EncodedBatch {
+        main,
+        errors,
+        rejected: bodies.rejected,
+    })
+}

@@ -1,0 +1,363 @@
+//! Output formats: what a batch's records become in an object body
+//! ([`Format`], [`BodyEncoder`]) and what a key's extension says of a body
+//! ([`BodyKind`]).
+//!
+//! - `envelope`: JSON Lines with the payload in base64 and the Kinesis
+//!   metadata beside it; also the lines of error objects;
+//! - `json`: JSON Lines of the payloads themselves, with the metadata under
+//!   one field;
+//! - raw payloads with a delimiter (here);
+//! - `parquet`: one row per user record, with the payload as bytes or, with
+//!   a schema, as typed columns; `schema`: that schema.
+//!
+//! Every format's bytes are a pure function of the records and the
+//! [`Format`] (C5 in docs/DESIGN.md).
+
+pub(crate) mod envelope;
+pub(crate) mod json;
+pub(crate) mod parquet;
+pub(crate) mod schema;
+
+use std::sync::Arc;
+
+use self::envelope::LineEncoder;
+use self::parquet::ParquetBatch;
+use self::schema::ParquetSchema;
+use crate::config::{CompressionCodec, OutputFormat};
+use crate::output::view::{RejectReason, Rejection, UserRecordView};
+use crate::read::record::ShardRecord;
+
+/// The default `--metadata-field` of the `json` format.
+pub const DEFAULT_METADATA_FIELD: &str = "_kinesis";
+
+/// A format with its settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Format {
+    /// JSON Lines, payload in base64 beside the metadata.
+    Envelope,
+    /// JSON Lines of the payloads (JSON objects).
+    Json {
+        /// The member the metadata goes under; `None`: no metadata.
+        metadata_field: Option<String>,
+    },
+    /// Payload bytes, each followed by `delimiter` (may be empty).
+    Raw {
+        /// The record delimiter.
+        delimiter: Vec<u8>,
+    },
+    /// Apache Parquet.
+    Parquet {
+        /// Typed columns from the JSON payload instead of `data`.
+        schema: Option<Arc<ParquetSchema>>,
+    },
+}
+
+impl Format {
+    /// Which format this is.
+    pub fn name(&self) -> OutputFormat {
+        match self {
+            Self::Envelope => OutputFormat::Envelope,
+            Self::Json { .. } => OutputFormat::Json,
+            Self::Raw { .. } => OutputFormat::Raw,
+            Self::Parquet { .. } => OutputFormat::Parquet,
+        }
+    }
+
+    /// The shape of its bodies.
+    pub fn shape(&self) -> BodyShape {
+        match self {
+            Self::Envelope | Self::Json { .. } => BodyShape::JsonLines,
+            Self::Raw { .. } => BodyShape::Raw,
+            Self::Parquet { .. } => BodyShape::Parquet,
+        }
+    }
+
+    /// The kind of its bodies when compressed with `codec` (Parquet
+    /// compresses its pages instead).
+    pub fn body_kind(&self, codec: CompressionCodec) -> BodyKind {
+        match self.shape() {
+            BodyShape::JsonLines => BodyKind::lines(codec),
+            BodyShape::Raw => BodyKind::raw(codec),
+            BodyShape::Parquet => BodyKind::PARQUET,
+        }
+    }
+
+    /// The format to write a body of `shape` with: this one if it has that
+    /// shape, else that shape's format with default settings (a replay of a
+    /// batch recorded before the format was changed).
+    pub fn for_shape(&self, shape: BodyShape) -> Self {
+        if self.shape() == shape {
+            return self.clone();
+        }
+        match shape {
+            BodyShape::JsonLines => Self::Envelope,
+            BodyShape::Raw => Self::Raw {
+                delimiter: b"\n".to_vec(),
+            },
+            BodyShape::Parquet => Self::Parquet { schema: None },
+        }
+    }
+
+    /// The format and its settings as one text, stored with each object
+    /// (`x-amz-meta-shardsink-format`): `envelope`, `json` or
+    /// `json;metadata-field=NAME`, `raw;delimiter=HEX`, `parquet` or
+    /// `parquet;schema=MD5`. Two objects with the same text were encoded
+    /// alike.
+    pub fn description(&self) -> String {
+        match self {
+            Self::Envelope => "envelope".to_owned(),
+            Self::Json {
+                metadata_field: None,
+            } => "json".to_owned(),
+            Self::Json {
+                metadata_field: Some(field),
+            } => format!("json;metadata-field={field}"),
+            Self::Raw { delimiter } => {
+                let hex: String = delimiter.iter().map(|b| format!("{b:02x}")).collect();
+                format!("raw;delimiter={hex}")
+            }
+            Self::Parquet { schema: None } => "parquet".to_owned(),
+            Self::Parquet {
+                schema: Some(schema),
+            } => format!("parquet;schema={}", schema.fingerprint()),
+        }
+    }
+}
+
+/// One batch's bodies being built: the main body in the batch's format,
+/// and the error lines of the records the format rejected.
+#[derive(Debug)]
+pub struct BodyEncoder {
+    shard_id: String,
+    envelope: LineEncoder,
+    format: Format,
+    main: MainBody,
+    /// Envelope lines with `errorMessage`, uncompressed.
+    errors: Vec<u8>,
+    main_records: usize,
+    rejected: Vec<(RejectReason, u64)>,
+}
+
+/// A batch's bodies, encoded but not yet compressed.
+#[derive(Debug)]
+pub struct Bodies {
+    /// The main body.
+    pub main: MainBody,
+    /// User records in the main body.
+    pub main_records: usize,
+    /// The error object's lines (envelope lines with `errorMessage`),
+    /// uncompressed; empty when no record was rejected.
+    pub errors: Vec<u8>,
+    /// Rejected records by reason.
+    pub rejected: Vec<(RejectReason, u64)>,
+}
+
+impl Bodies {
+    /// User records in the error object.
+    pub fn error_records(&self) -> u64 {
+        self.rejected.iter().map(|(_, n)| n).sum()
+    }
+}
+
+/// The main body of a batch.
+#[derive(Debug)]
+pub enum MainBody {
+    /// JSON Lines or raw payloads, uncompressed.
+    Bytes(Vec<u8>),
+    /// Parquet rows, to be written as a file.
+    Parquet(ParquetBatch),
+}
+
+impl BodyEncoder {
+    /// Bodies of `shard_id`'s records in `format`.
+    pub fn new(shard_id: &str, format: &Format) -> Self {
+        let main = match format {
+            Format::Parquet { schema } => MainBody::Parquet(ParquetBatch::new(schema.clone())),
+            _ => MainBody::Bytes(Vec::new()),
+        };
+        Self {
+            shard_id: shard_id.to_owned(),
+            envelope: LineEncoder::new(shard_id),
+            format: format.clone(),
+            main,
+            errors: Vec::new(),
+            main_records: 0,
+            rejected: Vec::new(),
+        }
+    }
+
+    /// Appends a record's user records: to the main body, or to the error
+    /// lines when the format rejects one.
+    pub fn push(&mut self, record: &ShardRecord) {
+        let shard_id = std::mem::take(&mut self.shard_id);
+        for user in record.views(&shard_id) {
+            match self.push_user(&user) {
+                Ok(()) => self.main_records += 1,
+                Err(rejection) => {
+                    self.envelope
+                        .encode_error(&user, &rejection.message, &mut self.errors);
+                    match self
+                        .rejected
+                        .iter_mut()
+                        .find(|(reason, _)| *reason == rejection.reason)
+                    {
+                        Some((_, n)) => *n += 1,
+                        None => self.rejected.push((rejection.reason, 1)),
+                    }
+                }
+            }
+        }
+        self.shard_id = shard_id;
+    }
+
+    fn push_user(&mut self, user: &UserRecordView<'_>) -> Result<(), Rejection> {
+        let out = match &mut self.main {
+            MainBody::Parquet(rows) => return rows.push(user),
+            MainBody::Bytes(out) => out,
+        };
+        match &self.format {
+            Format::Json { metadata_field } => {
+                json::encode_line(&mut self.envelope, metadata_field.as_deref(), user, out)
+            }
+            Format::Raw { delimiter } => {
+                out.extend_from_slice(user.data);
+                out.extend_from_slice(delimiter);
+                Ok(())
+            }
+            // Parquet has its own body (`new`).
+            Format::Envelope | Format::Parquet { .. } => {
+                self.envelope.encode_line(user, out);
+                Ok(())
+            }
+        }
+    }
+
+    /// Bytes held, for the memory budget.
+    pub fn memory_bytes(&self) -> u64 {
+        let main = match &self.main {
+            MainBody::Bytes(out) => out.len() as u64,
+            MainBody::Parquet(rows) => rows.memory_bytes(),
+        };
+        main + self.errors.len() as u64
+    }
+
+    /// The bodies.
+    pub fn finish(self) -> Bodies {
+        Bodies {
+            main: self.main,
+            main_records: self.main_records,
+            errors: self.errors,
+            rejected: self.rejected,
+        }
+    }
+}
+
+/// The shape of an object body: what its key's extension says before the
+/// compression suffix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BodyShape {
+    /// JSON Lines (`.jsonl`): the `envelope` and `json` formats, and error
+    /// objects.
+    JsonLines,
+    /// Payload bytes and delimiters (`.raw`).
+    Raw,
+    /// Apache Parquet (`.parquet`); compressed inside, by page.
+    Parquet,
+}
+
+/// What an object body is: its shape and the compression of the whole body
+/// (always none for Parquet, which compresses its pages). The key's
+/// extension says both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BodyKind {
+    /// The shape.
+    pub shape: BodyShape,
+    /// The compression of the whole body.
+    pub codec: CompressionCodec,
+}
+
+impl BodyKind {
+    /// Every kind a key may name.
+    pub const ALL: [Self; 7] = [
+        Self::lines(CompressionCodec::None),
+        Self::lines(CompressionCodec::Gzip),
+        Self::lines(CompressionCodec::Zstd),
+        Self::raw(CompressionCodec::None),
+        Self::raw(CompressionCodec::Gzip),
+        Self::raw(CompressionCodec::Zstd),
+        Self::PARQUET,
+    ];
+
+    /// A Parquet file.
+    pub const PARQUET: Self = Self {
+        shape: BodyShape::Parquet,
+        codec: CompressionCodec::None,
+    };
+
+    /// JSON Lines compressed with `codec`.
+    pub const fn lines(codec: CompressionCodec) -> Self {
+        Self {
+            shape: BodyShape::JsonLines,
+            codec,
+        }
+    }
+
+    /// Raw payloads compressed with `codec`.
+    pub const fn raw(codec: CompressionCodec) -> Self {
+        Self {
+            shape: BodyShape::Raw,
+            codec,
+        }
+    }
+
+    /// The key extension: `.jsonl`, `.raw` or `.parquet`, then `.gz` or
+    /// `.zst` when the whole body is compressed.
+    pub fn extension(self) -> &'static str {
+        use CompressionCodec::{Gzip, None, Zstd};
+        match (self.shape, self.codec) {
+            (BodyShape::JsonLines, None) => ".jsonl",
+            (BodyShape::JsonLines, Gzip) => ".jsonl.gz",
+            (BodyShape::JsonLines, Zstd) => ".jsonl.zst",
+            (BodyShape::Raw, None) => ".raw",
+            (BodyShape::Raw, Gzip) => ".raw.gz",
+            (BodyShape::Raw, Zstd) => ".raw.zst",
+            (BodyShape::Parquet, _) => ".parquet",
+        }
+    }
+
+    /// The kind an extension names (the inverse of
+    /// [`extension`](Self::extension)).
+    pub fn from_extension(extension: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|kind| kind.extension() == extension)
+    }
+
+    /// The object's `Content-Type`.
+    pub fn content_type(self) -> &'static str {
+        match (self.shape, self.codec) {
+            (BodyShape::Parquet, _) => "application/vnd.apache.parquet",
+            (_, CompressionCodec::Gzip) => "application/gzip",
+            (_, CompressionCodec::Zstd) => "application/zstd",
+            (BodyShape::JsonLines, CompressionCodec::None) => "application/x-ndjson",
+            (BodyShape::Raw, CompressionCodec::None) => "application/octet-stream",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extensions_map_both_ways() {
+        for kind in BodyKind::ALL {
+            assert_eq!(BodyKind::from_extension(kind.extension()), Some(kind));
+        }
+        let distinct: std::collections::HashSet<_> =
+            BodyKind::ALL.iter().map(|kind| kind.extension()).collect();
+        assert_eq!(distinct.len(), BodyKind::ALL.len());
+        assert_eq!(BodyKind::from_extension(".json"), None);
+        assert_eq!(BodyKind::from_extension(".parquet.zst"), None);
+    }
+}
