@@ -259,22 +259,30 @@ impl ObjectStore {
     }
 
     /// The user metadata of `key` ([HeadObject]): the `x-amz-meta-*`
-    /// headers, names without the prefix, lowercase.
+    /// headers, names without the prefix, lowercase; `None` when there is no
+    /// such object (404).
     ///
     /// [HeadObject]: https://docs.aws.amazon.com/AmazonS3/latest/API/API_HeadObject.html
     ///
     /// # Errors
-    /// [`S3Error`] (404 when the object does not exist).
-    pub async fn user_metadata(&self, key: &str) -> Result<HashMap<String, String>, S3Error> {
-        let output = self
+    /// [`S3Error`] for any other failure.
+    pub async fn user_metadata(
+        &self,
+        key: &str,
+    ) -> Result<Option<HashMap<String, String>>, S3Error> {
+        let result = self
             .client
             .head_object()
             .bucket(&self.bucket)
             .key(key)
             .send()
-            .await
-            .map_err(|err| self.error("HeadObject", key, err))?;
-        Ok(output.metadata.unwrap_or_default())
+            .await;
+        match result {
+            Ok(output) => Ok(Some(output.metadata.unwrap_or_default())),
+            // HeadObject has no body, so a 404 carries no error code.
+            Err(err) if http_status(&err) == Some(404) => Ok(None),
+            Err(err) => Err(self.error("HeadObject", key, err)),
+        }
     }
 
     /// One page (up to 1,000 keys) of the keys under `prefix`

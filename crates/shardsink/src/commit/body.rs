@@ -18,6 +18,11 @@ pub const FORMAT_METADATA: &str = "shardsink-format";
 pub const RECORDS_METADATA: &str = "shardsink-records";
 /// [`FORMAT_METADATA`] of error objects.
 pub const ERRORS_FORMAT: &str = "errors";
+/// User metadata name of error objects
+/// (`x-amz-meta-shardsink-main-format`): the format of their batch's main
+/// object, so that a replay after a change of settings writes the main
+/// object as the error object was written for.
+pub const MAIN_FORMAT_METADATA: &str = "shardsink-main-format";
 
 /// One object body, ready to PUT.
 #[derive(Debug, Clone)]
@@ -33,15 +38,21 @@ pub struct ObjectBody {
     pub records: usize,
     /// [`FORMAT_METADATA`].
     pub format: String,
+    /// [`MAIN_FORMAT_METADATA`], for an error object.
+    pub main_format: Option<String>,
 }
 
 impl ObjectBody {
     /// The user metadata stored with it.
-    pub fn metadata(&self) -> [(&'static str, String); 2] {
-        [
+    pub fn metadata(&self) -> Vec<(&'static str, String)> {
+        let mut metadata = vec![
             (FORMAT_METADATA, self.format.clone()),
             (RECORDS_METADATA, self.records.to_string()),
-        ]
+        ];
+        if let Some(main) = &self.main_format {
+            metadata.push((MAIN_FORMAT_METADATA, main.clone()));
+        }
+        metadata
     }
 
     /// Bytes held: the body and, when compressed, its plain form.
@@ -121,6 +132,7 @@ pub fn encode(
         plain,
         records: bodies.main_records,
         format: format.description(),
+        main_format: None,
     };
     let errors = if bodies.errors.is_empty() {
         None
@@ -133,6 +145,7 @@ pub fn encode(
             plain,
             records: error_records,
             format: ERRORS_FORMAT.to_owned(),
+            main_format: Some(main.format.clone()),
         })
     };
     Ok(EncodedBatch {

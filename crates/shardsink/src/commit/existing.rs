@@ -61,7 +61,7 @@ async fn written_with_other_settings(
     key: &str,
     body: &ObjectBody,
 ) -> Result<bool, S3Error> {
-    let metadata = store.user_metadata(key).await?;
+    let metadata = store.user_metadata(key).await?.unwrap_or_default();
     let format = metadata.get(FORMAT_METADATA);
     let records = metadata
         .get(RECORDS_METADATA)

@@ -138,11 +138,67 @@ impl BatchWriter {
             .await
     }
 
+    /// The format to rebuild the pending batch in: the shape its recorded
+    /// key names ([`Format::for_shape`]) — and, when the batch's error object
+    /// is already in S3, the main format that error object was written for
+    /// (`x-amz-meta-shardsink-main-format`), so that the records it holds
+    /// are left out of the main object whatever the settings are now.
+    ///
+    /// # Errors
+    /// [`ShardError`] when the lease is lost while HeadObject is retried.
+    pub async fn replay_format(&self, pending: &PendingBatch) -> Result<Format, ShardError> {
+        let kind = recorded_kind(&pending.key).unwrap_or_else(|| self.output.body_kind());
+        let format = self.output.format.for_shape(kind.shape);
+        let Ok(parsed) = self.output.layout.parse_key(&pending.key) else {
+            return Ok(format);
+        };
+        let error_key = self.output.error_layout.object_key(
+            parsed.bucket,
+            self.shard_id(),
+            &parsed.range,
+            BodyKind::lines(body::error_codec(kind)),
+        );
+        let metadata = Retry::new("HeadObject")
+            .metrics(&self.metrics)
+            .until(self.lease.lost())
+            .run(|| self.store.user_metadata(&error_key))
+            .await
+            .map_err(|stopped| ShardError::from_s3_stop(self.shard_id(), stopped))?;
+        let Some(written_for) = metadata
+            .as_ref()
+            .and_then(|metadata| metadata.get(body::MAIN_FORMAT_METADATA))
+        else {
+            return Ok(format);
+        };
+        if *written_for == format.description() {
+            return Ok(format);
+        }
+        match Format::from_description(written_for) {
+            Some(original) if original.shape() == kind.shape => {
+                warn!(
+                    key = %pending.key,
+                    error_key,
+                    written_for = %written_for,
+                    "the pending batch's error object was written for another format; replaying in that format"
+                );
+                Ok(original)
+            }
+            _ => {
+                warn!(
+                    key = %pending.key,
+                    error_key,
+                    written_for = %written_for,
+                    "the pending batch's error object was written for a format that cannot be rebuilt; replaying in the current one"
+                );
+                Ok(format)
+            }
+        }
+    }
+
     /// Replays the pending batch recorded in the lease row: `batch` must hold
     /// exactly the shard's records `pending.first..=pending.last`, encoded
-    /// in the format the recorded key names ([`Format::for_shape`]). Writes
-    /// it under the recorded key with the codec the key names, then
-    /// checkpoints.
+    /// in `format` ([`replay_format`](Self::replay_format)). Writes it under
+    /// the recorded key with the codec the key names, then checkpoints.
     ///
     /// # Errors
     /// As [`write`](Self::write).
@@ -150,10 +206,10 @@ impl BatchWriter {
         &self,
         pending: PendingBatch,
         batch: Batch,
+        format: &Format,
     ) -> Result<WrittenBatch, ShardError> {
         let kind = recorded_kind(&pending.key).unwrap_or_else(|| self.output.body_kind());
-        let format = self.output.format.for_shape(kind.shape);
-        self.put_and_checkpoint(pending, &format, kind, batch, FlushReason::Replay)
+        self.put_and_checkpoint(pending, format, kind, batch, FlushReason::Replay)
             .await
     }
 

@@ -50,21 +50,22 @@ pub(crate) struct Complete {
     pub(crate) pending: PendingBatch,
     /// Exactly the shard's records `first..=last`.
     pub(crate) batch: Batch,
+    /// The format `batch` is encoded in.
+    pub(crate) format: Format,
     /// Hold until the batch is written.
     pub(crate) turn: Option<OwnedSemaphorePermit>,
 }
 
 impl Replay {
-    /// The replay of `pending`, in its `turn`, encoded as `output` writes a
-    /// body of the kind the recorded key names ([`Format::for_shape`]).
+    /// The replay of `pending`, in its `turn`, encoded in `format`
+    /// ([`BatchWriter::replay_format`](crate::commit::writer::BatchWriter::replay_format)).
     pub(crate) fn new(
         pending: PendingBatch,
-        output: &Output,
+        format: Format,
         turn: Option<OwnedSemaphorePermit>,
     ) -> Self {
-        let kind = recorded_kind(&pending.key).unwrap_or_else(|| output.body_kind());
         Self {
-            format: output.format.for_shape(kind.shape),
+            format,
             pending,
             batch: None,
             turn,
@@ -116,6 +117,7 @@ impl Replay {
             Some(batch) if *n == self.pending.last => Step::Complete(Complete {
                 pending: self.pending,
                 batch,
+                format: self.format,
                 turn: self.turn,
             }),
             batch => Step::Continue(Self { batch, ..self }),
@@ -153,7 +155,7 @@ mod tests {
                 first: SequenceNumber::from(first),
                 last: SequenceNumber::from(last),
             },
-            &Output::for_tests("p"),
+            Format::Envelope,
             None,
         )
     }
@@ -165,35 +167,6 @@ mod tests {
             &Output::for_tests("p"),
             &MemoryBudget::new(1 << 20, 1 << 20),
         )
-    }
-
-    #[test]
-    fn a_replay_writes_the_body_its_key_names() {
-        let json = Output {
-            format: Format::Json {
-                metadata_field: None,
-            },
-            ..Output::for_tests("p")
-        };
-        let pending = |name: &str| PendingBatch {
-            key: format!("p/2026/11/21/05/27/s/{name}"),
-            first: SequenceNumber::from(9u64),
-            last: SequenceNumber::from(9u64),
-        };
-        let format_for = |name: &str| Replay::new(pending(name), &json, None).format;
-        // The key's shape is the current format's: its settings apply.
-        assert_eq!(format_for("9980-0019-0019.jsonl.zst"), json.format);
-        // Recorded before a change of format: that shape's defaults.
-        assert_eq!(
-            format_for("9980-0019-0019.raw"),
-            Format::Raw {
-                delimiter: b"\n".to_vec()
-            }
-        );
-        assert_eq!(
-            format_for("9980-0019-0019.parquet"),
-            Format::Parquet { schema: None }
-        );
     }
 
     #[test]

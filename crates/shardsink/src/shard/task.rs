@@ -128,7 +128,11 @@ impl ShardTask {
                 () = lost.cancelled() => return Ok(ShardExit::LeaseLost),
                 turn = self.ctx.budget.replay_permit() => turn,
             };
-            self.replay = Some(Replay::new(pending, &self.ctx.output, turn));
+            let format = match self.writer.replay_format(&pending).await {
+                Err(ShardError::LeaseLost { .. }) => return Ok(ShardExit::LeaseLost),
+                format => format?,
+            };
+            self.replay = Some(Replay::new(pending, format, turn));
         }
         let mut reader = ShardReader::new(
             self.ctx.kinesis.clone(),
@@ -289,7 +293,10 @@ impl ShardTask {
                 Step::Complete(done) => {
                     let records = done.batch.user_records() as u64;
                     self.note_unarchived(Some(done.batch.first_arrival_millis()));
-                    let written = self.writer.replay(done.pending, done.batch).await?;
+                    let written = self
+                        .writer
+                        .replay(done.pending, done.batch, &done.format)
+                        .await?;
                     drop(done.turn);
                     info!(key = %written.pending.key, records, already_present = written.outcome == crate::aws::PutOutcome::AlreadyExists, "pending batch replayed");
                     self.frontier.written(written.pending.last);

@@ -124,6 +124,40 @@ impl Format {
     }
 }
 
+impl Format {
+    /// The format a [`description`](Self::description) names, when it can be
+    /// rebuilt from the text alone: every format but Parquet with a schema
+    /// (whose description holds only the schema's fingerprint).
+    pub fn from_description(text: &str) -> Option<Self> {
+        let (name, setting) = match text.split_once(';') {
+            Some((name, setting)) => (name, Some(setting)),
+            None => (text, None),
+        };
+        match (name, setting) {
+            ("envelope", None) => Some(Self::Envelope),
+            ("json", None) => Some(Self::Json {
+                metadata_field: None,
+            }),
+            ("json", Some(setting)) => Some(Self::Json {
+                metadata_field: Some(setting.strip_prefix("metadata-field=")?.to_owned()),
+            }),
+            ("raw", Some(setting)) => {
+                let hex = setting.strip_prefix("delimiter=")?;
+                if hex.len() % 2 != 0 {
+                    return None;
+                }
+                let delimiter = (0..hex.len())
+                    .step_by(2)
+                    .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+                    .collect::<Option<Vec<u8>>>()?;
+                Some(Self::Raw { delimiter })
+            }
+            ("parquet", None) => Some(Self::Parquet { schema: None }),
+            _ => None,
+        }
+    }
+}
+
 /// One batch's bodies being built: the main body in the batch's format,
 /// and the error lines of the records the format rejected.
 #[derive(Debug)]
@@ -348,6 +382,60 @@ impl BodyKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn another_shape_is_written_with_its_defaults() {
+        let json = Format::Json {
+            metadata_field: None,
+        };
+        assert_eq!(json.for_shape(BodyShape::JsonLines), json);
+        assert_eq!(
+            json.for_shape(BodyShape::Raw),
+            Format::Raw {
+                delimiter: b"\n".to_vec()
+            }
+        );
+        assert_eq!(
+            json.for_shape(BodyShape::Parquet),
+            Format::Parquet { schema: None }
+        );
+        assert_eq!(
+            Format::Parquet { schema: None }.for_shape(BodyShape::JsonLines),
+            Format::Envelope
+        );
+    }
+
+    #[test]
+    fn descriptions_name_the_format_and_its_settings() {
+        for format in [
+            Format::Envelope,
+            Format::Json {
+                metadata_field: None,
+            },
+            Format::Json {
+                metadata_field: Some("meta;data=x".to_owned()),
+            },
+            Format::Raw {
+                delimiter: Vec::new(),
+            },
+            Format::Raw {
+                delimiter: b"\r\n\x1e".to_vec(),
+            },
+            Format::Parquet { schema: None },
+        ] {
+            let text = format.description();
+            assert_eq!(Format::from_description(&text), Some(format), "{text}");
+        }
+        for text in [
+            "parquet;schema=0123",
+            "raw;delimiter=0",
+            "xml",
+            "json;other=1",
+            "errors",
+        ] {
+            assert_eq!(Format::from_description(text), None, "{text}");
+        }
+    }
 
     #[test]
     fn extensions_map_both_ways() {

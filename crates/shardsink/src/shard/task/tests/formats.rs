@@ -279,3 +279,58 @@ async fn a_replay_refuses_an_object_of_another_format_with_other_records() {
         b"{}\n"
     );
 }
+
+/// A `json` run wrote a batch's error object and crashed before its main
+/// object; the daemon now writes `envelope`. The replay writes the main
+/// object in the format the error object was written for, so the rejected
+/// record is in the error prefix only, and every record is in S3 once.
+#[tokio::test(start_paused = true)]
+async fn a_replay_after_a_change_of_format_leaves_rejected_records_where_they_are() {
+    let h = with_format(Format::Envelope);
+    h.shard.push(&seq(1), PAST + 1_000, br#"{"n":1}"#);
+    h.shard.push(&seq(2), PAST + 2_000, b"not json");
+    h.shard.push(&seq(3), PAST + 3_000, br#"{"n":3}"#);
+    let main = key("p", 1, 3, BodyKind::lines(CompressionCodec::None));
+    let errors = key("p-errors", 1, 3, BodyKind::lines(CompressionCodec::None));
+    // What the json run wrote before the crash: the error object only.
+    let rejected = crate::read::record::ShardRecord {
+        sequence_number: SequenceNumber::parse(&seq(2)).unwrap(),
+        arrival_millis: PAST + 2_000,
+        partition_key: format!("pk-{}", seq(2)),
+        data: Bytes::from_static(b"not json"),
+        user_records: None,
+    };
+    let mut encoder = crate::output::format::BodyEncoder::new(SHARD, &json());
+    encoder.push(&rejected);
+    let error_line = Bytes::from(encoder.finish().errors);
+    plant(&h, &errors, error_line.clone(), "errors", 1);
+    h.bucket
+        .metadata
+        .lock()
+        .unwrap()
+        .get_mut(&errors)
+        .unwrap()
+        .insert(
+            "shardsink-main-format".to_owned(),
+            "json;metadata-field=_kinesis".to_owned(),
+        );
+    let lease = h.lease(Checkpoint::TrimHorizon, Some(pending(&main))).await;
+    h.run_until(lease, |h| object(h, &main).is_some())
+        .await
+        .unwrap();
+    let lines = json_lines(&object(&h, &main).unwrap());
+    let numbers: Vec<&str> = lines
+        .iter()
+        .map(|line| line["_kinesis"]["sequenceNumber"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        numbers,
+        [seq(1), seq(3)],
+        "json lines, without the rejected record"
+    );
+    assert_eq!(
+        &object(&h, &errors).unwrap()[..],
+        error_line,
+        "left as it was"
+    );
+}
