@@ -192,6 +192,25 @@ impl ObjectStore {
         self.collect(key, stream).await
     }
 
+    /// The whole body of `key` and its user metadata (`x-amz-meta-*`, names
+    /// without the prefix) ([GetObject]).
+    ///
+    /// [GetObject]: https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetObject.html
+    ///
+    /// # Errors
+    /// [`S3Error`].
+    pub async fn get_with_metadata(
+        &self,
+        key: &str,
+    ) -> Result<(Bytes, HashMap<String, String>), S3Error> {
+        let output = self
+            .get_object(key)
+            .await
+            .map_err(|err| self.error("GetObject", key, err))?;
+        let metadata = output.metadata.clone().unwrap_or_default();
+        Ok((self.collect(key, output.body).await?, metadata))
+    }
+
     /// The whole body of `key`, or `None` when there is no such object
     /// ([GetObject] answering 404 `NoSuchKey`).
     ///

@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
 use base64::Engine as _;
@@ -18,11 +18,12 @@ use super::progress::Phase;
 use super::report::minute_text;
 use super::{s3_retry, s3_stopped};
 use crate::aws::{ObjectStore, S3Error};
+use crate::commit::body::{FORMAT_METADATA, RECORDS_METADATA};
 use crate::ops::log::error_chain;
 use crate::output::bucket::Bucket;
 use crate::output::compression::decompress;
-use crate::output::format::BodyShape;
 use crate::output::format::parquet::row_identities;
+use crate::output::format::{BodyShape, Format};
 
 /// Objects fetched and checked at once with `--deep`.
 const DEEP_CONCURRENCY: usize = 8;
@@ -73,6 +74,68 @@ impl BodyCheck {
         }
         self.problems += 1;
     }
+}
+
+/// Checks an object's body against its key ([`check_body`]) and against the
+/// record count stored with it (`x-amz-meta-shardsink-records`, when
+/// present): the lines or rows counted, or for raw payloads the delimiters
+/// found (at least one a record: a payload may hold the delimiter itself).
+fn check_object(
+    object: &ArchivedKey,
+    body: &[u8],
+    metadata: &HashMap<String, String>,
+) -> BodyCheck {
+    let mut check = check_body(object, body);
+    let Some(stored) = metadata.get(RECORDS_METADATA) else {
+        return check;
+    };
+    let Ok(records) = stored.parse::<u64>() else {
+        check.problem(|| format!("x-amz-meta-{RECORDS_METADATA} {stored:?} is not a count"));
+        return check;
+    };
+    match object.body.shape {
+        BodyShape::JsonLines | BodyShape::Parquet => {
+            let counted = check.lines;
+            if counted != records && check.first_problem.is_none() {
+                check.problem(|| {
+                    format!("{counted} records, but x-amz-meta-{RECORDS_METADATA} says {records}")
+                });
+            }
+        }
+        BodyShape::Raw => {
+            let delimiter = metadata
+                .get(FORMAT_METADATA)
+                .and_then(|format| Format::from_description(format))
+                .and_then(|format| match format {
+                    Format::Raw { delimiter } => Some(delimiter),
+                    _ => None,
+                });
+            let text = decompress(object.body.codec, body).unwrap_or_default();
+            check.lines = records;
+            match delimiter {
+                Some(delimiter) if !delimiter.is_empty() => {
+                    let found = text
+                        .windows(delimiter.len())
+                        .filter(|window| *window == delimiter.as_slice())
+                        .count() as u64;
+                    if found < records || (records > 0 && !text.ends_with(&delimiter)) {
+                        check.problem(|| {
+                            format!(
+                                "x-amz-meta-{RECORDS_METADATA} says {records} records, but the body holds {found} delimiters{}",
+                                if text.ends_with(&delimiter) { "" } else { " and does not end with one" }
+                            )
+                        });
+                    }
+                }
+                _ => {
+                    if records == 0 && !text.is_empty() {
+                        check.problem(|| "holds bytes but no record".to_owned());
+                    }
+                }
+            }
+        }
+    }
+    check
 }
 
 /// One record's identity and metadata, as read from a body.
@@ -308,9 +371,9 @@ pub(super) async fn read_objects(
             let (phase, done) = (&phase, &done);
             async move {
                 let check = match get_object(store, &object.key).await {
-                    Ok(body) => {
+                    Ok((body, metadata)) => {
                         let object = object.clone();
-                        tokio::task::spawn_blocking(move || check_body(&object, &body))
+                        tokio::task::spawn_blocking(move || check_object(&object, &body, &metadata))
                             .await
                             .unwrap_or_else(|err| {
                                 BodyCheck::failed(format!("the check did not finish: {err}"))
@@ -348,9 +411,12 @@ pub(super) async fn read_objects(
 }
 
 /// GetObject with retries of transient failures.
-async fn get_object(store: &ObjectStore, key: &str) -> Result<Bytes, S3Error> {
+async fn get_object(
+    store: &ObjectStore,
+    key: &str,
+) -> Result<(Bytes, HashMap<String, String>), S3Error> {
     s3_retry("GetObject")
-        .run(|| store.get(key))
+        .run(|| store.get_with_metadata(key))
         .await
         .map_err(s3_stopped)
 }
@@ -426,6 +492,58 @@ mod tests {
         assert_eq!(
             (check.lines, check.kinesis_records, check.problems),
             (2, 1, 0)
+        );
+    }
+
+    fn stored(format: &str, records: u64) -> HashMap<String, String> {
+        [
+            (FORMAT_METADATA.to_owned(), format.to_owned()),
+            (RECORDS_METADATA.to_owned(), records.to_string()),
+        ]
+        .into()
+    }
+
+    #[test]
+    fn the_stored_record_count_is_checked() {
+        let lines = body(&[
+            line(SHARD, "1", None, IN_MINUTE),
+            line(SHARD, "2", None, IN_MINUTE),
+        ]);
+        let object = object(1, 2);
+        assert_eq!(
+            check_object(&object, &lines, &stored("envelope", 2)).problems,
+            0
+        );
+        assert_eq!(
+            check_object(&object, &lines, &stored("envelope", 3))
+                .first_problem
+                .as_deref(),
+            Some("2 records, but x-amz-meta-shardsink-records says 3")
+        );
+        assert_eq!(check_object(&object, &lines, &HashMap::new()).problems, 0);
+    }
+
+    #[test]
+    fn raw_objects_are_checked_against_their_stored_count() {
+        let mut raw = object(1, 2);
+        raw.body = crate::output::format::BodyKind::raw(CompressionCodec::None);
+        let check = check_object(&raw, b"a\x1eb\x1e", &stored("raw;delimiter=1e", 2));
+        assert_eq!((check.lines, check.problems), (2, 0));
+        for (body, records) in [(&b"a\x1eb"[..], 2), (b"a\x1e", 2), (b"", 1)] {
+            assert_eq!(
+                check_object(&raw, body, &stored("raw;delimiter=1e", records)).problems,
+                1,
+                "{body:?}"
+            );
+        }
+        // Without a delimiter only an empty object can hold no record.
+        assert_eq!(
+            check_object(&raw, b"ab", &stored("raw;delimiter=", 2)).problems,
+            0
+        );
+        assert_eq!(
+            check_object(&raw, b"ab", &stored("raw;delimiter=", 0)).problems,
+            1
         );
     }
 

@@ -4,9 +4,12 @@
 //!
 //! # Checks
 //! 1. **Keys.** Every key under `{prefix}/` is listed (all pages) and parsed
-//!    as `{prefix}/{yyyy}/{MM}/{dd}/{HH}/{mm}/{shardId}/{name}`, `name` by
-//!    `output::key::parse_object_name`. Retention gap markers (check 5)
-//!    are set apart. A key that does not parse is *foreign*: listed as a warning and otherwise ignored, as dedup ignores
+//!    in the archive's key layout — the one recorded in
+//!    `{prefix}/_shardsink.json`, or inferred from the keys, or plain
+//!    per-minute — as `{prefix}/{time path}/{shardId}/{name}`, `name` by
+//!    `output::key::parse_object_name`. Retention gap markers (check 5) and
+//!    the layout record are set apart. A key that does not parse is
+//!    *foreign*: listed as a warning and otherwise ignored, as dedup ignores
 //!    it. Foreign keys do not make the archive inexact.
 //! 2. **Overlaps.** Two objects of one shard whose sequence ranges share a
 //!    number. An object holds every record of its shard in its range
@@ -14,16 +17,22 @@
 //!    two overlapping ranges' `first`s is a record in both objects: an
 //!    overlap is a record archived twice. Ranges of different shards never
 //!    overlap, whatever their numbers.
-//! 3. **Unreadable objects** (`--deep`). Each object is fetched, decompressed
-//!    by its extension and read line by line. It is unreadable when it does
-//!    not decompress, has no lines, a line is empty or not a JSON object with
-//!    exactly the fields shardsink writes (`shardId`, `sequenceNumber`,
-//!    optional `subSequenceNumber`, `partitionKey`,
-//!    `approximateArrivalTimestamp`, `data` in base64), a line's `shardId` is
-//!    not the key's, its `sequenceNumber` is outside the key's range, its
-//!    arrival time is outside the key's minute, a (`sequenceNumber`,
-//!    `subSequenceNumber`) pair repeats, or no line carries the key's `first`
-//!    or `last`.
+//! 3. **Unreadable objects** (`--deep`). Each object is fetched,
+//!    decompressed by its extension and read line by line (Parquet: row by
+//!    row). It is unreadable when it does not decompress or parse, a line is
+//!    empty, an envelope line is not a JSON object with exactly the fields
+//!    shardsink writes (`shardId`, `sequenceNumber`, optional
+//!    `subSequenceNumber`, `partitionKey`, `approximateArrivalTimestamp`,
+//!    `data` in base64) or a `json` line not a JSON object, a record's
+//!    `shardId` is not the key's, its `sequenceNumber` is outside the key's
+//!    range, its arrival time is outside the key's minute or hour, a
+//!    (`sequenceNumber`, `subSequenceNumber`) pair repeats, no record carries
+//!    the key's `first` or `last` (unless the object holds none: every record
+//!    of its batch was rejected to the error prefix), or the count stored
+//!    with the object (`x-amz-meta-shardsink-records`) differs from the
+//!    records found (raw payloads: from the delimiters found). `json` lines
+//!    without a metadata member and raw payloads are counted, with no
+//!    identity to check.
 //! 4. **Gaps** (`--stream`, when Kinesis answers). For every shard of the
 //!    stream (ListShards) the *bound* is the larger of the lease row's
 //!    checkpoint and the highest archived sequence number; a `SHARD_END`
