@@ -80,6 +80,8 @@ pub(super) struct Plan {
     pub(super) prefix: String,
     /// What is listed: `{prefix}/`, or everything for an empty prefix.
     pub(super) list_prefix: String,
+    /// Where the daemon writes the records its format rejects.
+    pub(super) error_prefix: String,
     pub(super) stream: Option<StreamRef>,
     /// Set when `stream` is.
     pub(super) lease_table: Option<String>,
@@ -99,8 +101,8 @@ impl Plan {
             stream,
             bucket,
             prefix,
+            error_prefix,
             lease_table,
-            ..
         } = args.archive.validate()?;
         if args.since.is_some() && stream.is_none() {
             return Err(ConfigError::new(
@@ -113,6 +115,7 @@ impl Plan {
             bucket,
             prefix,
             list_prefix,
+            error_prefix,
             stream,
             lease_table,
             deep: args.deep,

@@ -3,13 +3,14 @@
 use std::collections::HashSet;
 
 use super::args::Plan;
-use super::body::read_objects;
+use super::body::{Role, read_objects};
 use super::gap_markers::read_markers;
 use super::keys::{Classified, classify, list_keys, read_layout};
 use super::overlaps::overlaps;
 use super::report::Audit;
 use super::stream::{GapOutcome, check_gaps, read_checkpoints};
 use crate::aws::{AwsClients, Kinesis, ObjectStore};
+use sequence_range::SequenceRange;
 
 /// The checks, in order; progress on stderr (a bar when `tty`).
 pub(super) async fn audit(plan: &Plan, clients: &AwsClients, tty: bool) -> anyhow::Result<Audit> {
@@ -23,16 +24,42 @@ pub(super) async fn audit(plan: &Plan, clients: &AwsClients, tty: bool) -> anyho
 
     let layout = read_layout(&store, &plan.prefix).await?;
     let keys = list_keys(&store, &plan.list_prefix, tty).await?;
+    let error_layout = layout.with_prefix(plan.error_prefix.clone());
+    let (error_keys, keys): (Vec<String>, Vec<String>) = keys
+        .into_iter()
+        .partition(|key| key.starts_with(&error_layout.list_prefix()));
     let Classified {
         objects,
         gap_markers,
-        foreign,
+        mut foreign,
     } = classify(&layout, keys);
+    // Under an empty prefix the error prefix was listed with the rest.
+    let error_keys = if plan.list_prefix.is_empty() {
+        error_keys
+    } else {
+        list_keys(&store, &error_layout.list_prefix(), tty).await?
+    };
+    let errors = classify(&error_layout, error_keys);
+    foreign.extend(errors.foreign);
+    let error_objects = errors.objects;
+    let main_batches: HashSet<(&str, &SequenceRange)> = objects
+        .iter()
+        .map(|object| (object.shard_id.as_str(), &object.range))
+        .collect();
+    let uncommitted_errors: Vec<String> = error_objects
+        .iter()
+        .filter(|error| !main_batches.contains(&(error.shard_id.as_str(), &error.range)))
+        .map(|error| error.key.clone())
+        .collect();
     let overlaps = overlaps(&objects);
     let retention_gaps = read_markers(&store, gap_markers).await;
 
     let deep = if plan.deep {
-        Some(read_objects(&store, &objects, tty).await)
+        let mut deep = read_objects(&store, &objects, Role::Main, tty).await;
+        let errors = read_objects(&store, &error_objects, Role::Errors, tty).await;
+        deep.error_records = errors.lines;
+        deep.unreadable.extend(errors.unreadable);
+        Some(deep)
     } else {
         None
     };
@@ -48,6 +75,8 @@ pub(super) async fn audit(plan: &Plan, clients: &AwsClients, tty: bool) -> anyho
     Ok(Audit {
         target: plan.target(),
         objects: objects.len(),
+        error_objects: error_objects.len(),
+        uncommitted_errors,
         shards_in_archive: objects
             .iter()
             .map(|o| o.shard_id.as_str())
@@ -131,6 +160,34 @@ mod tests {
             objects.insert(stray.clone(), stray_body);
             objects.insert("p/README".to_owned(), bytes::Bytes::from_static(b"hi"));
         }
+        // Error objects: one beside its batch's main object (1-3), one whose
+        // main object is not written (4-5).
+        let error_object = |first: u64, last: u64, rejected: u64| {
+            let record = ShardRecord {
+                sequence_number: sequence_range::SequenceNumber::from(rejected),
+                arrival_millis: MINUTE_MILLIS + rejected as i64 * 1_000,
+                partition_key: "pk".to_owned(),
+                data: bytes::Bytes::from_static(b"x"),
+                user_records: None,
+            };
+            let mut line = Vec::new();
+            LineEncoder::new(SHARD).encode_error(
+                &record.views(SHARD).next().unwrap(),
+                "payload is not a JSON object",
+                &mut line,
+            );
+            let key = object_in(SHARD, MINUTE_MILLIS, first, last, CompressionCodec::None)
+                .key
+                .replacen("p/", "p-errors/", 1);
+            bucket
+                .objects
+                .lock()
+                .unwrap()
+                .insert(key.clone(), bytes::Bytes::from(line));
+            key
+        };
+        error_object(1, 3, 2);
+        let uncommitted = error_object(4, 5, 4);
         // A gap the daemon recorded: records after 0 expired unread.
         let recorded_gap = crate::read::retention::RetentionGap {
             shard_id: SHARD.to_owned(),
@@ -156,6 +213,7 @@ mod tests {
             bucket: "bucket".to_owned(),
             prefix: "p".to_owned(),
             list_prefix: "p/".to_owned(),
+            error_prefix: "p-errors".to_owned(),
             stream: Some(StreamRef::Name("s".to_owned())),
             lease_table: Some("leases".to_owned()),
             deep: true,
@@ -173,6 +231,18 @@ mod tests {
         );
         let deep = audit.deep.clone().unwrap();
         assert_eq!((deep.lines, deep.unreadable.len()), (8, 1), "{text}");
+        assert_eq!((audit.error_objects, deep.error_records), (2, 2), "{text}");
+        assert_eq!(
+            audit.uncommitted_errors,
+            vec![uncommitted.clone()],
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "error object {uncommitted} has no main object yet"
+            )),
+            "{text}"
+        );
         assert_eq!(deep.unreadable[0].key, stray);
         assert!(
             deep.unreadable[0].reason.contains("is not the key's shard"),
@@ -233,6 +303,7 @@ mod tests {
             bucket: "bucket".to_owned(),
             prefix: "p".to_owned(),
             list_prefix: "p/".to_owned(),
+            error_prefix: "p-errors".to_owned(),
             stream: Some(StreamRef::Name("s".to_owned())),
             lease_table: Some("leases".to_owned()),
             deep: false,

@@ -44,6 +44,10 @@ struct Line<'a> {
     approximate_arrival_timestamp: Cow<'a, str>,
     #[serde(borrow)]
     data: Cow<'a, str>,
+    /// Only in the lines of error objects.
+    #[serde(borrow, default)]
+    #[allow(dead_code)] // read for its type only
+    error_message: Option<Cow<'a, str>>,
 }
 
 /// What reading one object found.
@@ -82,10 +86,11 @@ impl BodyCheck {
 /// found (at least one a record: a payload may hold the delimiter itself).
 fn check_object(
     object: &ArchivedKey,
+    role: Role,
     body: &[u8],
     metadata: &HashMap<String, String>,
 ) -> BodyCheck {
-    let mut check = check_body(object, body);
+    let mut check = check_body(object, role, body);
     let Some(stored) = metadata.get(RECORDS_METADATA) else {
         return check;
     };
@@ -138,6 +143,15 @@ fn check_object(
     check
 }
 
+/// Which objects are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Role {
+    /// A batch's main objects: every record of the range, or none.
+    Main,
+    /// Error objects: some records of the range.
+    Errors,
+}
+
 /// One record's identity and metadata, as read from a body.
 struct Row {
     /// Where in the body: `line 3`, `row 3`.
@@ -153,7 +167,7 @@ struct Row {
 /// Checks an object's body against its key (check 3 of the `verify` module
 /// documentation): JSON Lines (envelope lines, or `json` lines with their
 /// metadata member), Parquet rows; raw payloads are only decompressed.
-fn check_body(object: &ArchivedKey, body: &[u8]) -> BodyCheck {
+fn check_body(object: &ArchivedKey, role: Role, body: &[u8]) -> BodyCheck {
     let mut check = BodyCheck::default();
     let rows = match object.body.shape {
         BodyShape::Parquet => match row_identities(Bytes::copy_from_slice(body)) {
@@ -250,8 +264,9 @@ fn check_body(object: &ArchivedKey, body: &[u8]) -> BodyCheck {
     }
     check.kinesis_records = records.len() as u64;
     // A batch whose every record the format rejected has an empty main
-    // object (its records are in the error object).
-    if with_identity {
+    // object (its records are in the error object); an error object holds
+    // only its batch's rejected records.
+    if with_identity && role == Role::Main {
         for (end, name) in [(&first, "first"), (&last, "last")] {
             if !records.contains(end.as_str()) {
                 check.problem(|| format!("no record has the key's {name} sequence number {end}"));
@@ -353,6 +368,8 @@ pub(super) struct Unreadable {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct DeepSummary {
     pub(super) lines: u64,
+    /// Records in the error prefix's objects.
+    pub(super) error_records: u64,
     pub(super) kinesis_records: u64,
     pub(super) unreadable: Vec<Unreadable>,
 }
@@ -361,6 +378,7 @@ pub(super) struct DeepSummary {
 pub(super) async fn read_objects(
     store: &ObjectStore,
     objects: &[ArchivedKey],
+    role: Role,
     tty: bool,
 ) -> DeepSummary {
     let total = objects.len() as u64;
@@ -373,11 +391,13 @@ pub(super) async fn read_objects(
                 let check = match get_object(store, &object.key).await {
                     Ok((body, metadata)) => {
                         let object = object.clone();
-                        tokio::task::spawn_blocking(move || check_object(&object, &body, &metadata))
-                            .await
-                            .unwrap_or_else(|err| {
-                                BodyCheck::failed(format!("the check did not finish: {err}"))
-                            })
+                        tokio::task::spawn_blocking(move || {
+                            check_object(&object, role, &body, &metadata)
+                        })
+                        .await
+                        .unwrap_or_else(|err| {
+                            BodyCheck::failed(format!("the check did not finish: {err}"))
+                        })
                     }
                     Err(err) => BodyCheck::failed(format!("GET failed: {}", error_chain(&err))),
                 };
@@ -465,7 +485,7 @@ mod tests {
             Compression::Zstd(3),
         ] {
             let object = object_in(SHARD, MINUTE_MILLIS, 9, 12, compression.codec());
-            let check = check_body(&object, &compression.compress(&lines).unwrap());
+            let check = check_body(&object, Role::Main, &compression.compress(&lines).unwrap());
             assert_eq!(
                 check,
                 BodyCheck {
@@ -484,6 +504,7 @@ mod tests {
         let object = object(7, 7);
         let check = check_body(
             &object,
+            Role::Main,
             &body(&[
                 line(SHARD, "7", Some(0), IN_MINUTE),
                 line(SHARD, "7", Some(1), IN_MINUTE),
@@ -511,38 +532,46 @@ mod tests {
         ]);
         let object = object(1, 2);
         assert_eq!(
-            check_object(&object, &lines, &stored("envelope", 2)).problems,
+            check_object(&object, Role::Main, &lines, &stored("envelope", 2)).problems,
             0
         );
         assert_eq!(
-            check_object(&object, &lines, &stored("envelope", 3))
+            check_object(&object, Role::Main, &lines, &stored("envelope", 3))
                 .first_problem
                 .as_deref(),
             Some("2 records, but x-amz-meta-shardsink-records says 3")
         );
-        assert_eq!(check_object(&object, &lines, &HashMap::new()).problems, 0);
+        assert_eq!(
+            check_object(&object, Role::Main, &lines, &HashMap::new()).problems,
+            0
+        );
     }
 
     #[test]
     fn raw_objects_are_checked_against_their_stored_count() {
         let mut raw = object(1, 2);
         raw.body = crate::output::format::BodyKind::raw(CompressionCodec::None);
-        let check = check_object(&raw, b"a\x1eb\x1e", &stored("raw;delimiter=1e", 2));
+        let check = check_object(
+            &raw,
+            Role::Main,
+            b"a\x1eb\x1e",
+            &stored("raw;delimiter=1e", 2),
+        );
         assert_eq!((check.lines, check.problems), (2, 0));
         for (body, records) in [(&b"a\x1eb"[..], 2), (b"a\x1e", 2), (b"", 1)] {
             assert_eq!(
-                check_object(&raw, body, &stored("raw;delimiter=1e", records)).problems,
+                check_object(&raw, Role::Main, body, &stored("raw;delimiter=1e", records)).problems,
                 1,
                 "{body:?}"
             );
         }
         // Without a delimiter only an empty object can hold no record.
         assert_eq!(
-            check_object(&raw, b"ab", &stored("raw;delimiter=", 2)).problems,
+            check_object(&raw, Role::Main, b"ab", &stored("raw;delimiter=", 2)).problems,
             0
         );
         assert_eq!(
-            check_object(&raw, b"ab", &stored("raw;delimiter=", 0)).problems,
+            check_object(&raw, Role::Main, b"ab", &stored("raw;delimiter=", 0)).problems,
             1
         );
     }
@@ -550,7 +579,10 @@ mod tests {
     #[test]
     fn an_empty_object_holds_no_record() {
         // Every record of its batch went to the error prefix.
-        assert_eq!(check_body(&object(1, 2), b""), BodyCheck::default());
+        assert_eq!(
+            check_body(&object(1, 2), Role::Main, b""),
+            BodyCheck::default()
+        );
     }
 
     #[test]
@@ -560,18 +592,26 @@ mod tests {
                 "{{\"order\":1,\"m\":{{\"shardId\":\"{SHARD}\",\"sequenceNumber\":\"{seq}\",\"partitionKey\":\"k\",\"approximateArrivalTimestamp\":\"{IN_MINUTE}\"}}}}\n"
             )
         };
-        let check = check_body(&object(1, 2), &body(&[metadata("1"), metadata("2")]));
+        let check = check_body(
+            &object(1, 2),
+            Role::Main,
+            &body(&[metadata("1"), metadata("2")]),
+        );
         assert_eq!(
             (check.lines, check.kinesis_records, check.problems),
             (2, 2, 0)
         );
-        let check = check_body(&object(1, 2), &body(&[metadata("1"), metadata("3")]));
+        let check = check_body(
+            &object(1, 2),
+            Role::Main,
+            &body(&[metadata("1"), metadata("3")]),
+        );
         assert_eq!(
             check.first_problem.as_deref(),
             Some("line 2: sequenceNumber 3 is outside the key's range 1-2")
         );
         // Without metadata, lines are counted.
-        let check = check_body(&object(1, 2), b"{\"a\":1}\n{\"a\":2}\n");
+        let check = check_body(&object(1, 2), Role::Main, b"{\"a\":1}\n{\"a\":2}\n");
         assert_eq!(
             (check.lines, check.kinesis_records, check.problems),
             (2, 0, 0)
@@ -649,7 +689,7 @@ mod tests {
             ),
         ];
         for (object, body, expected) in cases {
-            let check = check_body(&object, &body);
+            let check = check_body(&object, Role::Main, &body);
             let problem = check.first_problem.unwrap_or_default();
             assert!(
                 problem.starts_with(expected),

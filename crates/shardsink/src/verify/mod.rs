@@ -10,7 +10,11 @@
 //!    `output::key::parse_object_name`. Retention gap markers (check 5) and
 //!    the layout record are set apart. A key that does not parse is
 //!    *foreign*: listed as a warning and otherwise ignored, as dedup ignores
-//!    it. Foreign keys do not make the archive inexact.
+//!    it. Foreign keys do not make the archive inexact. The error prefix's
+//!    keys (`--error-prefix`, the records the format could not represent)
+//!    are listed and parsed the same way; an error object whose batch has
+//!    no main object is *uncommitted* (written just before a crash; the
+//!    daemon's replay of the batch writes the main object): a warning.
 //! 2. **Overlaps.** Two objects of one shard whose sequence ranges share a
 //!    number. An object holds every record of its shard in its range
 //!    (`docs/DESIGN.md`, I1) and a range's ends are records, so the larger of

@@ -23,6 +23,11 @@ const MAX_LISTED: usize = 50;
 pub(super) struct Audit {
     pub(super) target: String,
     pub(super) objects: usize,
+    /// Objects under the error prefix.
+    pub(super) error_objects: usize,
+    /// Error objects whose batch has no main object (yet): written just
+    /// before a crash, replayed by the daemon with the main object.
+    pub(super) uncommitted_errors: Vec<String>,
     pub(super) shards_in_archive: usize,
     pub(super) foreign: Vec<ForeignKey>,
     pub(super) overlaps: Vec<Overlap>,
@@ -58,6 +63,17 @@ impl Audit {
         let mut out = String::new();
         let _ = writeln!(out, "verify {}", self.target);
         let _ = writeln!(out, "objects:      {}", self.objects);
+        if self.error_objects > 0 {
+            let records = match &self.deep {
+                Some(deep) => format!(", {} records", deep.error_records),
+                None => String::new(),
+            };
+            let _ = writeln!(
+                out,
+                "error objects: {}{records} (records the format could not represent)",
+                self.error_objects
+            );
+        }
         let _ = writeln!(
             out,
             "foreign keys: {}{}",
@@ -158,14 +174,24 @@ impl Audit {
                 let _ = writeln!(out, "  {line}");
             }
         }
-        if !self.foreign.is_empty() {
+        let warnings = self.foreign.len() + self.uncommitted_errors.len();
+        if warnings > 0 {
             let _ = writeln!(
                 out,
-                "warnings ({} shown of {}):",
-                self.foreign.len().min(MAX_LISTED),
-                self.foreign.len()
+                "warnings ({} shown of {warnings}):",
+                warnings.min(MAX_LISTED),
             );
-            for foreign in self.foreign.iter().take(MAX_LISTED) {
+            for key in self.uncommitted_errors.iter().take(MAX_LISTED) {
+                let _ = writeln!(
+                    out,
+                    "  error object {key} has no main object yet: its batch is not committed (the daemon replays it)"
+                );
+            }
+            for foreign in self
+                .foreign
+                .iter()
+                .take(MAX_LISTED.saturating_sub(self.uncommitted_errors.len()))
+            {
                 let _ = writeln!(out, "  foreign key {}: {}", foreign.key, foreign.reason);
             }
         }
@@ -328,6 +354,8 @@ mod tests {
         Audit {
             target: "s3://archive/orders/".to_owned(),
             objects: 3,
+            error_objects: 0,
+            uncommitted_errors: vec![],
             shards_in_archive: 1,
             foreign: vec![ForeignKey {
                 key: "orders/notes.txt".to_owned(),
@@ -369,6 +397,7 @@ mod tests {
             overlapping,
             Some(DeepSummary {
                 lines: 4,
+                error_records: 0,
                 kinesis_records: 4,
                 unreadable: vec![Unreadable {
                     key: a.key.clone(),
