@@ -5,7 +5,8 @@
 //! Every function returns, per record, what was sent and where Kinesis put
 //! it ([`ProducedRecord`]): the expected side of the exactly-once check.
 
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
@@ -18,7 +19,7 @@ use rand::{RngExt as _, SeedableRng as _};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::env::TestEnv;
+use crate::env::{TestEnv, env_nonempty};
 use crate::kpl;
 
 /// Most records one `PutRecords` call may carry.
@@ -152,14 +153,16 @@ async fn put_chunk(
                     .context("failed to build a PutRecords entry")
             })
             .collect::<Result<Vec<_>>>()?;
-        let output = match env
+        let in_flight = one_put_at_a_time(stream).await;
+        let sent = env
             .kinesis
             .put_records()
             .stream_name(stream)
             .set_records(Some(entries))
             .send()
-            .await
-        {
+            .await;
+        drop(in_flight);
+        let output = match sent {
             Ok(output) => output,
             Err(err) if is_retryable(&err) => {
                 last_failure = format!("{}", aws_sdk_kinesis::error::DisplayErrorContext(&err));
@@ -221,6 +224,40 @@ async fn put_chunk(
             }
         })
         .collect())
+}
+
+/// Works around a race in moto's Kinesis (the local server, not the
+/// daemon): `Shard.put_record` in moto/kinesis/models.py (moto 5.2.5, "not
+/// safe for concurrency") numbers a record with the shard's highest sequence
+/// number plus one and stores it in a dict keyed by that number, without a
+/// lock, while moto_server serves requests on concurrent threads. Two
+/// `PutRecords` calls in flight to one shard can both be given number N;
+/// the second record then overwrites the first, and the stream no longer
+/// holds what a producer was told (`GroundTruth::check_produced` reports
+/// it as an environment failure).
+///
+/// So at most one `PutRecords` call per stream is in flight, across every
+/// producer of the test process (each producer is sequential on its own;
+/// two producers on one stream, as in the chaos test, are not). Producers'
+/// calls still interleave in every shard; only their overlap in time goes,
+/// and every check stays as it is. The LocalStack profile (kinesis-mock,
+/// which updates its streams atomically) keeps concurrent calls; any other
+/// profile is serialized, moto being the default. The guard is held only
+/// while a call is sent, not over a retry's backoff.
+async fn one_put_at_a_time(stream: &str) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+    type Locks = Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>;
+    static LOCKS: LazyLock<Locks> = LazyLock::new(Locks::default);
+    if env_nonempty("SHARDSINK_TEST_PROFILE").as_deref() == Some("localstack") {
+        return None;
+    }
+    let lock = Arc::clone(
+        LOCKS
+            .lock()
+            .expect("put lock registry poisoned")
+            .entry(stream.to_owned())
+            .or_default(),
+    );
+    Some(lock.lock_owned().await)
 }
 
 /// Throttling, and connection errors or timeouts. (A dropped connection
