@@ -23,11 +23,12 @@ use shardsink_e2e::{
 };
 
 /// The IAM action an SDK operation needs (Service Authorization Reference:
-/// HeadBucket and ListObjectsV2 are authorized by `s3:ListBucket`; the others
-/// by the same-named action).
+/// HeadBucket and ListObjectsV2 are authorized by `s3:ListBucket`,
+/// HeadObject by `s3:GetObject`; the others by the same-named action).
 fn iam_action(service: &str, operation: &str) -> String {
     match (service, operation) {
         ("s3", "HeadBucket" | "ListObjectsV2") => "s3:ListBucket".to_owned(),
+        ("s3", "HeadObject") => "s3:GetObject".to_owned(),
         (service, operation) => format!("{service}:{operation}"),
     }
 }
