@@ -33,6 +33,8 @@ use crate::output::Output;
 use crate::output::batch::{Batch, FlushReason};
 use crate::output::compression::Compression;
 use crate::output::format::{BodyKind, Format};
+use crate::output::key::parse_object_name;
+use crate::shard::dedup::Uncommitted;
 use crate::shard::error::ShardError;
 use crate::shard::replay::recorded_kind;
 
@@ -158,12 +160,7 @@ impl BatchWriter {
             &parsed.range,
             BodyKind::lines(body::error_codec(kind)),
         );
-        let metadata = Retry::new("HeadObject")
-            .metrics(&self.metrics)
-            .until(self.lease.lost())
-            .run(|| self.store.user_metadata(&error_key))
-            .await
-            .map_err(|stopped| ShardError::from_s3_stop(self.shard_id(), stopped))?;
+        let metadata = self.head_metadata(&error_key).await?;
         let Some(written_for) = metadata
             .as_ref()
             .and_then(|metadata| metadata.get(body::MAIN_FORMAT_METADATA))
@@ -211,6 +208,74 @@ impl BatchWriter {
         let kind = recorded_kind(&pending.key).unwrap_or_else(|| self.output.body_kind());
         self.put_and_checkpoint(pending, format, kind, batch, FlushReason::Replay)
             .await
+    }
+
+    /// The pending batch and format of an uncommitted batch found in S3:
+    /// its main key is the one its error object was written beside (same
+    /// time path, shard and range; the body kind of the main format the
+    /// error object records, at the error key's codec).
+    ///
+    /// # Errors
+    /// [`ShardError`] when the lease is lost while HeadObject is retried.
+    pub async fn uncommitted_batch(
+        &self,
+        batch: &Uncommitted,
+    ) -> Result<(PendingBatch, Format), ShardError> {
+        let error_codec = parse_object_name(batch.error_key.rsplit('/').next().unwrap_or_default())
+            .map_or(self.output.compression.codec(), |name| name.body.codec);
+        let metadata = self.head_metadata(&batch.error_key).await?;
+        let written_for = metadata
+            .as_ref()
+            .and_then(|metadata| metadata.get(body::MAIN_FORMAT_METADATA));
+        let shape = written_for
+            .and_then(|text| Format::shape_of_description(text))
+            .unwrap_or_else(|| self.output.format.shape());
+        // A Parquet schema is recorded by its fingerprint only: the current
+        // one is used.
+        let format = written_for
+            .and_then(|text| Format::from_description(text))
+            .unwrap_or_else(|| self.output.format.for_shape(shape));
+        let kind = format.body_kind(error_codec);
+        let pending = PendingBatch {
+            key: self
+                .output
+                .layout
+                .object_key(batch.bucket, self.shard_id(), &batch.range, kind),
+            first: batch.range.first().clone(),
+            last: batch.range.last().clone(),
+        };
+        Ok((pending, format))
+    }
+
+    /// Writes an uncommitted batch found in S3, rebuilt: records it in the
+    /// lease row, then writes it as a replay (the error object is there
+    /// already: 412 with the same bytes).
+    ///
+    /// # Errors
+    /// As [`write`](Self::write).
+    pub async fn write_uncommitted(
+        &self,
+        pending: PendingBatch,
+        batch: Batch,
+        format: &Format,
+    ) -> Result<WrittenBatch, ShardError> {
+        self.lease_write("record pending batch", || {
+            self.lease.record_pending_batch(&pending)
+        })
+        .await?;
+        self.replay(pending, batch, format).await
+    }
+
+    async fn head_metadata(
+        &self,
+        key: &str,
+    ) -> Result<Option<std::collections::HashMap<String, String>>, ShardError> {
+        Retry::new("HeadObject")
+            .metrics(&self.metrics)
+            .until(self.lease.lost())
+            .run(|| self.store.user_metadata(key))
+            .await
+            .map_err(|stopped| ShardError::from_s3_stop(self.shard_id(), stopped))
     }
 
     /// Writes a checkpoint that no batch write carries: past records dedup

@@ -7,17 +7,23 @@
 //! whose sequence number is in it. The set is right for any listing order;
 //! the newest-first key order only lets the listing stop early.
 //!
+//! When the format can reject records, the shard's prefix of the same
+//! bucket under the error prefix is listed too: an error object whose
+//! batch's first record is not in the main listing is *uncommitted* — its
+//! main object (the batch's commit marker) was never written, and the lease
+//! row that recorded the batch is gone (a lost lease table). The shard task
+//! rebuilds exactly that batch when it reaches its first record, so its
+//! records land once, in the same two objects ([`Dedup::uncommitted_at`]).
+//!
 //! Once a batch is written with nothing excluded since the previous one, dedup
 //! turns off for the shard: a shard's batches are written in sequence order,
 //! so the records in S3 are a prefix of the shard's records from where this
 //! shard was first read; past the first clean batch, nothing can be in S3
 //! yet. It is turned on again the next time the lease is taken.
 
-#[cfg(test)]
-use sequence_range::SequenceRange;
 use std::sync::Arc;
 
-use sequence_range::{RangeSet, SequenceNumber};
+use sequence_range::{RangeSet, SequenceNumber, SequenceRange};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
@@ -32,13 +38,27 @@ use crate::output::key::{KeyLayout, parse_object_name};
 pub struct Dedup {
     store: ObjectStore,
     layout: KeyLayout,
+    /// The error prefix's layout, when the format can reject records.
+    error_layout: Option<KeyLayout>,
     shard_id: String,
     metrics: Arc<Metrics>,
     enabled: bool,
-    /// The bucket whose written ranges are loaded, and those ranges.
-    loaded: Option<(Bucket, RangeSet)>,
+    /// The bucket whose written ranges are loaded, those ranges, and the
+    /// bucket's uncommitted batches.
+    loaded: Option<(Bucket, RangeSet, Vec<Uncommitted>)>,
     /// Whether a record was excluded since the last written batch.
     excluded_since_write: bool,
+}
+
+/// A batch whose error object is in S3 and whose main object is not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Uncommitted {
+    /// The error object's key.
+    pub error_key: String,
+    /// The batch's time bucket.
+    pub bucket: Bucket,
+    /// The batch's range.
+    pub range: SequenceRange,
 }
 
 /// What a listing found.
@@ -50,6 +70,8 @@ pub struct Listing {
     pub requests: u64,
     /// Keys that did not parse (logged, ignored).
     pub foreign_keys: u64,
+    /// Each listed object's key and range.
+    pub ranges: Vec<(String, SequenceRange)>,
 }
 
 impl Dedup {
@@ -64,12 +86,20 @@ impl Dedup {
         Self {
             store,
             layout,
+            error_layout: None,
             shard_id: shard_id.into(),
             metrics,
             enabled: true,
             loaded: None,
             excluded_since_write: false,
         }
+    }
+
+    /// Also lists the shard's error objects under `error_layout`, to find
+    /// uncommitted batches.
+    pub fn with_error_layout(mut self, error_layout: KeyLayout) -> Self {
+        self.error_layout = Some(error_layout);
+        self
     }
 
     /// Turns dedup on again: records from here on may already be in S3 (a
@@ -106,7 +136,7 @@ impl Dedup {
         let stale = self
             .loaded
             .as_ref()
-            .is_none_or(|(loaded, _)| *loaded != bucket);
+            .is_none_or(|(loaded, _, _)| *loaded != bucket);
         if stale {
             let prefix = self.layout.shard_bucket_prefix(bucket, &self.shard_id);
             let listing = Retry::new("dedup listing")
@@ -122,16 +152,57 @@ impl Dedup {
                 requests = listing.requests,
                 "dedup listed bucket"
             );
-            self.loaded = Some((bucket, listing.written));
+            let uncommitted = match &self.error_layout {
+                None => Vec::new(),
+                Some(error_layout) => {
+                    let prefix = error_layout.shard_bucket_prefix(bucket, &self.shard_id);
+                    // Every error object of the bucket: none is below 0.
+                    let everything = SequenceNumber::from(0u64);
+                    let errors = Retry::new("dedup listing")
+                        .metrics(&self.metrics)
+                        .until(stop)
+                        .run(|| list_written(&self.store, &prefix, &everything))
+                        .await?;
+                    self.metrics.dedup_list_requests.inc_by(errors.requests);
+                    errors
+                        .ranges
+                        .into_iter()
+                        .filter(|(_, range)| !listing.written.contains(range.first()))
+                        .map(|(error_key, range)| Uncommitted {
+                            error_key,
+                            bucket,
+                            range,
+                        })
+                        .collect()
+                }
+            };
+            for batch in &uncommitted {
+                warn!(
+                    shard_id = self.shard_id,
+                    error_key = batch.error_key,
+                    "error object without its main object: the batch is rebuilt when its first record is read"
+                );
+            }
+            self.loaded = Some((bucket, listing.written, uncommitted));
         }
         let written = self
             .loaded
             .as_ref()
-            .is_some_and(|(_, written)| written.contains(sequence_number));
+            .is_some_and(|(_, written, _)| written.contains(sequence_number));
         if written {
             self.excluded_since_write = true;
         }
         Ok(written)
+    }
+
+    /// The uncommitted batch that starts at `sequence_number`, if the
+    /// bucket [`is_written`](Self::is_written) last listed has one.
+    pub fn uncommitted_at(&self, sequence_number: &SequenceNumber) -> Option<Uncommitted> {
+        let (_, _, uncommitted) = self.loaded.as_ref()?;
+        uncommitted
+            .iter()
+            .find(|batch| batch.range.first() == sequence_number)
+            .cloned()
     }
 
     /// Called after a batch was written in normal flow (not a replay): turns
@@ -185,7 +256,8 @@ pub async fn list_written(
                     // Overlapping ranges (which shardsink never writes) break
                     // the "older keys end earlier" reasoning: read them all.
                     ordered &= !listing.written.overlaps(&object.range);
-                    listing.written.insert(object.range);
+                    listing.written.insert(object.range.clone());
+                    listing.ranges.push((key.clone(), object.range));
                 }
                 Err(error) => {
                     listing.foreign_keys += 1;

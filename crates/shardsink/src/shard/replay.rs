@@ -18,6 +18,9 @@ use crate::shard::memory::MemoryBudget;
 #[derive(Debug)]
 pub(crate) struct Replay {
     pending: PendingBatch,
+    /// Whether the lease row records `pending` (a replay after a crash), or
+    /// it was found in S3 (an uncommitted batch: recorded before its write).
+    recorded: bool,
     /// The format the recorded key's extension names.
     format: Format,
     batch: Option<Batch>,
@@ -52,6 +55,8 @@ pub(crate) struct Complete {
     pub(crate) batch: Batch,
     /// The format `batch` is encoded in.
     pub(crate) format: Format,
+    /// Whether the lease row records `pending` already.
+    pub(crate) recorded: bool,
     /// Hold until the batch is written.
     pub(crate) turn: Option<OwnedSemaphorePermit>,
 }
@@ -67,8 +72,22 @@ impl Replay {
         Self {
             format,
             pending,
+            recorded: true,
             batch: None,
             turn,
+        }
+    }
+
+    /// The rebuild of an uncommitted batch found in S3
+    /// ([`Dedup::uncommitted_at`](crate::shard::dedup::Dedup::uncommitted_at)),
+    /// encoded in `format`; the lease row does not record it yet.
+    pub(crate) fn uncommitted(pending: PendingBatch, format: Format) -> Self {
+        Self {
+            format,
+            pending,
+            recorded: false,
+            batch: None,
+            turn: None,
         }
     }
 
@@ -118,6 +137,7 @@ impl Replay {
                 pending: self.pending,
                 batch,
                 format: self.format,
+                recorded: self.recorded,
                 turn: self.turn,
             }),
             batch => Step::Continue(Self { batch, ..self }),

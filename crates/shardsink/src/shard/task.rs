@@ -36,8 +36,9 @@ use crate::shard::error::ShardError;
 use crate::shard::frontier::Frontier;
 use crate::shard::memory::Reservation;
 use crate::shard::progress::Progress;
-use crate::shard::replay::{Replay, Step};
+use crate::shard::replay::Replay;
 
+mod replaying;
 mod retention;
 
 /// Kinesis allows 5 GetRecords calls a second per shard (GetRecords API
@@ -74,12 +75,15 @@ impl ShardTask {
             ctx.metrics.clone(),
             ctx.failover_time,
         );
-        let dedup = Dedup::new(
+        let mut dedup = Dedup::new(
             ctx.store.clone(),
             ctx.output.layout.clone(),
             lease.shard_id(),
             ctx.metrics.clone(),
         );
+        if ctx.output.format.can_reject() {
+            dedup = dedup.with_error_layout(ctx.output.error_layout.clone());
+        }
         Self {
             shard_id: lease.shard_id().to_owned(),
             ctx,
@@ -284,43 +288,8 @@ impl ShardTask {
     }
 
     async fn on_record(&mut self, record: ShardRecord) -> Result<(), ShardError> {
-        if let Some(replay) = self.replay.take() {
-            match replay.feed(&self.shard_id, &record, &self.ctx.output, &self.ctx.budget) {
-                Step::Continue(replay) => {
-                    self.replay = Some(replay);
-                    return Ok(());
-                }
-                Step::Complete(done) => {
-                    let records = done.batch.user_records() as u64;
-                    self.note_unarchived(Some(done.batch.first_arrival_millis()));
-                    let written = self
-                        .writer
-                        .replay(done.pending, done.batch, &done.format)
-                        .await?;
-                    drop(done.turn);
-                    info!(key = %written.pending.key, records, already_present = written.outcome == crate::aws::PutOutcome::AlreadyExists, "pending batch replayed");
-                    self.frontier.written(written.pending.last);
-                    return Ok(());
-                }
-                Step::Abandoned(pending) => {
-                    warn!(
-                        key = %pending.key,
-                        first = %pending.first,
-                        last = %pending.last,
-                        found = %record.sequence_number,
-                        "pending batch can no longer be replayed exactly (its records left the stream); dedup takes over"
-                    );
-                    // Clear the pending batch so the next one can be recorded.
-                    self.writer.checkpoint(self.frontier.checkpoint()).await?;
-                }
-                Step::Broken(pending) => {
-                    error!(key = %pending.key, found = %record.sequence_number, "the pending batch's last record is missing from the shard");
-                    return Err(ShardError::Internal {
-                        shard_id: self.shard_id.clone(),
-                        message: "the pending batch's last record is missing from the shard",
-                    });
-                }
-            }
+        if self.replay.is_some() && self.feed_replay(&record).await? {
+            return Ok(());
         }
         if self.is_written(&record).await? {
             if let Some(batch) = self.batch.take() {
@@ -329,6 +298,9 @@ impl ShardTask {
             self.progress
                 .duplicates(record.user_record_count() as u64, &self.ctx.metrics);
             self.frontier.skipped(record.sequence_number);
+            return Ok(());
+        }
+        if self.start_uncommitted(&record).await? {
             return Ok(());
         }
         let bucket = self.ctx.output.layout.bucket_of(record.arrival_millis);

@@ -63,6 +63,22 @@ impl Format {
         }
     }
 
+    /// Whether it may reject a record (then batches may have error
+    /// objects): `json`, and `parquet` with a schema.
+    pub fn can_reject(&self) -> bool {
+        matches!(self, Self::Json { .. } | Self::Parquet { schema: Some(_) })
+    }
+
+    /// The shape of the bodies a [`description`](Self::description) names.
+    pub fn shape_of_description(text: &str) -> Option<BodyShape> {
+        match text.split(';').next()? {
+            "envelope" | "json" => Some(BodyShape::JsonLines),
+            "raw" => Some(BodyShape::Raw),
+            "parquet" => Some(BodyShape::Parquet),
+            _ => None,
+        }
+    }
+
     /// The shape of its bodies.
     pub fn shape(&self) -> BodyShape {
         match self {

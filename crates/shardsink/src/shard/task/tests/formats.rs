@@ -87,6 +87,19 @@ fn plant(h: &Harness, key: &str, body: Bytes, format: &str, records: usize) {
     );
 }
 
+/// Puts the error object of one rejected record of a `json()` batch at
+/// `key`, as a `json()` writer left it before a crash.
+fn plant_error_object(h: &Harness, key: &str, body: Bytes) {
+    plant(h, key, body, "errors", 1);
+    h.bucket
+        .metadata
+        .lock()
+        .unwrap()
+        .get_mut(key)
+        .unwrap()
+        .insert("shardsink-main-format".to_owned(), json().description());
+}
+
 /// The pending batch of records 1 to 3, recorded under `key`.
 fn pending(key: &str) -> PendingBatch {
     PendingBatch {
@@ -293,27 +306,8 @@ async fn a_replay_after_a_change_of_format_leaves_rejected_records_where_they_ar
     let main = key("p", 1, 3, BodyKind::lines(CompressionCodec::None));
     let errors = key("p-errors", 1, 3, BodyKind::lines(CompressionCodec::None));
     // What the json run wrote before the crash: the error object only.
-    let rejected = crate::read::record::ShardRecord {
-        sequence_number: SequenceNumber::parse(&seq(2)).unwrap(),
-        arrival_millis: PAST + 2_000,
-        partition_key: format!("pk-{}", seq(2)),
-        data: Bytes::from_static(b"not json"),
-        user_records: None,
-    };
-    let mut encoder = crate::output::format::BodyEncoder::new(SHARD, &json());
-    encoder.push(&rejected);
-    let error_line = Bytes::from(encoder.finish().errors);
-    plant(&h, &errors, error_line.clone(), "errors", 1);
-    h.bucket
-        .metadata
-        .lock()
-        .unwrap()
-        .get_mut(&errors)
-        .unwrap()
-        .insert(
-            "shardsink-main-format".to_owned(),
-            "json;metadata-field=_kinesis".to_owned(),
-        );
+    let error_line = error_lines(&[(2, b"not json")]);
+    plant_error_object(&h, &errors, error_line.clone());
     let lease = h.lease(Checkpoint::TrimHorizon, Some(pending(&main))).await;
     h.run_until(lease, |h| object(h, &main).is_some())
         .await
@@ -333,4 +327,66 @@ async fn a_replay_after_a_change_of_format_leaves_rejected_records_where_they_ar
         error_line,
         "left as it was"
     );
+}
+
+/// The encoded error lines `json()` writes for `records` of the shard.
+fn error_lines(records: &[(u64, &'static [u8])]) -> Bytes {
+    let mut encoder = crate::output::format::BodyEncoder::new(SHARD, &json());
+    for (i, data) in records {
+        encoder.push(&crate::read::record::ShardRecord {
+            sequence_number: SequenceNumber::parse(&seq(*i)).unwrap(),
+            arrival_millis: PAST + 1_000 * *i as i64,
+            partition_key: format!("pk-{}", seq(*i)),
+            data: Bytes::from_static(data),
+            user_records: None,
+        });
+    }
+    Bytes::from(encoder.finish().errors)
+}
+
+/// A batch's error object is in S3 but not its main object, and the lease
+/// row that recorded the batch is gone (a lost lease table): the shard
+/// starts over from the oldest record. Dedup finds the uncommitted batch
+/// and the task rebuilds exactly it — not a longer batch whose error object
+/// would hold the rejected record a second time.
+#[tokio::test(start_paused = true)]
+async fn an_uncommitted_batch_is_rebuilt_into_the_same_objects() {
+    let h = with_format(json());
+    let payloads: [(u64, &'static [u8]); 5] = [
+        (1, br#"{"n":1}"#),
+        (2, b"not json"),
+        (3, br#"{"n":3}"#),
+        (4, br#"{"n":4}"#),
+        (5, b"[5]"),
+    ];
+    for (i, data) in payloads {
+        h.shard.push(&seq(i), PAST + 1_000 * i as i64, data);
+    }
+    let lines = BodyKind::lines(CompressionCodec::None);
+    let errors = key("p-errors", 1, 3, lines);
+    plant_error_object(&h, &errors, error_lines(&[(2, b"not json")]));
+    let main = key("p", 1, 3, lines);
+    let next = key("p", 4, 5, lines);
+    let lease = h.lease(Checkpoint::TrimHorizon, None).await;
+    h.run_until(lease, |h| object(h, &next).is_some())
+        .await
+        .unwrap();
+    let numbers = |key: &str| -> Vec<String> {
+        json_lines(&object(&h, key).unwrap())
+            .iter()
+            .map(|line| {
+                line["_kinesis"]["sequenceNumber"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect()
+    };
+    assert_eq!(numbers(&main), [seq(1), seq(3)]);
+    assert_eq!(numbers(&next), [seq(4)]);
+    let mut keys: Vec<String> = h.bucket.objects.lock().unwrap().keys().cloned().collect();
+    keys.sort();
+    let mut expected = vec![main, next, errors, key("p-errors", 4, 5, lines)];
+    expected.sort();
+    assert_eq!(keys, expected, "one error object per batch, nothing else");
 }
