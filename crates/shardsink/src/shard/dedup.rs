@@ -167,7 +167,12 @@ impl Dedup {
                     errors
                         .ranges
                         .into_iter()
-                        .filter(|(_, range)| !listing.written.contains(range.first()))
+                        // The main listing may stop before ranges below
+                        // `sequence_number`, which are never asked about.
+                        .filter(|(_, range)| {
+                            range.first() >= sequence_number
+                                && !listing.written.contains(range.first())
+                        })
                         .map(|(error_key, range)| Uncommitted {
                             error_key,
                             bucket,
