@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 use std::collections::{HashMap, HashSet};
 use std::fmt::{self, Write as _};
 
-use crate::archive::{Archive, ArchiveProblem, ArchivedRecord};
+use serde_json::Value;
+
+use crate::archive::json::kept_text;
+use crate::archive::{Archive, ArchiveProblem, ArchivedRecord, PayloadForm};
 use crate::fixtures::LeaseRow;
 use crate::producer::ProducedRecord;
 use crate::seq::Seq;
@@ -106,8 +109,8 @@ pub struct Mismatch {
 }
 
 /// The outcome of [`exactly_once`]: empty problem lists mean every
-/// produced record is in exactly one object, with the right fields, and the
-/// output follows the format.
+/// produced record is in exactly one object, with the right fields, under
+/// the right prefix (main or error), and the output follows the format.
 #[derive(Clone, Debug, Default)]
 pub struct Report {
     /// How many user records were produced.
@@ -124,6 +127,9 @@ pub struct Report {
     pub unexpected: Vec<Unexpected>,
     /// Archived with a wrong `data`, `partitionKey` or `shardId`.
     pub mismatched: Vec<Mismatch>,
+    /// Archived under the error prefix although the format can represent
+    /// it, or in a main object although it cannot (field `prefix`).
+    pub misplaced: Vec<Mismatch>,
     /// Archived with a wrong `approximateArrivalTimestamp` (filled by
     /// [`Report::check_arrival_times`]).
     pub arrival_mismatches: Vec<Mismatch>,
@@ -143,6 +149,7 @@ impl Report {
             + self.duplicated.len()
             + self.unexpected.len()
             + self.mismatched.len()
+            + self.misplaced.len()
             + self.arrival_mismatches.len()
             + self.archive_problems.len()
     }
@@ -170,6 +177,7 @@ impl Report {
         out.extend(
             self.mismatched
                 .iter()
+                .chain(&self.misplaced)
                 .chain(&self.arrival_mismatches)
                 .map(|m| {
                     format!(
@@ -186,7 +194,7 @@ impl Report {
     pub fn summary(&self) -> String {
         let mut text = format!(
             "{} records produced, {} lines in {} objects: {} missing, {} duplicated, {} unexpected, \
-             {} field mismatches, {} arrival-time mismatches, {} format problems",
+             {} field mismatches, {} arrival-time mismatches, {} format problems, {} misplaced",
             self.expected_records,
             self.archived_records,
             self.objects,
@@ -195,7 +203,8 @@ impl Report {
             self.unexpected.len(),
             self.mismatched.len(),
             self.arrival_mismatches.len(),
-            self.archive_problems.len()
+            self.archive_problems.len(),
+            self.misplaced.len()
         );
         let problems = self.problems();
         for problem in problems.iter().take(SHOWN_PROBLEMS) {
@@ -247,12 +256,26 @@ impl Report {
 
 /// Compares `produced` (every user record put into the stream) with the
 /// archive: each must be in exactly one object, with the same data,
-/// partition key and shard; nothing else may be there; and the archive's
-/// format problems count too.
+/// partition key and shard; nothing else may be there; nothing may be under
+/// the error prefix; and the archive's format problems count too.
 ///
 /// # Panics
 /// When `produced` holds the same record twice (a harness bug).
 pub fn exactly_once(produced: &[ProducedRecord], archive: &Archive) -> Report {
+    exactly_once_with_rejected(produced, archive, &HashSet::new())
+}
+
+/// [`exactly_once`] over the main and the error prefix together: the
+/// records of `rejected` (those the format cannot represent) must be in an
+/// error object, every other one in a main object.
+///
+/// # Panics
+/// As [`exactly_once`].
+pub fn exactly_once_with_rejected(
+    produced: &[ProducedRecord],
+    archive: &Archive,
+    rejected: &HashSet<RecordId>,
+) -> Report {
     let mut expected: HashMap<RecordId, &ProducedRecord> = HashMap::with_capacity(produced.len());
     for record in produced {
         let previous = expected.insert(RecordId::of_produced(record), record);
@@ -273,7 +296,7 @@ pub fn exactly_once(produced: &[ProducedRecord], archive: &Archive) -> Report {
     let mut report = Report {
         expected_records: produced.len(),
         archived_records: archive.record_count(),
-        objects: archive.objects.len(),
+        objects: archive.object_count(),
         archive_problems: archive.problems(),
         ..Report::default()
     };
@@ -293,6 +316,24 @@ pub fn exactly_once(produced: &[ProducedRecord], archive: &Archive) -> Report {
         }
         for copy in copies {
             compare_fields(&mut report, &id, record, copy);
+            let expected_error = rejected.contains(&id);
+            if expected_error != copy.error_message.is_some() {
+                let name = |error: bool| if error { "error prefix" } else { "main prefix" };
+                report.misplaced.push(Mismatch {
+                    id: id.clone(),
+                    location: copy.location(),
+                    field: "prefix",
+                    expected: name(expected_error).to_owned(),
+                    actual: format!(
+                        "{}{}",
+                        name(!expected_error),
+                        copy.error_message
+                            .as_deref()
+                            .map(|m| format!(" ({m})"))
+                            .unwrap_or_default()
+                    ),
+                });
+            }
         }
     }
 
@@ -361,23 +402,68 @@ fn compare_fields(
     expected: &ProducedRecord,
     actual: &ArchivedRecord,
 ) {
-    if actual.data != expected.data {
+    let location = actual.location();
+    let mut mismatch = |field: &'static str, want: String, found: String| {
         report.mismatched.push(Mismatch {
             id: id.clone(),
-            location: actual.location(),
-            field: "data",
-            expected: describe_bytes(&expected.data),
-            actual: describe_bytes(&actual.data),
+            location: location.clone(),
+            field,
+            expected: want,
+            actual: found,
         });
+    };
+    match &actual.payload {
+        PayloadForm::Bytes => {
+            if actual.data != expected.data {
+                mismatch(
+                    "data",
+                    describe_bytes(&expected.data),
+                    describe_bytes(&actual.data),
+                );
+            }
+        }
+        PayloadForm::JsonText => {
+            let value = |bytes: &[u8]| serde_json::from_slice::<Value>(bytes).ok();
+            match (value(&expected.data), value(&actual.data)) {
+                (Some(a), Some(b)) if a == b => {}
+                _ => mismatch(
+                    "data (as JSON)",
+                    describe_bytes(&expected.data),
+                    describe_bytes(&actual.data),
+                ),
+            }
+            let kept = kept_text(&expected.data);
+            if actual.data != kept {
+                mismatch(
+                    "data (as text)",
+                    describe_bytes(&kept),
+                    describe_bytes(&actual.data),
+                );
+            }
+        }
+        PayloadForm::Row(schema) => {
+            let row = serde_json::from_slice::<Value>(&actual.data).ok();
+            match schema.expected_row(&expected.data) {
+                Ok(want) if Some(&want) == row.as_ref() => {}
+                Ok(want) => mismatch(
+                    "data (as columns)",
+                    want.to_string(),
+                    describe_bytes(&actual.data),
+                ),
+                Err(reason) => mismatch(
+                    "data (as columns)",
+                    format!("a rejection ({reason})"),
+                    describe_bytes(&actual.data),
+                ),
+            }
+        }
     }
     if actual.partition_key != expected.partition_key {
-        report.mismatched.push(Mismatch {
-            id: id.clone(),
-            location: actual.location(),
-            field: "partitionKey",
-            expected: format!("{:?}", expected.partition_key),
-            actual: format!("{:?}", actual.partition_key),
-        });
+        mismatch(
+            "partitionKey",
+            format!("{:?}", expected.partition_key),
+            format!("{:?}", actual.partition_key),
+        );
     }
 }
 
@@ -579,23 +665,21 @@ mod tests {
                     partition_key: (*pk).to_owned(),
                     approximate_arrival_timestamp: "2026-11-21T05:27:03.123Z".to_owned(),
                     data: data.to_vec(),
+                    payload: PayloadForm::Bytes,
+                    error_message: None,
                 })
                 .collect(),
             key,
             e_tag: None,
             size: 0,
+            format: Some("envelope".to_owned()),
+            declared_records: Some(records.len().to_string()),
             problems: Vec::new(),
         })
     }
 
     fn archive(objects: Vec<Arc<ArchivedObject>>) -> Archive {
-        Archive {
-            bucket: "b".to_owned(),
-            prefix: "p".to_owned(),
-            objects,
-            stray_keys: Vec::new(),
-            layout_record: None,
-        }
+        Archive::of_objects("b", "p", objects)
     }
 
     #[test]

@@ -10,17 +10,24 @@
 //!   (read rows, delete, empty).
 //! - [`producer`]: `PutRecords` with per-entry retries, the record
 //!   generators, the [`BackgroundProducer`], KPL-aggregated records;
-//!   [`kpl`] builds aggregates independently of the daemon's code.
+//!   [`kpl`] builds aggregates independently of the daemon's code;
+//!   [`payloads`]: payloads for the output formats (JSON objects, raw
+//!   bytes, Parquet schema rows), and which of them a format must reject.
 //! - [`daemon`]: starting the binary with [`Settings`], signals, logs.
 //! - [`archive`]: what the daemon wrote, one concept per module: plain S3
 //!   object calls ([`objects`](archive::objects)), object versions and
-//!   overwritten keys ([`versions`](archive::versions)), keys
-//!   ([`key`](archive::key)), [`compression`](archive::compression), arrival
-//!   timestamps ([`timestamp`](archive::timestamp)), JSON lines
-//!   ([`line`](archive::line)), one object checked against its key
-//!   ([`decode`](archive::decode)), the [`Archive`] snapshot
-//!   ([`snapshot`](archive::snapshot)) and the caching [`ArchiveReader`]
-//!   ([`reader`](archive::reader)).
+//!   overwritten keys ([`versions`](archive::versions)), key layouts
+//!   ([`layout`](archive::layout)) and keys ([`key`](archive::key)),
+//!   [`compression`](archive::compression), the format an object's
+//!   metadata names ([`format`](archive::format)), arrival timestamps
+//!   ([`timestamp`](archive::timestamp)), JSON lines
+//!   ([`line`](archive::line)), one object checked against its key in each
+//!   format ([`decode`](archive::decode) for envelope and error lines,
+//!   [`json`](archive::json), [`raw`](archive::raw),
+//!   [`parquet`](archive::parquet) with [`schema`](archive::schema)), the
+//!   [`Archive`] snapshot ([`snapshot`](archive::snapshot)) and the caching
+//!   [`ArchiveReader`] ([`reader`](archive::reader)), which puts each
+//!   batch's main and error objects together.
 //! - [`seq`]: sequence numbers and key encodings, written independently of
 //!   the `sequence-range` crate.
 //! - [`stream`]: the ground truth, every record read back from the stream.
@@ -36,8 +43,10 @@
 //!
 //! Data flows: generators → [`producer`] → Kinesis and
 //! `Vec<ProducedRecord>` (expected); Kinesis → daemon → S3 and the lease
-//! table; S3 → [`archive`] (list → get → decompress → decode) →
-//! [`Archive`] (actual); [`check::exactly_once`] compares the two,
+//! table; S3 → [`archive`] (list → head and get → decompress → decode by
+//! format; `raw` pieces take their identities from the stream read back)
+//! → [`Archive`] (actual); [`check::exactly_once`] compares the two over
+//! the main and error prefixes,
 //! [`stream::read_stream`] adds the arrival times, the lease rows
 //! ([`fixtures::read_lease_rows`]) the checkpoints; [`Scenario::finish`]
 //! runs these checks at the end of a run, and [`cleanup`] removes the
@@ -62,6 +71,9 @@
 //! - `SHARDSINK_E2E_TIMEOUT_SCALE`: multiply every timeout (slow machines);
 //! - `SHARDSINK_E2E_KEEP_RESOURCES=1`: keep each test's stream, bucket and
 //!   lease table instead of deleting them (to inspect them);
+//! - `SHARDSINK_E2E_DUCKDB_PYTHON`: the Python with DuckDB and its extension
+//!   packages that the query-engine test runs (`scripts/test` installs it
+//!   into `.local/duckdb/`);
 //! - `SHARDSINK_LOG` / `RUST_LOG`: the daemon's log filter.
 //!
 //! Daemon logs go to `<target>/e2e-logs/<stream>/daemon-NN.log`; a failing
@@ -77,6 +89,7 @@ pub mod daemon;
 pub mod env;
 pub mod fixtures;
 pub mod kpl;
+pub mod payloads;
 pub mod producer;
 pub mod scenario;
 pub mod seq;

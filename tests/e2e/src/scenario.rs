@@ -10,8 +10,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 
-use crate::archive::{Archive, ArchiveReader, list_object_versions, overwritten_keys};
-use crate::check::{RecordId, clean_shutdown_problems, exactly_once};
+use crate::archive::{
+    Archive, ArchiveReader, KeyLayout, ObjectFormat, ReaderOptions, list_object_versions,
+    overwritten_keys,
+};
+use crate::check::{RecordId, clean_shutdown_problems, exactly_once_with_rejected};
 use crate::cleanup::{ResourceGuard, Resources};
 use crate::daemon::{Daemon, Settings};
 use crate::env::{TestEnv, unique_name};
@@ -86,9 +89,15 @@ impl Scenario {
         })
     }
 
-    /// A reader for the daemon's output (prefix from the settings).
+    /// A reader for the daemon's output: prefix, error prefix, key layout,
+    /// Parquet schema and stream from [`Scenario::settings`]
+    /// ([`ReaderOptions::of_settings`]).
     pub fn archive_reader(&self) -> ArchiveReader {
-        ArchiveReader::new(&self.env, &self.bucket, &self.settings.prefix())
+        ArchiveReader::with_options(
+            &self.env,
+            &self.bucket,
+            ReaderOptions::of_settings(&self.settings),
+        )
     }
 
     /// The lease table's rows (table name from the settings).
@@ -142,11 +151,16 @@ impl Scenario {
     ///    what was produced, and every line's arrival time must be its
     ///    record's;
     /// 4. every produced record in exactly one object, nothing else, in the
-    ///    contract's format ([`exactly_once`], [`crate::Report::assert_exact`]);
-    /// 5. on a versioned bucket, nothing overwritten or deleted
+    ///    contract's format, the records of [`Finish::rejected`] (and only
+    ///    they) under the error prefix ([`exactly_once_with_rejected`],
+    ///    [`crate::Report::assert_exact`]);
+    /// 5. the layout record under the prefix is the settings' key layout and
+    ///    time bucket, and every main object is in the settings' format (or
+    ///    one of [`Finish::formats`]);
+    /// 6. on a versioned bucket, nothing overwritten or deleted
     ///    ([`Scenario::assert_nothing_overwritten`]) and one version per
     ///    listed key;
-    /// 6. with [`Finish::clean_shutdown`], every checkpoint at its shard's
+    /// 7. with [`Finish::clean_shutdown`], every checkpoint at its shard's
     ///    last record and no pending batch.
     ///
     /// The stream, bucket and table stay until the scenario is dropped, so
@@ -171,7 +185,7 @@ impl Scenario {
         } else {
             None
         };
-        let mut report = exactly_once(produced, &archive);
+        let mut report = exactly_once_with_rejected(produced, &archive, &how.rejected);
         if let Some(truth) = &truth {
             report.check_arrival_times(&archive, truth);
         }
@@ -181,14 +195,29 @@ impl Scenario {
         report.assert_exact();
         assert_eq!(
             archive.layout_record.as_deref(),
-            Some(r#"{"keyLayout":"plain","timeBucket":"minute"}"#),
+            Some(KeyLayout::of_settings(&self.settings).record().as_str()),
             "the daemon records its key layout under the prefix"
         );
+        let formats = if how.formats.is_empty() {
+            vec![ObjectFormat::of_settings(&self.settings)]
+        } else {
+            how.formats.clone()
+        };
+        for object in &archive.objects {
+            let format = object.format.as_deref().map(ObjectFormat::parse);
+            assert!(
+                matches!(&format, Some(Ok(f)) if formats.iter().any(|want| f.conforms_to(want))),
+                "{} has the format {:?}, expected one of {:?}",
+                object.key.key,
+                object.format,
+                formats.iter().map(ToString::to_string).collect::<Vec<_>>()
+            );
+        }
         if self.versioning == Versioning::Enabled {
             let versions = self.assert_nothing_overwritten().await;
             assert_eq!(
                 versions,
-                archive.objects.len() + archive.stray_keys.len() + 1,
+                archive.object_count() + archive.stray_keys.len() + 1,
                 "versions vs objects and the layout record"
             );
         }
@@ -253,6 +282,8 @@ pub struct Finish<'d> {
     ground_truth: bool,
     clean_shutdown: bool,
     planted: Vec<String>,
+    rejected: HashSet<RecordId>,
+    formats: Vec<ObjectFormat>,
 }
 
 impl<'d> Finish<'d> {
@@ -273,6 +304,8 @@ impl<'d> Finish<'d> {
             ground_truth: false,
             clean_shutdown: false,
             planted: Vec::new(),
+            rejected: HashSet::new(),
+            formats: Vec::new(),
         }
     }
 
@@ -302,6 +335,21 @@ impl<'d> Finish<'d> {
     /// daemon's and are left out of the exactly-once report.
     pub fn planted(mut self, keys: &[String]) -> Self {
         self.planted = keys.to_vec();
+        self
+    }
+
+    /// The records the format cannot represent: they, and only they, must
+    /// be under the error prefix (without this, nothing may be).
+    pub fn rejected(mut self, ids: impl IntoIterator<Item = RecordId>) -> Self {
+        self.rejected = ids.into_iter().collect();
+        self
+    }
+
+    /// The formats main objects may have (several when a test changes
+    /// `--format` between runs); without this, the settings' format
+    /// ([`ObjectFormat::of_settings`]).
+    pub fn formats(mut self, formats: Vec<ObjectFormat>) -> Self {
+        self.formats = formats;
         self
     }
 }

@@ -202,3 +202,80 @@ async fn a_stream_or_bucket_that_does_not_exist() {
         );
     }
 }
+
+#[tokio::test]
+async fn settings_of_another_format() {
+    let _env = require_env!();
+    let base = ["--stream", STREAM, "--bucket", BUCKET];
+    for (extra, name) in [
+        (&["--parquet-schema", "schema.json"][..], "--parquet-schema"),
+        (
+            &["--format", "parquet", "--record-delimiter", "|"],
+            "--record-delimiter",
+        ),
+        (
+            &["--format", "raw", "--metadata-field", "meta"],
+            "--metadata-field",
+        ),
+    ] {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        rejects(&args, &[], &[name]).await;
+    }
+}
+
+#[tokio::test]
+async fn an_error_prefix_under_the_prefix() {
+    let _env = require_env!();
+    rejects(
+        &[],
+        &[
+            ("SHARDSINK_STREAM", STREAM),
+            ("SHARDSINK_BUCKET", BUCKET),
+            ("SHARDSINK_ERROR_PREFIX", "orders/errors"),
+        ],
+        &["--error-prefix"],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_parquet_schema_that_does_not_parse() {
+    let _env = require_env!();
+    let path =
+        std::env::temp_dir().join(format!("shardsink-bad-schema-{}.json", std::process::id()));
+    std::fs::write(&path, r#"[{"name": "user_id", "type": "uint128"}]"#).unwrap();
+    rejects(
+        &[
+            "--stream",
+            STREAM,
+            "--bucket",
+            BUCKET,
+            "--format",
+            "parquet",
+            "--parquet-schema",
+            path.to_str().unwrap(),
+        ],
+        &[],
+        &["--parquet-schema"],
+    )
+    .await;
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[tokio::test]
+async fn a_buffer_age_past_fifteen_minutes() {
+    let _env = require_env!();
+    rejects(
+        &[
+            "--stream",
+            STREAM,
+            "--bucket",
+            BUCKET,
+            "--buffer-max-age",
+            "20m",
+        ],
+        &[],
+        &["--buffer-max-age"],
+    )
+    .await;
+}

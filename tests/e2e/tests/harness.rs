@@ -15,7 +15,7 @@ use aws_sdk_dynamodb::types::{
 };
 use shardsink_e2e::archive::{
     self, Compression, ObjectKey, encode_line, get_object, list_object_versions, overwritten_keys,
-    put_object,
+    put_object, put_object_with_metadata,
 };
 use shardsink_e2e::check::{checkpoint_problems, exactly_once};
 use shardsink_e2e::cleanup::{Resources, delete_bucket};
@@ -30,7 +30,8 @@ use shardsink_e2e::{Scenario, TestEnv, require_env, unique_name};
 
 /// Writes `produced` the way the contract says shardsink must: per shard
 /// and arrival minute, batches of at most `batch` records in sequence order,
-/// compression cycling through none, gzip and zstd. Returns the keys.
+/// compression cycling through none, gzip and zstd, with the format and
+/// record count in the objects' metadata. Returns the keys.
 async fn write_reference_archive(
     scenario: &Scenario,
     produced: &[ProducedRecord],
@@ -85,11 +86,15 @@ async fn write_reference_archive(
                     )
                 })
                 .collect();
-            put_object(
+            put_object_with_metadata(
                 &scenario.env,
                 &scenario.bucket,
                 &key,
                 compression.compress(body.as_bytes()).unwrap(),
+                &[
+                    ("shardsink-format", "envelope"),
+                    ("shardsink-records", &chunk.len().to_string()),
+                ],
             )
             .await
             .unwrap();
@@ -204,7 +209,7 @@ async fn checker_accepts_a_reference_archive_and_catches_faults() {
     // key that lies about its range.
     let stranger_key = ObjectKey::format(
         &scenario.settings.prefix(),
-        twin.key.minute,
+        twin.key.bucket_start,
         &twin.key.shard_id,
         &Seq::parse("999999").unwrap(),
         &Seq::parse("999999").unwrap(),

@@ -1,183 +1,264 @@
-//! Decoding one object's body against its key, line by line; every
-//! deviation from the format becomes an [`ArchiveProblem`].
+//! Decoding one JSON Lines object (the `envelope` format, and error
+//! objects) against its key, line by line, and the checks every format
+//! shares ([`Checker`]); every deviation from the format becomes an
+//! [`ArchiveProblem`].
 
 use std::sync::Arc;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
+use super::layout::TimeBucket;
 use super::line::{FIELDS, FIELDS_WITH_SUB_SEQUENCE, RawLine};
-use super::{ArchiveProblem, ArchivedRecord, ObjectKey, parse_timestamp, truncate_to_minute};
+use super::{ArchiveProblem, ArchivedRecord, ObjectKey, PayloadForm, parse_timestamp};
 use crate::seq::Seq;
 
-/// Decodes one object's body against its key: decompression, JSON Lines,
-/// field order and types, timestamp and base64 format, and every line's
-/// shard, sequence number and arrival minute against the key; lines in
-/// strictly increasing (sequence number, sub-sequence number) order; the
-/// first and last lines carrying the key's first and last.
-pub fn decode_object(key: &ObjectKey, body: &[u8]) -> (Vec<ArchivedRecord>, Vec<ArchiveProblem>) {
-    let object_key: Arc<str> = Arc::from(key.key.as_str());
-    let mut problems = Vec::new();
-    let mut problem = |line: Option<usize>, message: String| {
-        problems.push(ArchiveProblem {
-            object_key: key.key.clone(),
+/// What the lines of a JSON Lines object are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LineKind {
+    /// `envelope` lines: `shardId`, `sequenceNumber`, [`subSequenceNumber`],
+    /// `partitionKey`, `approximateArrivalTimestamp`, `data`.
+    Envelope,
+    /// Error lines: the envelope's fields, then a non-empty `errorMessage`.
+    Errors,
+}
+
+/// The checks every decoder makes of each record it finds in an object:
+/// its shard is the key's, its sequence number is inside the key's range and
+/// after the previous record's (strictly increasing (sequence number,
+/// sub-sequence number)), its arrival time has the contract's text form and
+/// falls in the key's time bucket.
+#[derive(Debug)]
+pub struct Checker<'k> {
+    /// The object's parsed key.
+    pub key: &'k ObjectKey,
+    /// The key, shared by the records.
+    pub object_key: Arc<str>,
+    /// What was found wrong so far.
+    pub problems: Vec<ArchiveProblem>,
+    previous: Option<(Seq, Option<u64>)>,
+}
+
+impl<'k> Checker<'k> {
+    /// A checker of the object under `key`.
+    pub fn new(key: &'k ObjectKey) -> Self {
+        Self {
+            key,
+            object_key: Arc::from(key.key.as_str()),
+            problems: Vec::new(),
+            previous: None,
+        }
+    }
+
+    /// Records a problem at `line` (or of the whole object).
+    pub fn problem(&mut self, line: Option<usize>, message: String) {
+        self.problems.push(ArchiveProblem {
+            object_key: self.key.key.clone(),
             line,
             message,
         });
-    };
-    let text = match key.compression.decompress(body) {
-        Ok(text) => text,
-        Err(message) => {
-            problem(None, message);
-            return (Vec::new(), problems);
-        }
-    };
-    let text = match String::from_utf8(text) {
-        Ok(text) => text,
-        Err(_) => {
-            problem(None, "body is not UTF-8".to_owned());
-            return (Vec::new(), problems);
-        }
-    };
-    let mut lines: Vec<&str> = text.split('\n').collect();
-    if lines.last() == Some(&"") {
-        lines.pop();
-    }
-    if lines.is_empty() {
-        problem(None, "object has no lines".to_owned());
     }
 
+    /// Checks a record's shard id and sequence number against the key and
+    /// the previous record.
+    pub fn identity(
+        &mut self,
+        line: usize,
+        shard_id: &str,
+        sequence_number: &str,
+        sub_sequence_number: Option<u64>,
+    ) {
+        if shard_id != self.key.shard_id {
+            self.problem(
+                Some(line),
+                format!(
+                    "shardId {shard_id:?} but the key's shard is {:?}",
+                    self.key.shard_id
+                ),
+            );
+        }
+        let seq = match Seq::parse(sequence_number) {
+            Ok(seq) => seq,
+            Err(message) => {
+                self.problem(Some(line), format!("sequenceNumber: {message}"));
+                return;
+            }
+        };
+        if seq < self.key.first || seq > self.key.last {
+            self.problem(
+                Some(line),
+                format!(
+                    "sequenceNumber {seq} outside the key's range [{}, {}]",
+                    self.key.first, self.key.last
+                ),
+            );
+        }
+        let current = (seq, sub_sequence_number);
+        if let Some(prev) = &self.previous
+            && !is_after(prev, &current)
+        {
+            self.problem(
+                Some(line),
+                format!(
+                    "({}, {:?}) does not follow ({}, {:?}): records out of sequence order",
+                    current.0, current.1, prev.0, prev.1
+                ),
+            );
+        }
+        self.previous = Some(current);
+    }
+
+    /// Checks an `approximateArrivalTimestamp` text: its form, and that it
+    /// falls in the key's time bucket.
+    pub fn arrival(&mut self, line: usize, text: &str) {
+        match parse_timestamp(text) {
+            Ok(arrival) => {
+                let bucket = self.key.layout.bucket;
+                if bucket.truncate(arrival) != self.key.bucket_start {
+                    let unit = match bucket {
+                        TimeBucket::Minute => "minute",
+                        TimeBucket::Hour => "hour",
+                    };
+                    self.problem(
+                        Some(line),
+                        format!(
+                            "arrival {text} is not in the key's {unit} {}",
+                            self.key.bucket_start.format("%Y-%m-%dT%H:%M")
+                        ),
+                    );
+                }
+            }
+            Err(message) => self.problem(Some(line), message),
+        }
+    }
+}
+
+/// Decodes an `envelope` object's body against its key
+/// ([`decode_lines`] with [`LineKind::Envelope`]).
+pub fn decode_object(key: &ObjectKey, body: &[u8]) -> (Vec<ArchivedRecord>, Vec<ArchiveProblem>) {
+    decode_lines(key, body, LineKind::Envelope)
+}
+
+/// Decompresses `body` by the key's extension and splits it into its lines
+/// (without the final empty one); `None` after recording why it cannot.
+pub fn lines_of(checker: &mut Checker<'_>, body: &[u8]) -> Option<Vec<String>> {
+    let text = match checker.key.compression.decompress(body) {
+        Ok(text) => text,
+        Err(message) => {
+            checker.problem(None, message);
+            return None;
+        }
+    };
+    let Ok(text) = String::from_utf8(text) else {
+        checker.problem(None, "body is not UTF-8".to_owned());
+        return None;
+    };
+    let mut lines: Vec<String> = text.split('\n').map(str::to_owned).collect();
+    if lines.last().is_some_and(String::is_empty) {
+        lines.pop();
+    }
+    Some(lines)
+}
+
+/// Decodes a JSON Lines object of `kind` against its key: decompression,
+/// JSON Lines, field order and types, timestamp and base64 format, and the
+/// [`Checker`]'s checks of every line. (That the batch's records run from
+/// the key's first to its last sequence number is checked per batch, over
+/// its main and error objects.)
+pub fn decode_lines(
+    key: &ObjectKey,
+    body: &[u8],
+    kind: LineKind,
+) -> (Vec<ArchivedRecord>, Vec<ArchiveProblem>) {
+    let mut checker = Checker::new(key);
+    let Some(lines) = lines_of(&mut checker, body) else {
+        return (Vec::new(), checker.problems);
+    };
     let mut records: Vec<ArchivedRecord> = Vec::with_capacity(lines.len());
-    let mut previous: Option<(Seq, Option<u64>)> = None;
     for (index, line_text) in lines.iter().enumerate() {
         let line = index + 1;
         if line_text.is_empty() {
-            problem(Some(line), "empty line".to_owned());
+            checker.problem(Some(line), "empty line".to_owned());
             continue;
         }
         let raw: RawLine = match serde_json::from_str(line_text) {
             Ok(raw) => raw,
             Err(error) => {
-                problem(
+                checker.problem(
                     Some(line),
                     format!("not a JSON object of the expected shape: {error}"),
                 );
                 continue;
             }
         };
-        let expected_order: &[&str] = if raw.sub_sequence_number.is_some() {
-            &FIELDS_WITH_SUB_SEQUENCE
+        let mut expected_order: Vec<&str> = if raw.sub_sequence_number.is_some() {
+            FIELDS_WITH_SUB_SEQUENCE.to_vec()
         } else {
-            &FIELDS
+            FIELDS.to_vec()
         };
+        if kind == LineKind::Errors {
+            expected_order.push("errorMessage");
+        }
         if raw.order != expected_order {
-            problem(
+            checker.problem(
                 Some(line),
                 format!("fields are {:?}, expected {expected_order:?}", raw.order),
             );
         }
         let (Some(shard_id), Some(sequence_number)) = (raw.shard_id, raw.sequence_number) else {
-            problem(Some(line), "shardId or sequenceNumber missing".to_owned());
+            checker.problem(Some(line), "shardId or sequenceNumber missing".to_owned());
             continue;
         };
-        if shard_id != key.shard_id {
-            problem(
-                Some(line),
-                format!(
-                    "shardId {shard_id:?} but the key's shard is {:?}",
-                    key.shard_id
-                ),
-            );
-        }
-        match Seq::parse(&sequence_number) {
-            Ok(seq) => {
-                if seq < key.first || seq > key.last {
-                    problem(
-                        Some(line),
-                        format!(
-                            "sequenceNumber {seq} outside the key's range [{}, {}]",
-                            key.first, key.last
-                        ),
-                    );
-                }
-                if index == 0 && seq != key.first {
-                    problem(
-                        Some(line),
-                        format!(
-                            "first line has sequenceNumber {seq}, the key says first {}",
-                            key.first
-                        ),
-                    );
-                }
-                if index + 1 == lines.len() && seq != key.last {
-                    problem(
-                        Some(line),
-                        format!(
-                            "last line has sequenceNumber {seq}, the key says last {}",
-                            key.last
-                        ),
-                    );
-                }
-                let current = (seq, raw.sub_sequence_number);
-                if let Some(prev) = &previous
-                    && !is_after(prev, &current)
-                {
-                    problem(
-                        Some(line),
-                        format!(
-                            "({}, {:?}) does not follow ({}, {:?}): lines out of sequence order",
-                            current.0, current.1, prev.0, prev.1
-                        ),
-                    );
-                }
-                previous = Some(current);
-            }
-            Err(message) => problem(Some(line), format!("sequenceNumber: {message}")),
-        }
+        checker.identity(line, &shard_id, &sequence_number, raw.sub_sequence_number);
         let partition_key = raw.partition_key.unwrap_or_else(|| {
-            problem(Some(line), "partitionKey missing".to_owned());
+            checker.problem(Some(line), "partitionKey missing".to_owned());
             String::new()
         });
         let approximate_arrival_timestamp =
             raw.approximate_arrival_timestamp.unwrap_or_else(|| {
-                problem(Some(line), "approximateArrivalTimestamp missing".to_owned());
+                checker.problem(Some(line), "approximateArrivalTimestamp missing".to_owned());
                 String::new()
             });
         if !approximate_arrival_timestamp.is_empty() {
-            match parse_timestamp(&approximate_arrival_timestamp) {
-                Ok(arrival) => {
-                    if truncate_to_minute(arrival) != key.minute {
-                        problem(
-                            Some(line),
-                            format!(
-                                "arrival {approximate_arrival_timestamp} is not in the key's minute {}",
-                                key.minute.format("%Y-%m-%dT%H:%M")
-                            ),
-                        );
-                    }
-                }
-                Err(message) => problem(Some(line), message),
-            }
+            checker.arrival(line, &approximate_arrival_timestamp);
         }
         let data = match raw.data.as_deref().map(|d| BASE64.decode(d)) {
             Some(Ok(data)) => data,
             Some(Err(error)) => {
-                problem(
+                checker.problem(
                     Some(line),
                     format!("data is not standard padded base64: {error}"),
                 );
                 Vec::new()
             }
             None => {
-                problem(Some(line), "data missing".to_owned());
+                checker.problem(Some(line), "data missing".to_owned());
                 Vec::new()
             }
         };
+        let error_message = match (kind, raw.error_message) {
+            (LineKind::Errors, Some(message)) if !message.is_empty() => Some(message),
+            (LineKind::Errors, _) => {
+                checker.problem(
+                    Some(line),
+                    "an error line without an errorMessage".to_owned(),
+                );
+                Some(String::new())
+            }
+            (LineKind::Envelope, Some(_)) => {
+                checker.problem(
+                    Some(line),
+                    "unexpected field \"errorMessage\" outside the error prefix".to_owned(),
+                );
+                None
+            }
+            (LineKind::Envelope, None) => None,
+        };
         for unknown in &raw.unknown {
-            problem(Some(line), format!("unexpected field {unknown:?}"));
+            checker.problem(Some(line), format!("unexpected field {unknown:?}"));
         }
         records.push(ArchivedRecord {
-            object_key: Arc::clone(&object_key),
+            object_key: Arc::clone(&checker.object_key),
             line,
             shard_id,
             sequence_number,
@@ -185,9 +266,11 @@ pub fn decode_object(key: &ObjectKey, body: &[u8]) -> (Vec<ArchivedRecord>, Vec<
             partition_key,
             approximate_arrival_timestamp,
             data,
+            payload: PayloadForm::Bytes,
+            error_message,
         });
     }
-    (records, problems)
+    (records, checker.problems)
 }
 
 fn is_after(previous: &(Seq, Option<u64>), current: &(Seq, Option<u64>)) -> bool {
@@ -270,5 +353,39 @@ mod tests {
         assert!(has("outside the key's range"), "{text:#?}");
         assert!(has("not a JSON object"), "{text:#?}");
         assert_eq!(records.len(), 4);
+    }
+
+    #[test]
+    fn error_lines_need_an_error_message() {
+        let key = key_of_s1("9", "11", Compression::None);
+        let ts = "2026-11-21T05:27:03.123Z";
+        let good = line("s-1", "9", None, "k", ts, b"\xff");
+        let with_message = format!(
+            "{},\"errorMessage\":\"payload is not UTF-8\"}}\n",
+            good.trim_end().strip_suffix('}').unwrap()
+        );
+        let body = [with_message.clone(), line("s-1", "11", None, "k", ts, b"x")].concat();
+        let (records, problems) = decode_lines(&key, body.as_bytes(), LineKind::Errors);
+        assert_eq!(
+            records[0].error_message.as_deref(),
+            Some("payload is not UTF-8")
+        );
+        assert_eq!(records[0].data, b"\xff");
+        let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        assert_eq!(text.len(), 2, "{text:#?}");
+        assert!(text.iter().all(|t| t.contains(":2:")), "{text:#?}");
+        assert!(
+            text.iter().any(|t| t.contains("without an errorMessage")),
+            "{text:#?}"
+        );
+        // In a main object, an errorMessage is out of place.
+        let (records, problems) = decode_lines(&key, with_message.as_bytes(), LineKind::Envelope);
+        assert_eq!(records[0].error_message, None);
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.message.contains("outside the error prefix")),
+            "{problems:#?}"
+        );
     }
 }

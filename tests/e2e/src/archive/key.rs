@@ -1,19 +1,71 @@
 //! Object keys: building the key the contract prescribes and parsing one
-//! strictly (prefix, UTC minute, shard id, sorter, range, extension).
+//! strictly (prefix, time path of the layout, shard id, sorter, range,
+//! extension).
 
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::{DateTime, Utc};
 
 use super::Compression;
+use super::layout::KeyLayout;
 use crate::seq::Seq;
 
+/// What a body is before its compression suffix, from the key's extension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Shape {
+    /// JSON Lines (`.jsonl`): the `envelope` and `json` formats, and error
+    /// objects.
+    Lines,
+    /// Payloads and delimiters (`.raw`).
+    Raw,
+    /// Apache Parquet (`.parquet`, compressed inside, by page).
+    Parquet,
+}
+
+impl Shape {
+    /// The extension of a body of this shape compressed with `compression`
+    /// (Parquet: always `.parquet`).
+    pub fn extension(self, compression: Compression) -> &'static str {
+        match (self, compression) {
+            (Self::Lines, c) => c.extension(),
+            (Self::Raw, Compression::None) => ".raw",
+            (Self::Raw, Compression::Gzip) => ".raw.gz",
+            (Self::Raw, Compression::Zstd) => ".raw.zst",
+            (Self::Parquet, _) => ".parquet",
+        }
+    }
+
+    /// Every (shape, compression) a key may name.
+    pub const KINDS: [(Self, Compression); 7] = [
+        (Self::Lines, Compression::None),
+        (Self::Lines, Compression::Gzip),
+        (Self::Lines, Compression::Zstd),
+        (Self::Raw, Compression::None),
+        (Self::Raw, Compression::Gzip),
+        (Self::Raw, Compression::Zstd),
+        (Self::Parquet, Compression::None),
+    ];
+
+    /// The shape and compression `extension` names.
+    pub fn from_extension(extension: &str) -> Option<(Self, Compression)> {
+        Self::KINDS
+            .into_iter()
+            .find(|(shape, compression)| shape.extension(*compression) == extension)
+    }
+}
+
 /// An object key, parsed:
-/// `{prefix}/{yyyy}/{MM}/{dd}/{HH}/{mm}/{shardId}/{sorter}-{first}-{last}.jsonl[.gz|.zst]`.
+/// `{prefix}/{time path}/{shardId}/{sorter}-{first}-{last}{ext}`, the time
+/// path being the layout's (`yyyy/MM/dd/HH[/mm]` or
+/// `year=yyyy/month=MM/day=dd/hour=HH[/minute=mm]`) and `ext` one of
+/// `.jsonl`, `.raw` (each with `.gz` or `.zst`) or `.parquet`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ObjectKey {
     /// The whole key.
     pub key: String,
-    /// The UTC minute of the key's path.
-    pub minute: DateTime<Utc>,
+    /// The layout the key was parsed with.
+    pub layout: KeyLayout,
+    /// The start of the key's time bucket: a UTC minute, or an hour with
+    /// `--time-bucket hour`.
+    pub bucket_start: DateTime<Utc>,
     /// The shard id of the key's path.
     pub shard_id: String,
     /// The sorter as written (descending form of `first`).
@@ -23,12 +75,14 @@ pub struct ObjectKey {
     /// The batch's last sequence number.
     pub last: Seq,
     /// From the extension.
+    pub shape: Shape,
+    /// From the extension (always [`Compression::None`] for Parquet).
     pub compression: Compression,
 }
 
 impl ObjectKey {
-    /// Builds the key the contract prescribes (for tests that write or
-    /// predict keys).
+    /// Builds the key of a JSON Lines object in the plain, per-minute
+    /// layout (for tests that write or predict keys).
     pub fn format(
         prefix: &str,
         minute: DateTime<Utc>,
@@ -37,58 +91,80 @@ impl ObjectKey {
         last: &Seq,
         compression: Compression,
     ) -> String {
-        format!(
-            "{prefix}/{}/{shard_id}/{}-{}-{}{}",
-            minute.format("%Y/%m/%d/%H/%M"),
-            first.encode_descending(),
-            first.encode_ascending(),
-            last.encode_ascending(),
-            compression.extension()
+        Self::format_in(
+            KeyLayout::default(),
+            prefix,
+            minute,
+            shard_id,
+            first,
+            last,
+            Shape::Lines.extension(compression),
         )
     }
 
-    /// Parses `key`, which must start with `{prefix}/`.
+    /// Builds the key of an object in `layout` whose bucket starts at
+    /// `bucket_start`, with the extension `extension` (leading dot).
+    pub fn format_in(
+        layout: KeyLayout,
+        prefix: &str,
+        bucket_start: DateTime<Utc>,
+        shard_id: &str,
+        first: &Seq,
+        last: &Seq,
+        extension: &str,
+    ) -> String {
+        format!(
+            "{prefix}/{}/{shard_id}/{}-{}-{}{extension}",
+            layout.path(bucket_start),
+            first.encode_descending(),
+            first.encode_ascending(),
+            last.encode_ascending(),
+        )
+    }
+
+    /// Parses `key` in the plain, per-minute layout; it must start with
+    /// `{prefix}/`.
     ///
     /// # Errors
     /// A description of the first deviation from the key format.
     pub fn parse(prefix: &str, key: &str) -> Result<Self, String> {
+        Self::parse_in(KeyLayout::default(), prefix, key)
+    }
+
+    /// Parses `key` in `layout`; it must start with `{prefix}/`.
+    ///
+    /// # Errors
+    /// A description of the first deviation from the key format.
+    pub fn parse_in(layout: KeyLayout, prefix: &str, key: &str) -> Result<Self, String> {
         let rest = key
             .strip_prefix(prefix)
             .and_then(|r| r.strip_prefix('/'))
             .ok_or_else(|| format!("not under the prefix {prefix:?}/"))?;
         let parts: Vec<&str> = rest.split('/').collect();
-        let [year, month, day, hour, minute, shard_id, file] = parts[..] else {
+        let [time @ .., shard_id, file] = &parts[..] else {
+            return Err("no shard id and file name after the prefix".to_owned());
+        };
+        if time.len() != layout.bucket.segment_count() {
             return Err(format!(
-                "expected yyyy/MM/dd/HH/mm/shardId/file after the prefix, found {} path segments",
+                "expected {} time segments, a shard id and a file after the prefix ({layout}), \
+                 found {} path segments",
+                layout.bucket.segment_count(),
                 parts.len()
             ));
-        };
-        let number = |text: &str, width: usize, what: &str| -> Result<u32, String> {
-            if text.len() != width || !text.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(format!("{what} {text:?} is not {width} digits"));
-            }
-            text.parse()
-                .map_err(|_| format!("{what} {text:?} is not a number"))
-        };
-        let date = NaiveDate::from_ymd_opt(
-            i32::try_from(number(year, 4, "year")?).map_err(|e| e.to_string())?,
-            number(month, 2, "month")?,
-            number(day, 2, "day")?,
-        )
-        .ok_or_else(|| format!("{year}/{month}/{day} is not a date"))?;
-        let minute = date
-            .and_hms_opt(number(hour, 2, "hour")?, number(minute, 2, "minute")?, 0)
-            .ok_or_else(|| format!("{hour}:{minute} is not a time"))?
-            .and_utc();
+        }
+        let bucket_start = layout.parse_path(time)?;
         if shard_id.is_empty() {
             return Err("empty shard id".to_owned());
         }
-        let (stem, compression) = [Compression::Gzip, Compression::Zstd, Compression::None]
-            .into_iter()
-            .find_map(|c| file.strip_suffix(c.extension()).map(|stem| (stem, c)))
-            .ok_or_else(|| {
-                format!("file name {file:?} does not end in .jsonl, .jsonl.gz or .jsonl.zst")
-            })?;
+        let dot = file
+            .find('.')
+            .ok_or_else(|| format!("file name {file:?} has no extension"))?;
+        let (stem, extension) = file.split_at(dot);
+        let (shape, compression) = Shape::from_extension(extension).ok_or_else(|| {
+            format!(
+                "file name {file:?} does not end in .jsonl, .raw (each with .gz or .zst) or .parquet"
+            )
+        })?;
         let fields: Vec<&str> = stem.split('-').collect();
         let [sorter, first, last] = fields[..] else {
             return Err(format!("file name {file:?} is not sorter-first-last"));
@@ -106,13 +182,43 @@ impl ObjectKey {
         }
         Ok(Self {
             key: key.to_owned(),
-            minute,
-            shard_id: shard_id.to_owned(),
+            layout,
+            bucket_start,
+            shard_id: (*shard_id).to_owned(),
             sorter: sorter.to_owned(),
             first,
             last,
+            shape,
             compression,
         })
+    }
+
+    /// The key's extension (leading dot).
+    pub fn extension(&self) -> &'static str {
+        self.shape.extension(self.compression)
+    }
+
+    /// `{time path}/{shardId}/{sorter}-{first}-{last}`: the part of the key
+    /// a batch's main object and its error object share.
+    pub fn batch_path(&self) -> String {
+        format!(
+            "{}/{}/{}-{}-{}",
+            self.layout.path(self.bucket_start),
+            self.shard_id,
+            self.sorter,
+            self.first.encode_ascending(),
+            self.last.encode_ascending()
+        )
+    }
+
+    /// The extension of the error object of a batch whose main object has
+    /// this key: `.jsonl` with the main key's compression, `.jsonl.zst` for
+    /// Parquet.
+    pub fn error_extension(&self) -> &'static str {
+        match self.shape {
+            Shape::Lines | Shape::Raw => Shape::Lines.extension(self.compression),
+            Shape::Parquet => Shape::Lines.extension(Compression::Zstd),
+        }
     }
 }
 
@@ -136,7 +242,7 @@ mod tests {
             "p/q/2026/11/21/05/27/shardId-000000000001/9980-0019-00210.jsonl.zst"
         );
         let parsed = ObjectKey::parse("p/q", &key).unwrap();
-        assert_eq!(parsed.minute, minute());
+        assert_eq!(parsed.bucket_start, minute());
         assert_eq!(parsed.shard_id, "shardId-000000000001");
         assert_eq!((parsed.first, parsed.last), (seq("9"), seq("10")));
         assert_eq!(parsed.compression, Compression::Zstd);
@@ -156,5 +262,66 @@ mod tests {
         ] {
             assert!(ObjectKey::parse("p", bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn every_layout_and_extension() {
+        use crate::archive::layout::{KeyStyle, TimeBucket};
+        let hive_hour = KeyLayout::new(KeyStyle::Hive, TimeBucket::Hour);
+        let start = TimeBucket::Hour.truncate(minute());
+        for (shape, compression) in Shape::KINDS {
+            let key = ObjectKey::format_in(
+                hive_hour,
+                "p",
+                start,
+                "s-1",
+                &seq("9"),
+                &seq("10"),
+                shape.extension(compression),
+            );
+            let parsed = ObjectKey::parse_in(hive_hour, "p", &key).unwrap();
+            assert_eq!((parsed.shape, parsed.compression), (shape, compression));
+            assert_eq!(parsed.bucket_start, start);
+            assert_eq!(parsed.extension(), shape.extension(compression));
+            assert_eq!(
+                parsed.batch_path(),
+                "year=2026/month=11/day=21/hour=05/s-1/9980-0019-00210"
+            );
+            assert!(ObjectKey::parse("p", &key).is_err(), "{key}");
+        }
+        assert_eq!(
+            ObjectKey::format_in(
+                hive_hour,
+                "p",
+                start,
+                "s-1",
+                &seq("9"),
+                &seq("10"),
+                ".parquet"
+            ),
+            "p/year=2026/month=11/day=21/hour=05/s-1/9980-0019-00210.parquet"
+        );
+        for bad in [
+            "p/year=2026/month=11/day=21/hour=05/s-1/9980-0019-00210.parquet.zst",
+            "p/year=2026/month=11/day=21/hour=05/minute=27/s-1/9980-0019-00210.raw",
+            "p/2026/11/21/05/s-1/9980-0019-00210.raw",
+            "p/year=2026/month=11/day=21/h=05/s-1/9980-0019-00210.raw",
+        ] {
+            assert!(ObjectKey::parse_in(hive_hour, "p", bad).is_err(), "{bad}");
+        }
+        let parquet = ObjectKey::parse_in(
+            hive_hour,
+            "p",
+            "p/year=2026/month=11/day=21/hour=05/s-1/9980-0019-00210.parquet",
+        )
+        .unwrap();
+        assert_eq!(parquet.error_extension(), ".jsonl.zst");
+        let raw = ObjectKey::parse_in(
+            hive_hour,
+            "p",
+            "p/year=2026/month=11/day=21/hour=05/s-1/9980-0019-00210.raw.gz",
+        )
+        .unwrap();
+        assert_eq!(raw.error_extension(), ".jsonl.gz");
     }
 }

@@ -34,6 +34,29 @@ pub fn encode_line(
     )
 }
 
+/// The `json` format's metadata object: [`encode_line`]'s fields without
+/// `data` (for harness self-tests).
+pub fn encode_metadata(
+    shard_id: &str,
+    sequence_number: &str,
+    sub_sequence_number: Option<u64>,
+    partition_key: &str,
+    approximate_arrival_timestamp: &str,
+) -> String {
+    let line = encode_line(
+        shard_id,
+        sequence_number,
+        sub_sequence_number,
+        partition_key,
+        approximate_arrival_timestamp,
+        b"",
+    );
+    let end = line
+        .rfind(",\"data\":")
+        .expect("encode_line writes data last");
+    format!("{}}}", &line[..end])
+}
+
 /// The fields of a line without `subSequenceNumber`, in order.
 pub(super) const FIELDS: [&str; 5] = [
     "shardId",
@@ -63,6 +86,7 @@ pub(super) struct RawLine {
     pub(super) partition_key: Option<String>,
     pub(super) approximate_arrival_timestamp: Option<String>,
     pub(super) data: Option<String>,
+    pub(super) error_message: Option<String>,
 }
 
 impl<'de> Deserialize<'de> for RawLine {
@@ -95,6 +119,7 @@ impl<'de> Visitor<'de> for RawLineVisitor {
                     line.approximate_arrival_timestamp = Some(map.next_value()?);
                 }
                 "data" => line.data = Some(map.next_value()?),
+                "errorMessage" => line.error_message = Some(map.next_value()?),
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                     line.unknown.push(name.clone());

@@ -1,5 +1,7 @@
 //! Plain S3 object calls: listing, getting, putting and deleting objects.
 
+use std::collections::HashMap;
+
 use anyhow::{Context as _, Result};
 use aws_sdk_s3::primitives::ByteStream;
 
@@ -80,6 +82,59 @@ pub async fn get_object(env: &TestEnv, bucket: &str, key: &str) -> Result<Option
             }
         }
     }
+}
+
+/// An object's user metadata (the `x-amz-meta-*` headers, names without
+/// that prefix), or `None` if there is no such key (`HeadObject`).
+///
+/// API: <https://docs.aws.amazon.com/AmazonS3/latest/API/API_HeadObject.html>
+///
+/// # Errors
+/// Any other AWS error.
+pub async fn head_object_metadata(
+    env: &TestEnv,
+    bucket: &str,
+    key: &str,
+) -> Result<Option<HashMap<String, String>>> {
+    match env.s3.head_object().bucket(bucket).key(key).send().await {
+        Ok(output) => Ok(Some(output.metadata().cloned().unwrap_or_default())),
+        Err(err) => {
+            let err = err.into_service_error();
+            if err.is_not_found() {
+                Ok(None)
+            } else {
+                Err(err).with_context(|| format!("failed to head s3://{bucket}/{key}"))
+            }
+        }
+    }
+}
+
+/// Writes an object with user metadata (`PutObject` with `x-amz-meta-*`
+/// headers), for harness self-tests that write what the daemon writes.
+///
+/// # Errors
+/// Any AWS error.
+pub async fn put_object_with_metadata(
+    env: &TestEnv,
+    bucket: &str,
+    key: &str,
+    body: Vec<u8>,
+    metadata: &[(&str, &str)],
+) -> Result<()> {
+    let mut request = env
+        .s3
+        .put_object()
+        .bucket(bucket)
+        .key(key)
+        .body(ByteStream::from(body));
+    for (name, value) in metadata {
+        request = request.metadata(*name, *value);
+    }
+    request
+        .send()
+        .await
+        .with_context(|| format!("failed to put s3://{bucket}/{key}"))?;
+    Ok(())
 }
 
 /// Writes an object (`PutObject`), for harness self-tests and for planting

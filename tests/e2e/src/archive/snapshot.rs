@@ -1,18 +1,37 @@
-//! What a read of the bucket gives: an [`Archive`] of [`ArchivedObject`]s,
-//! each with its parsed [`ArchivedRecord`] lines and its
-//! [`ArchiveProblem`]s.
+//! What a read of the bucket gives: an [`Archive`] of [`ArchivedObject`]s
+//! (the batches' main objects and their error objects), each with its
+//! decoded [`ArchivedRecord`]s and its [`ArchiveProblem`]s.
 
 use std::fmt;
 use std::sync::Arc;
 
 use super::ObjectKey;
+use super::schema::ParquetSchema;
 
-/// One line of an object, parsed.
+/// What [`ArchivedRecord::data`] holds, and so how it is compared with the
+/// payload produced.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum PayloadForm {
+    /// The payload's bytes (envelope and error lines, raw pieces, Parquet's
+    /// `data` column): compared byte for byte.
+    #[default]
+    Bytes,
+    /// The payload's JSON text as a `json` line holds it (the line without
+    /// its metadata member): compared as a JSON value, and as text with the
+    /// payload trimmed and its raw line breaks made spaces.
+    JsonText,
+    /// A JSON object of the schema's typed columns of a Parquet row:
+    /// compared with the row the schema makes of the payload
+    /// ([`ParquetSchema::expected_row`]).
+    Row(Arc<ParquetSchema>),
+}
+
+/// One user record of an object, decoded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ArchivedRecord {
-    /// The key of the object holding the line.
+    /// The key of the object holding the record.
     pub object_key: Arc<str>,
-    /// 1-based line number in the (decompressed) object.
+    /// 1-based line, piece or row number in the (decompressed) object.
     pub line: usize,
     /// `shardId`.
     pub shard_id: String,
@@ -24,8 +43,14 @@ pub struct ArchivedRecord {
     pub partition_key: String,
     /// `approximateArrivalTimestamp` as written.
     pub approximate_arrival_timestamp: String,
-    /// `data`, base64-decoded.
+    /// The payload, as [`ArchivedRecord::payload`] says (for envelope
+    /// lines: `data`, base64-decoded).
     pub data: Vec<u8>,
+    /// What `data` holds.
+    pub payload: PayloadForm,
+    /// The `errorMessage` of a record in an error object; `None` in a main
+    /// object.
+    pub error_message: Option<String>,
 }
 
 impl ArchivedRecord {
@@ -55,7 +80,7 @@ impl fmt::Display for ArchiveProblem {
     }
 }
 
-/// One object: its parsed key, its lines, and what is wrong with it.
+/// One object: its parsed key, its records, and what is wrong with it.
 #[derive(Clone, Debug)]
 pub struct ArchivedObject {
     /// The parsed key.
@@ -64,7 +89,11 @@ pub struct ArchivedObject {
     pub e_tag: Option<String>,
     /// Size in bytes as stored (compressed).
     pub size: usize,
-    /// The lines that could be parsed far enough to identify a record
+    /// `x-amz-meta-shardsink-format`, if the object has it.
+    pub format: Option<String>,
+    /// `x-amz-meta-shardsink-records`, if the object has it.
+    pub declared_records: Option<String>,
+    /// The records that could be decoded far enough to identify them
     /// (shard id and sequence number).
     pub records: Vec<ArchivedRecord>,
     /// Format and consistency problems found in this object.
@@ -78,9 +107,19 @@ pub struct Archive {
     pub bucket: String,
     /// The prefix the objects must be under.
     pub prefix: String,
-    /// Every object whose key parses, sorted by key.
+    /// Every main object (one per batch) whose key parses, sorted by key.
     pub objects: Vec<Arc<ArchivedObject>>,
-    /// Keys that do not parse or are outside the prefix.
+    /// Every error object under the error prefix whose key parses and
+    /// whose batch's main object is listed, sorted by key.
+    pub error_objects: Vec<Arc<ArchivedObject>>,
+    /// Error objects whose batch has no main object (yet): the batch is not
+    /// committed, so their records do not count as archived.
+    pub uncommitted_error_objects: Vec<Arc<ArchivedObject>>,
+    /// Problems of a batch as a whole: its main and error objects together
+    /// must hold records from exactly the key's first to its last sequence
+    /// number, none twice; an error object needs its batch's main object.
+    pub batch_problems: Vec<ArchiveProblem>,
+    /// Keys that do not parse or are outside the prefix and error prefix.
     pub stray_keys: Vec<ArchiveProblem>,
     /// The body of `{prefix}/_shardsink.json`, the key layout the daemon
     /// records under its prefix, if present.
@@ -88,22 +127,58 @@ pub struct Archive {
 }
 
 impl Archive {
-    /// Every record of every object, in key order then line order.
+    /// An archive of `objects` (main objects) only, for checker self-tests.
+    pub fn of_objects(bucket: &str, prefix: &str, objects: Vec<Arc<ArchivedObject>>) -> Self {
+        Self {
+            bucket: bucket.to_owned(),
+            prefix: prefix.to_owned(),
+            objects,
+            error_objects: Vec::new(),
+            uncommitted_error_objects: Vec::new(),
+            batch_problems: Vec::new(),
+            stray_keys: Vec::new(),
+            layout_record: None,
+        }
+    }
+
+    /// Every record of a committed batch: those of every main object, in
+    /// key order then line order, then those of every error object.
     pub fn records(&self) -> impl Iterator<Item = &ArchivedRecord> {
-        self.objects.iter().flat_map(|o| o.records.iter())
+        self.objects
+            .iter()
+            .chain(&self.error_objects)
+            .flat_map(|o| o.records.iter())
     }
 
-    /// How many records the objects hold.
+    /// How many records [`Archive::records`] gives.
     pub fn record_count(&self) -> usize {
-        self.objects.iter().map(|o| o.records.len()).sum()
+        self.objects
+            .iter()
+            .chain(&self.error_objects)
+            .map(|o| o.records.len())
+            .sum()
     }
 
-    /// Every problem: stray keys, then each object's problems.
+    /// How many objects hold records or commit batches: main and error
+    /// objects, committed or not.
+    pub fn object_count(&self) -> usize {
+        self.objects.len() + self.error_objects.len() + self.uncommitted_error_objects.len()
+    }
+
+    /// Every problem: stray keys, each object's problems (main, then error
+    /// objects), then the batches' problems.
     pub fn problems(&self) -> Vec<ArchiveProblem> {
         self.stray_keys
             .iter()
             .cloned()
-            .chain(self.objects.iter().flat_map(|o| o.problems.iter().cloned()))
+            .chain(
+                self.objects
+                    .iter()
+                    .chain(&self.error_objects)
+                    .chain(&self.uncommitted_error_objects)
+                    .flat_map(|o| o.problems.iter().cloned()),
+            )
+            .chain(self.batch_problems.iter().cloned())
             .collect()
     }
 

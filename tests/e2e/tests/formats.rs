@@ -1,0 +1,580 @@
+//! Output formats and key layouts end to end: in every format and layout
+//! each record lands in S3 exactly once — in its batch's main object, or
+//! under the error prefix when the format cannot represent it — across
+//! SIGKILL restarts and lease moves between two workers, and across a
+//! change of `--format` and `--compression` on one prefix; a restart with
+//! another `--key-layout` on a prefix is refused.
+//!
+//! Each run: records are put in three phases; worker A takes both shards
+//! and is killed (SIGKILL) and restarted twice, each time after the archive
+//! grew, with contract lines 3 and 4 checked on the frozen archive; worker
+//! B joins and takes one lease from A; A is killed and B takes its shard
+//! over after the failover time; B is stopped gracefully. S3 is then read
+//! record by record in the run's layout and format ([`Scenario::finish`]).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use shardsink_e2e::archive::{ObjectFormat, Shape};
+use shardsink_e2e::check::{RecordId, checkpoint_problems, prefix_problems};
+use shardsink_e2e::fixtures::clear_lease_table;
+use shardsink_e2e::payloads::{
+    Payloads, SCHEMA_FILE, json_payloads, raw_payloads, schema_payloads,
+};
+use shardsink_e2e::{
+    Archive, ArchiveReader, Daemon, Finish, ProducedRecord, Scenario, Settings, Versioning,
+    require_env, scaled, wait_until,
+};
+
+/// Shards of every stream here.
+const SHARDS: usize = 2;
+
+/// The settings of every run: small batches written quickly, so that each
+/// run writes many objects.
+fn base(scenario: &Scenario) -> Settings {
+    scenario
+        .settings
+        .clone()
+        .set("buffer-max-records", "25")
+        .set("buffer-max-age", "1s")
+}
+
+fn worker(settings: &Settings, id: &str) -> Settings {
+    settings.clone().set("worker-id", id)
+}
+
+/// Lease owner of each shard (`-` for none).
+async fn owners(scenario: &Scenario) -> anyhow::Result<BTreeMap<String, String>> {
+    Ok(scenario
+        .lease_rows()
+        .await?
+        .into_iter()
+        .map(|row| {
+            (
+                row.lease_key,
+                row.lease_owner.unwrap_or_else(|| "-".to_owned()),
+            )
+        })
+        .collect())
+}
+
+/// Waits until each of the [`SHARDS`] shards is owned, by the workers of
+/// `counts` in those numbers.
+async fn wait_for_owners(scenario: &Scenario, counts: &[(&str, usize)]) {
+    let wanted: BTreeMap<String, usize> = counts
+        .iter()
+        .map(|(id, n)| ((*id).to_owned(), *n))
+        .collect();
+    wait_until(
+        scaled(Duration::from_secs(60)),
+        &format!("leases owned {wanted:?}"),
+        || async {
+            let owners = owners(scenario).await?;
+            let mut found: BTreeMap<String, usize> = BTreeMap::new();
+            for owner in owners.values() {
+                *found.entry(owner.clone()).or_default() += 1;
+            }
+            Ok::<_, anyhow::Error>(owners.len() == SHARDS && found == wanted)
+        },
+    )
+    .await
+    .unwrap();
+}
+
+/// Polls the archive until it holds more than `archived` records (of
+/// committed batches), failing if `daemon` exits or nothing comes.
+async fn wait_for_growth(reader: &mut ArchiveReader, daemon: &mut Daemon, archived: usize) {
+    let timeout = scaled(Duration::from_secs(60));
+    let start = Instant::now();
+    loop {
+        let count = reader.read().await.unwrap().record_count();
+        if count > archived {
+            return;
+        }
+        assert!(
+            daemon.is_running(),
+            "shardsink exited ({:?}) with {count} records archived:\n{}",
+            daemon.exit_status(),
+            daemon.log_tail(60)
+        );
+        assert!(
+            start.elapsed() < timeout,
+            "the archive stayed at {count} records for {timeout:?}"
+        );
+        tokio::time::sleep(shardsink_e2e::wait::POLL_INTERVAL).await;
+    }
+}
+
+/// Puts `payloads`; returns what was produced and the ids of the records
+/// the format must reject.
+async fn put(scenario: &Scenario, payloads: &Payloads) -> (Vec<ProducedRecord>, Vec<RecordId>) {
+    let produced = scenario.put(&payloads.specs).await.unwrap();
+    let rejected = payloads.rejected_ids(&produced);
+    (produced, rejected)
+}
+
+/// Contract lines 3 and 4 right after a SIGKILL of the only worker: every
+/// record at or below a checkpoint is in S3, and each shard's archive is a
+/// gap-free prefix of what was produced. Returns the number of records
+/// archived.
+async fn check_frozen(
+    scenario: &Scenario,
+    reader: &mut ArchiveReader,
+    produced: &[ProducedRecord],
+    what: &str,
+) -> usize {
+    let rows = scenario.lease_rows().await.unwrap();
+    let archive = reader.read().await.unwrap();
+    let problems = checkpoint_problems(&rows, produced, &archive);
+    assert!(problems.is_empty(), "after {what}: {problems:#?}");
+    let gaps = prefix_problems(produced, &archive);
+    assert!(gaps.is_empty(), "after {what}: {gaps:#?}");
+    println!(
+        "{what}: {} records archived in {} objects",
+        archive.record_count(),
+        archive.object_count()
+    );
+    archive.record_count()
+}
+
+/// What a run produced.
+struct Run {
+    produced: Vec<ProducedRecord>,
+    rejected: Vec<RecordId>,
+    /// Worker B, the one still running.
+    survivor: Daemon,
+}
+
+/// One run with [`Scenario::settings`] (see the module documentation):
+/// `phases[0]` before A starts, `phases[1]` after A's first restart,
+/// `phases[2]` once B holds a lease.
+async fn run_with_kills_and_lease_moves(
+    scenario: &Scenario,
+    reader: &mut ArchiveReader,
+    phases: [&Payloads; 3],
+) -> Run {
+    let settings_a = worker(&scenario.settings, "fmt-a");
+    let settings_b = worker(&scenario.settings, "fmt-b");
+    let (mut produced, mut rejected) = put(scenario, phases[0]).await;
+
+    let mut a = Daemon::spawn(&settings_a).unwrap();
+    // A new deployment waits one failover time before taking its leases.
+    wait_for_owners(scenario, &[("fmt-a", SHARDS)]).await;
+    let mut archived = 0;
+    for kill in 1..=2 {
+        wait_for_growth(reader, &mut a, archived).await;
+        a.kill().unwrap();
+        archived = check_frozen(scenario, reader, &produced, &format!("kill {kill} of A")).await;
+        // A restarted with its worker id takes its leases back at once.
+        a = Daemon::spawn(&settings_a).unwrap();
+        if kill == 1 {
+            let (more, more_rejected) = put(scenario, phases[1]).await;
+            produced.extend(more);
+            rejected.extend(more_rejected);
+        }
+    }
+
+    // Lease move 1: B joins and takes one of A's two leases.
+    let mut b = Daemon::spawn(&settings_b).unwrap();
+    wait_for_owners(scenario, &[("fmt-a", 1), ("fmt-b", 1)]).await;
+    println!("B took a lease: {:?}", owners(scenario).await.unwrap());
+    let archived = reader.read().await.unwrap().record_count();
+    let (more, more_rejected) = put(scenario, phases[2]).await;
+    produced.extend(more);
+    rejected.extend(more_rejected);
+    // Both workers write the third phase; A dies while they do.
+    wait_for_growth(reader, &mut b, archived).await;
+
+    // Lease move 2: A dies; B takes its shard once the lease expired.
+    a.kill().unwrap();
+    wait_for_owners(scenario, &[("fmt-b", SHARDS)]).await;
+    println!("B took A's shard over after A was killed");
+    Run {
+        produced,
+        rejected,
+        survivor: b,
+    }
+}
+
+/// The end of a run: B stopped gracefully, then everything checked
+/// ([`Scenario::finish`] with the ground truth, a clean shutdown and the
+/// rejected records). Returns the archive.
+async fn finish(scenario: &Scenario, reader: &mut ArchiveReader, mut run: Run) -> Archive {
+    let how = Finish::stopping(&mut run.survivor, 120)
+        .ground_truth()
+        .clean_shutdown()
+        .rejected(run.rejected.clone());
+    let archive = scenario.finish(reader, &run.produced, how).await.archive;
+    let error_records: usize = archive.error_objects.iter().map(|o| o.records.len()).sum();
+    assert_eq!(
+        error_records,
+        run.rejected.len(),
+        "error objects hold exactly the records the format cannot represent"
+    );
+    archive
+}
+
+/// Every main object's key ends in `main_extension`, every error object's
+/// in `error_extension`, and each key has a path segment starting with
+/// each of `hive` (`"year="`, …).
+fn assert_keys(archive: &Archive, main_extension: &str, error_extension: &str, hive: &[&str]) {
+    for object in &archive.objects {
+        assert!(
+            object.key.key.ends_with(main_extension),
+            "{} is not a {main_extension} object",
+            object.key.key
+        );
+    }
+    for object in &archive.error_objects {
+        assert!(
+            object.key.key.ends_with(error_extension),
+            "{} is not a {error_extension} error object",
+            object.key.key
+        );
+    }
+    for object in archive.objects.iter().chain(&archive.error_objects) {
+        for segment in hive {
+            assert!(
+                object.key.key.contains(&format!("/{segment}")),
+                "{} has no {segment} segment",
+                object.key.key
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn json_with_hive_minute_keys_and_rejected_payloads() {
+    let env = require_env!();
+    let mut scenario = Scenario::create(&env, "fmt-json", 2, Versioning::Enabled)
+        .await
+        .unwrap();
+    scenario.settings = base(&scenario)
+        .set("format", "json")
+        .set("key-layout", "hive")
+        .set("time-bucket", "minute");
+    let seed = shardsink_e2e::env::seed("formats json payloads", None);
+    let phases = [
+        json_payloads(150, seed, "json-1"),
+        json_payloads(100, seed + 1, "json-2"),
+        json_payloads(100, seed + 2, "json-3"),
+    ];
+    let mut reader = scenario.archive_reader();
+    let run = run_with_kills_and_lease_moves(
+        &scenario,
+        &mut reader,
+        [&phases[0], &phases[1], &phases[2]],
+    )
+    .await;
+    assert!(run.rejected.len() >= 40, "{} rejected", run.rejected.len());
+    let archive = finish(&scenario, &mut reader, run).await;
+
+    assert_keys(
+        &archive,
+        ".jsonl.zst",
+        ".jsonl.zst",
+        &["year=", "month=", "day=", "hour=", "minute="],
+    );
+    let error_prefix = format!("{}-errors/year=", scenario.settings.prefix());
+    assert!(
+        archive
+            .error_objects
+            .iter()
+            .all(|o| o.key.key.starts_with(&error_prefix))
+    );
+    // Each kind of rejection, with its reason.
+    let messages: BTreeSet<&str> = archive
+        .records()
+        .filter_map(|r| r.error_message.as_deref())
+        .collect();
+    for reason in ["not UTF-8", "not a JSON object", "metadata field"] {
+        assert!(
+            messages.iter().any(|m| m.contains(reason)),
+            "no errorMessage mentions {reason:?}: {messages:#?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn raw_with_a_record_separator_and_plain_hour_keys() {
+    let env = require_env!();
+    let mut scenario = Scenario::create(&env, "fmt-raw", 2, Versioning::Enabled)
+        .await
+        .unwrap();
+    scenario.settings = base(&scenario)
+        .set("format", "raw")
+        .set("record-delimiter", "\\x1e")
+        .set("compression", "gzip")
+        .set("key-layout", "plain")
+        .set("time-bucket", "hour");
+    let seed = shardsink_e2e::env::seed("formats raw payloads", None);
+    let phases = [
+        raw_payloads(150, seed, "raw-1", 0x1e),
+        raw_payloads(100, seed + 1, "raw-2", 0x1e),
+        raw_payloads(100, seed + 2, "raw-3", 0x1e),
+    ];
+    let mut reader = scenario.archive_reader();
+    let run = run_with_kills_and_lease_moves(
+        &scenario,
+        &mut reader,
+        [&phases[0], &phases[1], &phases[2]],
+    )
+    .await;
+    let archive = finish(&scenario, &mut reader, run).await;
+    assert_keys(&archive, ".raw.gz", ".jsonl.gz", &[]);
+    assert!(archive.error_objects.is_empty());
+    for object in &archive.objects {
+        // prefix / yyyy / MM / dd / HH / shard / name
+        let segments = object.key.key.split('/').count();
+        assert_eq!(segments, 7, "{} is not an hour key", object.key.key);
+        assert_eq!(object.key.shape, Shape::Raw);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn parquet_with_hive_hour_keys() {
+    let env = require_env!();
+    let mut scenario = Scenario::create(&env, "fmt-parquet", 2, Versioning::Enabled)
+        .await
+        .unwrap();
+    scenario.settings = base(&scenario)
+        .set("format", "parquet")
+        .set("key-layout", "hive")
+        .set("time-bucket", "hour");
+    let seed = shardsink_e2e::env::seed("formats parquet payloads", None);
+    // Any bytes fit the data column: payloads the json format would reject
+    // are plain rows here.
+    let phases = [
+        json_payloads(150, seed, "parquet-1"),
+        raw_payloads(100, seed + 1, "parquet-2", 0),
+        json_payloads(100, seed + 2, "parquet-3"),
+    ];
+    let accept_all = |p: &Payloads| Payloads {
+        specs: p.specs.clone(),
+        rejected: vec![false; p.specs.len()],
+    };
+    let phases = phases.map(|p| accept_all(&p));
+    let mut reader = scenario.archive_reader();
+    let run = run_with_kills_and_lease_moves(
+        &scenario,
+        &mut reader,
+        [&phases[0], &phases[1], &phases[2]],
+    )
+    .await;
+    let archive = finish(&scenario, &mut reader, run).await;
+    assert_keys(
+        &archive,
+        ".parquet",
+        ".jsonl.zst",
+        &["year=", "month=", "day=", "hour="],
+    );
+    assert!(archive.error_objects.is_empty());
+    assert!(
+        archive
+            .objects
+            .iter()
+            .all(|o| !o.key.key.contains("/minute=")),
+        "hour keys have no minute"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn parquet_with_a_schema_and_plain_minute_keys() {
+    let env = require_env!();
+    let mut scenario = Scenario::create(&env, "fmt-schema", 2, Versioning::Enabled)
+        .await
+        .unwrap();
+    let schema_path = shardsink_e2e::daemon::log_dir(&scenario.stream).join("schema.json");
+    std::fs::create_dir_all(schema_path.parent().unwrap()).unwrap();
+    std::fs::write(&schema_path, SCHEMA_FILE).unwrap();
+    scenario.settings = base(&scenario)
+        .set("format", "parquet")
+        .set("parquet-schema", schema_path.to_str().unwrap())
+        .set("compression", "gzip");
+    let seed = shardsink_e2e::env::seed("formats schema payloads", None);
+    let phases = [
+        schema_payloads(150, seed, "schema-1"),
+        schema_payloads(100, seed + 1, "schema-2"),
+        schema_payloads(100, seed + 2, "schema-3"),
+    ];
+    let mut reader = scenario.archive_reader();
+    let run = run_with_kills_and_lease_moves(
+        &scenario,
+        &mut reader,
+        [&phases[0], &phases[1], &phases[2]],
+    )
+    .await;
+    assert!(run.rejected.len() >= 40, "{} rejected", run.rejected.len());
+    let archive = finish(&scenario, &mut reader, run).await;
+    // Parquet keys name no codec; their error objects are zstd.
+    assert_keys(&archive, ".parquet", ".jsonl.zst", &[]);
+    assert!(!archive.error_objects.is_empty());
+    let messages: BTreeSet<&str> = archive
+        .records()
+        .filter_map(|r| r.error_message.as_deref())
+        .collect();
+    for field in ["user_id", "event", "ok", "at"] {
+        assert!(
+            messages.iter().any(|m| m.contains(field)),
+            "no errorMessage names {field:?}: {messages:#?}"
+        );
+    }
+    for object in &archive.objects {
+        assert!(
+            object
+                .format
+                .as_deref()
+                .is_some_and(|f| f.starts_with("parquet;schema=")),
+            "{}: {:?}",
+            object.key.key,
+            object.format
+        );
+    }
+}
+
+/// `--format` and `--compression` change between two runs on one prefix;
+/// the lease table is emptied in between, so the second run reads the whole
+/// stream again and only dedup — which must read keys of every extension —
+/// keeps the first run's records from being written twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn format_and_compression_change_between_runs() {
+    let env = require_env!();
+    let mut scenario = Scenario::create(&env, "fmt-change", 2, Versioning::Enabled)
+        .await
+        .unwrap();
+    let first = base(&scenario)
+        .set("format", "json")
+        .set("compression", "gzip");
+    scenario.settings = first.clone();
+    let seed = shardsink_e2e::env::seed("formats change payloads", None);
+    let payloads = json_payloads(200, seed, "change-1");
+    let (mut produced, rejected) = put(&scenario, &payloads).await;
+    let mut reader = scenario.archive_reader();
+    let mut daemon = Daemon::spawn(&worker(&first, "fmt-a")).unwrap();
+    let how = Finish::stopping(&mut daemon, 90).rejected(rejected.clone());
+    let before = scenario.finish(&mut reader, &produced, how).await.archive;
+    assert!(
+        before
+            .objects
+            .iter()
+            .all(|o| o.key.key.ends_with(".jsonl.gz"))
+    );
+
+    let emptied = clear_lease_table(&env, &first.lease_table()).await.unwrap();
+    assert_eq!(emptied, SHARDS, "one lease row per shard");
+    scenario.settings = base(&scenario)
+        .set("format", "parquet")
+        .set("compression", "zstd")
+        // Other batch boundaries than the first run's.
+        .set("buffer-max-records", "40");
+    let more = json_payloads(150, seed + 1, "change-2");
+    produced.extend(scenario.put(&more.specs).await.unwrap());
+    let mut daemon = Daemon::spawn(&worker(&scenario.settings, "fmt-a")).unwrap();
+    // A SIGKILL while the second run writes.
+    let archived = before.record_count();
+    wait_for_growth(&mut reader, &mut daemon, archived).await;
+    daemon.kill().unwrap();
+    check_frozen(&scenario, &mut reader, &produced, "kill of the second run").await;
+    let mut daemon = Daemon::spawn(&worker(&scenario.settings, "fmt-a")).unwrap();
+    let how = Finish::stopping(&mut daemon, 90)
+        .ground_truth()
+        .clean_shutdown()
+        .rejected(rejected)
+        .formats(vec![
+            ObjectFormat::of_settings(&first),
+            ObjectFormat::of_settings(&scenario.settings),
+        ]);
+    let after = scenario.finish(&mut reader, &produced, how).await.archive;
+    // The first run's objects are untouched; the second run wrote Parquet
+    // only, and only the records the first run had not archived.
+    for object in &before.objects {
+        let now = after
+            .object(&object.key.key)
+            .unwrap_or_else(|| panic!("{} disappeared", object.key.key));
+        assert_eq!(now.e_tag, object.e_tag, "{} changed", object.key.key);
+    }
+    let new: Vec<_> = after
+        .objects
+        .iter()
+        .filter(|o| before.object(&o.key.key).is_none())
+        .collect();
+    assert!(!new.is_empty());
+    assert!(
+        new.iter().all(|o| o.key.key.ends_with(".parquet")),
+        "the second run writes Parquet"
+    );
+    let new_records: usize = new.iter().map(|o| o.records.len()).sum();
+    assert_eq!(new_records, more.specs.len());
+    assert_eq!(after.error_objects.len(), before.error_objects.len());
+}
+
+/// A prefix keeps the key layout it was first written with: a restart with
+/// another `--key-layout` (or `--time-bucket`) exits with code 2 and one
+/// line naming the setting, and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn another_key_layout_on_the_prefix_is_refused() {
+    let env = require_env!();
+    let mut scenario = Scenario::create(&env, "fmt-layout", 2, Versioning::Enabled)
+        .await
+        .unwrap();
+    scenario.settings = base(&scenario)
+        .set("key-layout", "hive")
+        .set("time-bucket", "hour");
+    let produced = scenario
+        .put(&raw_payloads(60, 1, "layout", b'\n').specs)
+        .await
+        .unwrap();
+    let mut reader = scenario.archive_reader();
+    let mut daemon = Daemon::spawn(&scenario.settings).unwrap();
+    let how = Finish::stopping(&mut daemon, 90);
+    let before = scenario.finish(&mut reader, &produced, how).await.archive;
+
+    for (flag, settings) in [
+        (
+            "--key-layout",
+            scenario.settings.clone().set("key-layout", "plain"),
+        ),
+        (
+            "--time-bucket",
+            scenario.settings.clone().set("time-bucket", "minute"),
+        ),
+    ] {
+        let mut refused = Daemon::spawn(&settings).unwrap();
+        let status = refused
+            .wait_exit(scaled(Duration::from_secs(60)))
+            .await
+            .unwrap();
+        let log = refused.log();
+        assert_eq!(status.code(), Some(2), "{flag}: {status}\n{log}");
+        let errors: Vec<&str> = log
+            .lines()
+            .filter(|line| line.contains("invalid setting"))
+            .collect();
+        assert_eq!(errors.len(), 1, "{flag}: one error line:\n{log}");
+        assert!(
+            errors[0].starts_with(&format!("shardsink: invalid setting {flag} ")),
+            "{}",
+            errors[0]
+        );
+        assert!(
+            errors[0].contains("--key-layout hive --time-bucket hour"),
+            "the line names the recorded layout: {}",
+            errors[0]
+        );
+    }
+    let after = reader.read().await.unwrap();
+    let keys =
+        |a: &Archive| -> Vec<String> { a.objects.iter().map(|o| o.key.key.clone()).collect() };
+    assert_eq!(
+        keys(&after),
+        keys(&before),
+        "a refused start writes nothing"
+    );
+    assert!(after.stray_keys.is_empty(), "{:#?}", after.stray_keys);
+    assert_eq!(
+        after.layout_record.as_deref(),
+        Some(r#"{"keyLayout":"hive","timeBucket":"hour"}"#)
+    );
+}
