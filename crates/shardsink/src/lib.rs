@@ -37,6 +37,7 @@ mod aws;
 pub mod cli;
 mod commit;
 pub mod config;
+mod events;
 #[cfg(test)]
 mod fake_aws;
 mod ops;

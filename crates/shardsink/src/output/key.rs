@@ -186,13 +186,19 @@ fn is_shard_id(id: &str) -> bool {
 
 /// The last key segment: `{sorter}-{first}-{last}{ext}`.
 pub fn object_name(range: &SequenceRange, body: BodyKind) -> String {
-    let mut name = String::with_capacity(3 * 62 + 12);
+    named(range, body.extension())
+}
+
+/// `{sorter}-{first}-{last}{extension}`: the name of any object that
+/// belongs to the batch of `range`.
+pub fn named(range: &SequenceRange, extension: &str) -> String {
+    let mut name = String::with_capacity(3 * 62 + extension.len());
     encode_descending(range.first(), &mut name);
     name.push('-');
     encode_ascending(range.first(), &mut name);
     name.push('-');
     encode_ascending(range.last(), &mut name);
-    name.push_str(body.extension());
+    name.push_str(extension);
     name
 }
 
@@ -247,6 +253,29 @@ pub fn parse_object_name(name: &str) -> Result<ObjectName, KeyParseError> {
     let dot = name.find('.').ok_or_else(shape)?;
     let (stem, ext) = name.split_at(dot);
     let body = BodyKind::from_extension(ext).ok_or_else(shape)?;
+    let range = parse_stem(name, stem)?;
+    Ok(ObjectName { range, body })
+}
+
+/// Parses `{stem}{extension}` where the stem is `{sorter}-{first}-{last}`
+/// and the extension is exactly `extension`.
+///
+/// # Errors
+/// [`KeyParseError`] for any name [`named`] would not produce with it.
+pub fn parse_named(name: &str, extension: &str) -> Result<SequenceRange, KeyParseError> {
+    let stem = name
+        .strip_suffix(extension)
+        .filter(|stem| !stem.contains('.'))
+        .ok_or_else(|| KeyParseError::Shape {
+            name: name.to_owned(),
+        })?;
+    parse_stem(name, stem)
+}
+
+fn parse_stem(name: &str, stem: &str) -> Result<SequenceRange, KeyParseError> {
+    let shape = || KeyParseError::Shape {
+        name: name.to_owned(),
+    };
     let mut parts = stem.split('-');
     let (Some(sorter), Some(first), Some(last), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
@@ -266,11 +295,10 @@ pub fn parse_object_name(name: &str) -> Result<ObjectName, KeyParseError> {
             reason: "sorter does not match first",
         });
     }
-    let range = SequenceRange::new(first, last).map_err(|_| KeyParseError::Inconsistent {
+    SequenceRange::new(first, last).map_err(|_| KeyParseError::Inconsistent {
         name: name.to_owned(),
         reason: "first is greater than last",
-    })?;
-    Ok(ObjectName { range, body })
+    })
 }
 
 #[cfg(test)]

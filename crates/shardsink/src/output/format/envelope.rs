@@ -74,6 +74,30 @@ impl LineEncoder {
         out.extend_from_slice(b"}\n");
     }
 
+    /// Appends one user record's duplicate line to `out`: its envelope line
+    /// with `duplicateOf` after `data` — the accepted copy it repeats, as
+    /// `{"shardId":…,"sequenceNumber":…[,"subSequenceNumber":…]}`.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn encode_duplicate(
+        &mut self,
+        user: &UserRecordView<'_>,
+        of: &crate::events::rule::CopyRef,
+        out: &mut Vec<u8>,
+    ) {
+        self.metadata_fields(user, out);
+        push_data(out, user.data);
+        out.extend_from_slice(br#"","duplicateOf":{"shardId":"#);
+        push_json_string(out, &of.shard_id);
+        out.extend_from_slice(br#","sequenceNumber":""#);
+        out.extend_from_slice(of.sequence_number.as_str().as_bytes());
+        out.push(b'"');
+        if let Some(sub) = of.sub_sequence_number {
+            out.extend_from_slice(br#","subSequenceNumber":"#);
+            push_decimal(out, sub);
+        }
+        out.extend_from_slice(b"}}\n");
+    }
+
     /// Appends the metadata object of a user record: the envelope's fields
     /// without `data`, `{"shardId":…,"approximateArrivalTimestamp":"…"}`.
     pub fn encode_metadata(&mut self, user: &UserRecordView<'_>, out: &mut Vec<u8>) {
@@ -200,6 +224,28 @@ mod tests {
         let mut out = Vec::new();
         LineEncoder::new(shard_id).encode(record, &mut out);
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn a_duplicate_line_names_the_accepted_copy() {
+        let shard = "shardId-000000000001";
+        let record = record("12", 60_000, "pk", b"x");
+        let user = record.views(shard).next().unwrap();
+        let of = crate::events::rule::CopyRef {
+            shard_id: std::sync::Arc::from("shardId-000000000000"),
+            sequence_number: sequence_range::SequenceNumber::from(7u64),
+            sub_sequence_number: Some(2),
+        };
+        let mut out = Vec::new();
+        LineEncoder::new(shard).encode_duplicate(&user, &of, &mut out);
+        let line: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(line["sequenceNumber"], "12");
+        assert_eq!(line["data"], "eA==");
+        assert_eq!(
+            line["duplicateOf"],
+            serde_json::json!({"shardId": "shardId-000000000000", "sequenceNumber": "7", "subSequenceNumber": 2})
+        );
+        assert!(out.ends_with(b"}}\n") && !out[..out.len() - 1].contains(&b'\n'));
     }
 
     #[test]

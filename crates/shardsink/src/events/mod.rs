@@ -1,0 +1,22 @@
+//! Event deduplication (`--event-id`): each *event* once, when producers put
+//! a record into the stream more than once. Between reading and batching,
+//! every user record is decided: kept (the main prefix) or a duplicate of an
+//! earlier accepted copy of its event (the duplicates prefix).
+//!
+//! - `id`: where an event's id comes from and the [`EventKey`](rule::EventKey)
+//!   hash of id and payload;
+//! - `rule`: the decision rule, a pure function of a record and the accepted
+//!   copies before it;
+//! - `store`: what the two stores share — the lineage of a shard and the
+//!   candidates of a run;
+//! - `decisions`: a batch's decisions and the decisions object that records
+//!   them in S3 before the batch's other objects.
+
+// Used by the shard task once it decides events; until then only tests
+// reach these modules.
+#![allow(dead_code)]
+
+pub(crate) mod decisions;
+pub(crate) mod id;
+pub(crate) mod rule;
+pub(crate) mod store;
