@@ -130,8 +130,17 @@ fn pipeline(records: &[ShardRecord], written: Option<&RangeSet>, format: &Format
             black_box(batch.take());
         }
         match &mut batch {
-            Some(batch) => batch.push(record),
-            None => batch = Some(Batch::start(SHARD, record, minute, format, budget.clone())),
+            Some(batch) => batch.push(record, None),
+            None => {
+                batch = Some(Batch::start(
+                    SHARD,
+                    record,
+                    None,
+                    minute,
+                    format,
+                    budget.clone(),
+                ))
+            }
         }
     }
     black_box(excluded);
@@ -214,9 +223,9 @@ fn bench(c: &mut Criterion) {
 
     let budget = MemoryBudget::new(u64::MAX, 64 << 20);
     let minute = Bucket::minute(records[0].arrival_millis);
-    let mut batch = Batch::start(SHARD, &records[0], minute, &Format::Envelope, budget);
+    let mut batch = Batch::start(SHARD, &records[0], None, minute, &Format::Envelope, budget);
     for record in &records[1..] {
-        batch.push(record);
+        batch.push(record, None);
     }
     let MainBody::Bytes(lines) = batch.into_bodies().0.main else {
         unreachable!("envelope lines")

@@ -75,6 +75,11 @@ impl FakeShard {
         );
     }
 
+    /// Every record pushed, as GetRecords returns them.
+    pub fn records(&self) -> Vec<Record> {
+        lock(&self.records).clone()
+    }
+
     /// Closes the shard: reading past the last record gives `SHARD_END`.
     pub fn close(&self) {
         *lock(&self.closed) = true;

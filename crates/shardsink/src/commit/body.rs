@@ -6,6 +6,7 @@
 use bytes::Bytes;
 
 use crate::config::CompressionCodec;
+use crate::events::rule::Outcome;
 use crate::output::compression::Compression;
 use crate::output::format::{Bodies, BodyKind, BodyShape, Format, MainBody};
 use crate::output::view::RejectReason;
@@ -18,6 +19,8 @@ pub const FORMAT_METADATA: &str = "shardsink-format";
 pub const RECORDS_METADATA: &str = "shardsink-records";
 /// [`FORMAT_METADATA`] of error objects.
 pub const ERRORS_FORMAT: &str = "errors";
+/// [`FORMAT_METADATA`] of duplicates objects.
+pub const DUPLICATES_FORMAT: &str = "duplicates";
 /// User metadata name of error objects
 /// (`x-amz-meta-shardsink-main-format`): the format of their batch's main
 /// object, so that a replay after a change of settings writes the main
@@ -38,7 +41,8 @@ pub struct ObjectBody {
     pub records: usize,
     /// [`FORMAT_METADATA`].
     pub format: String,
-    /// [`MAIN_FORMAT_METADATA`], for an error object.
+    /// [`MAIN_FORMAT_METADATA`], for an error, duplicates or decisions
+    /// object.
     pub main_format: Option<String>,
 }
 
@@ -66,17 +70,55 @@ impl ObjectBody {
     }
 }
 
-/// A batch's bodies, ready to PUT: the error object first, the main object
-/// last (it is the batch's commit marker).
+/// A batch's bodies, ready to PUT: the decisions object first, then the
+/// error and duplicates objects, the main object last (it is the batch's
+/// commit marker).
 #[derive(Debug)]
 pub struct EncodedBatch {
     /// The main object's body; written even when every record was rejected.
     pub main: ObjectBody,
     /// The error object's body, when a record was rejected.
     pub errors: Option<ObjectBody>,
+    /// The duplicates object's body, when a record was a duplicate.
+    pub duplicates: Option<ObjectBody>,
+    /// The decisions object's body, when the batch came with decisions.
+    pub decisions: Option<ObjectBody>,
     /// Rejected user records by reason.
     pub rejected: Vec<(RejectReason, u64)>,
+    /// User records by event outcome (with decisions).
+    pub outcomes: Vec<(Outcome, u64)>,
 }
+
+impl EncodedBatch {
+    /// The objects to PUT, in order: decisions, errors, duplicates, main.
+    pub fn objects(&self) -> impl Iterator<Item = (ObjectRole, &ObjectBody)> {
+        [
+            (ObjectRole::Decisions, self.decisions.as_ref()),
+            (ObjectRole::Errors, self.errors.as_ref()),
+            (ObjectRole::Duplicates, self.duplicates.as_ref()),
+            (ObjectRole::Main, Some(&self.main)),
+        ]
+        .into_iter()
+        .filter_map(|(role, body)| Some((role, body?)))
+    }
+}
+
+/// Which of a batch's objects a body is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObjectRole {
+    /// The decisions object, under `{prefix}/_events`.
+    Decisions,
+    /// The error object, under the error prefix.
+    Errors,
+    /// The duplicates object, under the duplicates prefix.
+    Duplicates,
+    /// The main object, under the prefix: the commit marker.
+    Main,
+}
+
+/// The codec of decisions objects: always zstd at level 3, so that their
+/// bytes depend on the decisions alone.
+pub const DECISIONS_COMPRESSION: Compression = Compression::Zstd(3);
 
 /// The codec of a batch's error object: the main key's codec, or zstd when
 /// the main body is Parquet (whose key names no codec) — so the error key
@@ -93,7 +135,9 @@ pub fn error_codec(main: BodyKind) -> CompressionCodec {
 ///
 /// `kind` is the main key's body kind; `compression` is the codec and level
 /// of the settings, used where it matches the kind (else the kind's codec
-/// at its default level).
+/// at its default level). `events`: the event settings' description
+/// ([`settings_description`](crate::events::decisions::settings_description)),
+/// stored with the decisions object.
 ///
 /// # Errors
 /// I/O errors from a codec, or the Parquet writer's.
@@ -102,6 +146,7 @@ pub fn encode(
     format: &Format,
     kind: BodyKind,
     compression: Compression,
+    events: Option<&str>,
 ) -> std::io::Result<EncodedBatch> {
     let at = |codec: CompressionCodec| {
         if codec == compression.codec() {
@@ -134,23 +179,51 @@ pub fn encode(
         format: format.description(),
         main_format: None,
     };
-    let errors = if bodies.errors.is_empty() {
-        None
-    } else {
+    let side = |lines: Vec<u8>, records: usize, format: &str| -> std::io::Result<ObjectBody> {
         let codec = error_codec(kind);
-        let (plain, bytes) = plain_and_bytes(bodies.errors, codec)?;
-        Some(ObjectBody {
+        let (plain, bytes) = plain_and_bytes(lines, codec)?;
+        Ok(ObjectBody {
             kind: BodyKind::lines(codec),
             bytes,
             plain,
-            records: error_records,
-            format: ERRORS_FORMAT.to_owned(),
+            records,
+            format: format.to_owned(),
             main_format: Some(main.format.clone()),
         })
+    };
+    let errors = (!bodies.errors.is_empty())
+        .then(|| side(bodies.errors, error_records, ERRORS_FORMAT))
+        .transpose()?;
+    let duplicates = (!bodies.duplicates.is_empty())
+        .then(|| {
+            side(
+                bodies.duplicates,
+                bodies.duplicate_records,
+                DUPLICATES_FORMAT,
+            )
+        })
+        .transpose()?;
+    let user_records = bodies.main_records + error_records + bodies.duplicate_records;
+    let decisions = match bodies.decisions {
+        None => None,
+        Some(lines) => {
+            let plain = Bytes::from(lines);
+            Some(ObjectBody {
+                kind: BodyKind::lines(DECISIONS_COMPRESSION.codec()),
+                bytes: Bytes::from(DECISIONS_COMPRESSION.compress(&plain)?),
+                plain,
+                records: user_records,
+                format: events.unwrap_or_default().to_owned(),
+                main_format: Some(main.format.clone()),
+            })
+        }
     };
     Ok(EncodedBatch {
         main,
         errors,
+        duplicates,
+        decisions,
         rejected: bodies.rejected,
+        outcomes: bodies.outcomes,
     })
 }

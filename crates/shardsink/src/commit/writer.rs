@@ -22,11 +22,12 @@ use std::time::Duration;
 use shard_lease::{Checkpoint, HeldLease, LeaseError, PendingBatch};
 use tracing::{error, info, warn};
 
-use super::body::{self, EncodedBatch, ObjectBody};
+use super::body::{self, EncodedBatch, ObjectBody, ObjectRole};
 use super::existing::same_records;
 use super::fence::Fence;
 use crate::aws::retry::{Classify, Failure, Retry, Stopped};
 use crate::aws::{ObjectStore, PutOutcome, S3Error};
+use crate::events::decisions::{self, RecordedDecision, decisions_key};
 use crate::ops::failpoint::failpoint;
 use crate::ops::metrics::{Metrics, Outcome};
 use crate::output::Output;
@@ -36,7 +37,7 @@ use crate::output::format::{BodyKind, Format};
 use crate::output::key::parse_object_name;
 use crate::shard::dedup::Uncommitted;
 use crate::shard::error::ShardError;
-use crate::shard::replay::recorded_kind;
+use crate::shard::replay::{ReplayDecisions, recorded_kind};
 
 /// A batch as written: the pending batch it was recorded as (its last
 /// sequence number is now the checkpoint), and what the PUT did.
@@ -48,6 +49,29 @@ pub struct WrittenBatch {
     pub outcome: PutOutcome,
 }
 
+/// How a pending batch is rebuilt ([`BatchWriter::replay_plan`]).
+#[derive(Debug)]
+pub struct ReplayPlan {
+    /// The format to encode it in.
+    pub format: Format,
+    /// Where its event decisions come from.
+    pub decisions: ReplayDecisions,
+    /// The decisions read back from its decisions object (empty when there
+    /// is none): their accepted copies go into the store.
+    pub recorded: Vec<RecordedDecision>,
+}
+
+impl ReplayPlan {
+    /// A plan without event decisions.
+    fn without_decisions(format: Format) -> Self {
+        Self {
+            format,
+            decisions: ReplayDecisions::None,
+            recorded: Vec::new(),
+        }
+    }
+}
+
 /// Writes a shard's batches through its lease.
 #[derive(Debug, Clone)]
 pub struct BatchWriter {
@@ -56,6 +80,8 @@ pub struct BatchWriter {
     lease: Arc<HeldLease>,
     fence: Fence,
     metrics: Arc<Metrics>,
+    /// The event settings' description, stored with decisions objects.
+    events: Option<Arc<str>>,
 }
 
 /// Why one PUT attempt failed.
@@ -95,7 +121,14 @@ impl BatchWriter {
             fence: Fence::new(lease.clone(), failover_time),
             lease,
             metrics,
+            events: None,
         }
+    }
+
+    /// Decisions objects record `description` (the event settings).
+    pub fn with_events(mut self, description: &str) -> Self {
+        self.events = Some(Arc::from(description));
+        self
     }
 
     fn shard_id(&self) -> &str {
@@ -140,45 +173,93 @@ impl BatchWriter {
             .await
     }
 
-    /// The format to rebuild the pending batch in: the shape its recorded
-    /// key names ([`Format::for_shape`]) — and, when the batch's error object
-    /// is already in S3, the main format that error object was written for
-    /// (`x-amz-meta-shardsink-main-format`), so that the records it holds
-    /// are left out of the main object whatever the settings are now.
+    /// How to rebuild the pending batch: in the format its recorded key
+    /// names ([`Format::for_shape`]) — or, when the batch's error object is
+    /// already in S3, the main format that error object was written for
+    /// (`x-amz-meta-shardsink-main-format`), so that the records it holds are
+    /// left out of the main object whatever the settings are now — and with
+    /// the event decisions of its decisions object when that is in S3
+    /// (adopted, whatever the settings are now). Without one, with event
+    /// deduplication on (`events_on`), the records are decided afresh —
+    /// unless the error or main object is there: then the batch was written
+    /// without event decisions and is rebuilt without them.
     ///
     /// # Errors
-    /// [`ShardError`] when the lease is lost while HeadObject is retried.
-    pub async fn replay_format(&self, pending: &PendingBatch) -> Result<Format, ShardError> {
+    /// [`ShardError`] when the lease is lost while S3 is retried, or when the
+    /// decisions object does not parse.
+    pub async fn replay_plan(
+        &self,
+        pending: &PendingBatch,
+        events_on: bool,
+    ) -> Result<ReplayPlan, ShardError> {
         let kind = recorded_kind(&pending.key).unwrap_or_else(|| self.output.body_kind());
         let format = self.output.format.for_shape(kind.shape);
         let Ok(parsed) = self.output.layout.parse_key(&pending.key) else {
-            return Ok(format);
+            return Ok(ReplayPlan::without_decisions(format));
         };
+        let (bucket, range) = (parsed.bucket, &parsed.range);
         let error_key = self.output.error_layout.object_key(
-            parsed.bucket,
+            bucket,
             self.shard_id(),
-            &parsed.range,
+            range,
             BodyKind::lines(body::error_codec(kind)),
         );
-        let metadata = self.head_metadata(&error_key).await?;
-        let Some(written_for) = metadata
+        let error_metadata = self.head_metadata(&error_key).await?;
+        let format = match error_metadata
             .as_ref()
             .and_then(|metadata| metadata.get(body::MAIN_FORMAT_METADATA))
-        else {
-            return Ok(format);
+        {
+            Some(written_for) => self.format_written_for(pending, &error_key, written_for, format),
+            None => format,
         };
+        let decisions_key = decisions_key(
+            &self.output.decisions_layout,
+            bucket,
+            self.shard_id(),
+            range,
+        );
+        if let Some(recorded) = self.read_decisions(&decisions_key).await? {
+            info!(key = %pending.key, decisions_key, "the pending batch's decisions object is in S3; rebuilding the batch as decided");
+            return Ok(ReplayPlan {
+                format,
+                decisions: ReplayDecisions::adopted(&recorded),
+                recorded,
+            });
+        }
+        let written_without_decisions =
+            error_metadata.is_some() || self.head_metadata(&pending.key).await?.is_some();
+        Ok(ReplayPlan {
+            format,
+            decisions: if events_on && !written_without_decisions {
+                ReplayDecisions::Fresh(std::collections::VecDeque::new())
+            } else {
+                ReplayDecisions::None
+            },
+            recorded: Vec::new(),
+        })
+    }
+
+    /// `format`, or the one an existing error object says the batch's main
+    /// object was written in (`written_for`), when it can be rebuilt.
+    fn format_written_for(
+        &self,
+        pending: &PendingBatch,
+        error_key: &str,
+        written_for: &str,
+        format: Format,
+    ) -> Format {
         if *written_for == format.description() {
-            return Ok(format);
+            return format;
         }
         match Format::from_description(written_for) {
-            Some(original) if original.shape() == kind.shape => {
+            Some(original) if original.shape() == format.shape() => {
                 warn!(
                     key = %pending.key,
                     error_key,
                     written_for = %written_for,
                     "the pending batch's error object was written for another format; replaying in that format"
                 );
-                Ok(original)
+                original
             }
             _ => {
                 warn!(
@@ -187,9 +268,42 @@ impl BatchWriter {
                     written_for = %written_for,
                     "the pending batch's error object was written for a format that cannot be rebuilt; replaying in the current one"
                 );
-                Ok(format)
+                format
             }
         }
+    }
+
+    /// The decisions a decisions object records, if it is in S3.
+    ///
+    /// # Errors
+    /// [`ShardError`] when the lease is lost while S3 is retried, or when
+    /// the object does not decompress or parse.
+    pub async fn read_decisions(
+        &self,
+        key: &str,
+    ) -> Result<Option<Vec<RecordedDecision>>, ShardError> {
+        let body = Retry::new("GetObject")
+            .metrics(&self.metrics)
+            .until(self.lease.lost())
+            .run(|| self.store.get_if_exists(key))
+            .await
+            .map_err(|stopped| ShardError::from_s3_stop(self.shard_id(), stopped))?;
+        let Some(body) = body else {
+            return Ok(None);
+        };
+        let corrupt = |message: String| {
+            error!(key, message, "cannot read a decisions object");
+            ShardError::Internal {
+                shard_id: self.shard_id().to_owned(),
+                message: "a decisions object does not parse",
+            }
+        };
+        let plain =
+            crate::output::compression::decompress(body::DECISIONS_COMPRESSION.codec(), &body)
+                .map_err(|err| corrupt(err.to_string()))?;
+        decisions::parse(self.shard_id(), &plain)
+            .map(Some)
+            .map_err(corrupt)
     }
 
     /// Replays the pending batch recorded in the lease row: `batch` must hold
@@ -303,36 +417,64 @@ impl BatchWriter {
         // The bodies stay counted against the memory budget until the PUTs
         // ended.
         let (bodies, mut reservation) = batch.into_bodies();
-        let encoded = encode(bodies, format.clone(), kind, self.output.compression)
-            .await
-            .map_err(|source| ShardError::Compression {
-                shard_id: self.shard_id().to_owned(),
-                source,
-            })?;
+        let encoded = encode(
+            bodies,
+            format.clone(),
+            kind,
+            self.output.compression,
+            self.events.clone(),
+        )
+        .await
+        .map_err(|source| ShardError::Compression {
+            shard_id: self.shard_id().to_owned(),
+            source,
+        })?;
+        reservation.grow(encoded.objects().map(|(_, body)| body.held_bytes()).sum());
+        let (mut bytes_written, mut outcome) = (0, PutOutcome::Created);
+        for (role, body) in encoded.objects() {
+            let key = match role {
+                ObjectRole::Main => pending.key.clone(),
+                ObjectRole::Decisions => decisions_key(
+                    &self.output.decisions_layout,
+                    bucket,
+                    self.shard_id(),
+                    &range,
+                ),
+                ObjectRole::Errors => {
+                    self.output
+                        .error_layout
+                        .object_key(bucket, self.shard_id(), &range, body.kind)
+                }
+                ObjectRole::Duplicates => self.output.duplicates_layout.object_key(
+                    bucket,
+                    self.shard_id(),
+                    &range,
+                    body.kind,
+                ),
+            };
+            let put = self.put(&key, body).await?;
+            if put == PutOutcome::Created {
+                bytes_written += body.bytes.len();
+            }
+            match role {
+                ObjectRole::Main => outcome = put,
+                ObjectRole::Decisions => failpoint("after-decisions-put").await,
+                ObjectRole::Errors => failpoint("after-error-put").await,
+                ObjectRole::Duplicates => failpoint("after-duplicates-put").await,
+            }
+        }
         let EncodedBatch {
             main,
             errors,
+            duplicates,
             rejected,
+            outcomes,
+            ..
         } = encoded;
-        reservation.grow(main.held_bytes() + errors.as_ref().map_or(0, ObjectBody::held_bytes));
-        let mut bytes_written = 0;
-        if let Some(errors) = &errors {
-            let key =
-                self.output
-                    .error_layout
-                    .object_key(bucket, self.shard_id(), &range, errors.kind);
-            if self.put(&key, errors).await? == PutOutcome::Created {
-                bytes_written += errors.bytes.len();
-            }
-            failpoint("after-error-put").await;
-        }
-        let outcome = self.put(&pending.key, &main).await?;
-        if outcome == PutOutcome::Created {
-            bytes_written += main.bytes.len();
-        }
-        let records = main.records + errors.as_ref().map_or(0, |errors| errors.records);
         let error_records = errors.as_ref().map_or(0, |errors| errors.records);
-        drop((main, errors, reservation));
+        let duplicate_records = duplicates.as_ref().map_or(0, |d| d.records);
+        let records = main.records + error_records + duplicate_records;
+        drop((main, errors, duplicates, reservation));
         failpoint("after-put").await;
         let checkpoint = Checkpoint::SequenceNumber(pending.last.clone());
         self.lease_write("checkpoint", || self.lease.checkpoint(&checkpoint))
@@ -347,12 +489,16 @@ impl BatchWriter {
         for (reason, count) in rejected {
             self.metrics.records_errored(reason, count);
         }
+        for (event_outcome, count) in outcomes {
+            self.metrics.events(event_outcome, count);
+        }
         info!(
             key = %pending.key,
             first = %pending.first,
             last = %pending.last,
             records,
             error_records,
+            duplicate_records,
             bytes = bytes_written,
             reason = reason.as_str(),
             already_present = outcome == PutOutcome::AlreadyExists,
@@ -463,9 +609,12 @@ async fn encode(
     format: Format,
     kind: BodyKind,
     compression: Compression,
+    events: Option<Arc<str>>,
 ) -> std::io::Result<EncodedBatch> {
-    match tokio::task::spawn_blocking(move || body::encode(bodies, &format, kind, compression))
-        .await
+    match tokio::task::spawn_blocking(move || {
+        body::encode(bodies, &format, kind, compression, events.as_deref())
+    })
+    .await
     {
         Ok(encoded) => encoded,
         Err(join_error) => Err(std::io::Error::other(join_error)),

@@ -31,6 +31,13 @@ pub struct ArchiveArgs {
     #[arg(long, env = "SHARDSINK_ERROR_PREFIX", value_name = "PREFIX")]
     pub error_prefix: Option<String>,
 
+    /// Key prefix of duplicates (with --event-id): copies of events already
+    /// accepted, as envelope lines with duplicateOf (the accepted copy),
+    /// under the same key scheme. Never dropped. Must be outside the prefix
+    /// and the error prefix. [default: {prefix}-duplicates]
+    #[arg(long, env = "SHARDSINK_DUPLICATES_PREFIX", value_name = "PREFIX")]
+    pub duplicates_prefix: Option<String>,
+
     /// Name of this shardsink application, as the KCL's applicationName: the
     /// default lease table is {application name}-{stream name}. Two
     /// applications archiving one stream (to different prefixes) keep
@@ -67,6 +74,9 @@ pub struct Archive {
     /// The error prefix: no leading or trailing slash; not empty, not the
     /// prefix nor under it.
     pub error_prefix: String,
+    /// The duplicates prefix: no leading or trailing slash; not empty,
+    /// outside the prefix and the error prefix (and they outside it).
+    pub duplicates_prefix: String,
     /// The lease table; resolved when the stream is given.
     pub lease_table: Option<String>,
 }
@@ -100,16 +110,27 @@ impl ArchiveArgs {
             Some(error_prefix) => validate_prefix("error-prefix", error_prefix)?,
             None => format!("{prefix}-errors"),
         };
-        if error_prefix.is_empty()
-            || error_prefix == prefix
-            || (!prefix.is_empty() && error_prefix.starts_with(&format!("{prefix}/")))
-        {
+        if error_prefix.is_empty() || is_under(&error_prefix, &prefix) {
             return Err(ConfigError::new(
                 "error-prefix",
                 format!(
                     "{error_prefix:?} must be outside the prefix {prefix:?} (its keys are all read as batches)"
                 ),
             ));
+        }
+        let duplicates_prefix = match &self.duplicates_prefix {
+            Some(duplicates_prefix) => validate_prefix("duplicates-prefix", duplicates_prefix)?,
+            None => format!("{prefix}-duplicates"),
+        };
+        for (other, name) in [(&prefix, "prefix"), (&error_prefix, "error prefix")] {
+            if duplicates_prefix.is_empty() || overlaps(&duplicates_prefix, other) {
+                return Err(ConfigError::new(
+                    "duplicates-prefix",
+                    format!(
+                        "{duplicates_prefix:?} must be outside the {name} {other:?}, and it outside the duplicates prefix"
+                    ),
+                ));
+            }
         }
         if !is_stream_name(&self.application_name) {
             return Err(ConfigError::new(
@@ -127,7 +148,7 @@ impl ArchiveArgs {
                     .lease_table
                     .clone()
                     .unwrap_or_else(|| format!("{}-{}", self.application_name, stream.name()));
-                validate_table_name(&table)?;
+                validate_table_name("lease-table", &table)?;
                 Some(table)
             }
         };
@@ -136,6 +157,7 @@ impl ArchiveArgs {
             bucket,
             prefix,
             error_prefix,
+            duplicates_prefix,
             lease_table,
         })
     }
@@ -238,6 +260,17 @@ fn validate_bucket(bucket: &str) -> Result<(), ConfigError> {
     }
 }
 
+/// Whether prefix `a` is `b` or under a non-empty `b`.
+fn is_under(a: &str, b: &str) -> bool {
+    a == b || (!b.is_empty() && a.starts_with(&format!("{b}/")))
+}
+
+/// Whether objects under one of the prefixes would be listed with the
+/// other's: one is the other or under it.
+fn overlaps(a: &str, b: &str) -> bool {
+    is_under(a, b) || is_under(b, a)
+}
+
 /// A prefix has no leading slash, no empty segments, and at most 512 bytes so
 /// that full keys stay well under S3's 1,024-byte limit.
 fn validate_prefix(setting: &'static str, prefix: &str) -> Result<String, ConfigError> {
@@ -255,7 +288,7 @@ fn validate_prefix(setting: &'static str, prefix: &str) -> Result<String, Config
 }
 
 /// DynamoDB table names: 3-255 of `a-z A-Z 0-9 _ . -`.
-fn validate_table_name(table: &str) -> Result<(), ConfigError> {
+pub(super) fn validate_table_name(setting: &str, table: &str) -> Result<(), ConfigError> {
     let ok = (3..=255).contains(&table.len())
         && table
             .bytes()
@@ -264,7 +297,7 @@ fn validate_table_name(table: &str) -> Result<(), ConfigError> {
         Ok(())
     } else {
         Err(ConfigError::new(
-            "lease-table",
+            setting,
             format!("{table:?} is not a DynamoDB table name (3-255 of a-z A-Z 0-9 _ . -)"),
         ))
     }

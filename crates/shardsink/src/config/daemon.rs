@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 
 use super::archive::{Archive, ArchiveArgs, StreamRef};
 use super::error::ConfigError;
+use super::events::{EventArgs, EventDedup, EventStoreArgs};
 use super::values::{
     CompressionCodec, InitialPosition, KeyStyle, LogFormat, OutputFormat, RecordDelimiter,
     TimeBucket, parse_byte_size, parse_delimiter, parse_duration, parse_timestamp,
@@ -164,6 +165,15 @@ pub struct Config {
     )]
     pub time_bucket: TimeBucket,
 
+    /// Which records are the same event (event deduplication; off unless
+    /// --event-id is set).
+    #[command(flatten)]
+    pub events: EventArgs,
+
+    /// Where accepted copies of events are kept.
+    #[command(flatten)]
+    pub event_store: EventStoreArgs,
+
     /// Compression: none, gzip or zstd. For envelope, json and raw the whole
     /// object is compressed (.gz, .zst after the extension); for parquet,
     /// its pages. Athena, Spark, Trino and DuckDB read all of them.
@@ -278,6 +288,8 @@ pub struct Settings {
     pub metrics_address: Option<std::net::SocketAddr>,
     /// Format, compression and key layouts of the objects.
     pub(crate) output: Output,
+    /// Event deduplication, when on.
+    pub events: Option<EventDedup>,
 }
 
 impl Config {
@@ -295,6 +307,7 @@ impl Config {
             bucket,
             prefix,
             error_prefix,
+            duplicates_prefix,
             lease_table: Some(lease_table),
         } = self.archive.validate()?
         else {
@@ -430,15 +443,13 @@ impl Config {
             ));
         }
         let format = self.output_format()?;
+        let events = EventDedup::resolve(&self.events, &self.event_store, &lease_table)?;
         let layout = KeyLayout::new(prefix.clone(), self.key_layout, self.time_bucket);
-        let output = Output {
-            format,
-            compression: Compression::new(self.compression, self.compression_level),
-            error_layout: layout.with_prefix(error_prefix),
-            layout,
-        };
+        let output = Output::new(layout, error_prefix, duplicates_prefix, format)
+            .with_compression(Compression::new(self.compression, self.compression_level));
         Ok(Settings {
             output,
+            events,
             config: self,
             stream,
             bucket,

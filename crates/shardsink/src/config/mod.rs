@@ -7,6 +7,8 @@
 //!   style — with its one validation;
 //! - `daemon`: [`Config`], the daemon's settings, validated into
 //!   [`Settings`];
+//! - `events`: event deduplication — which records are the same event,
+//!   where accepted copies are kept;
 //! - `values`: the enums and parsers of setting values;
 //! - `error`: [`ConfigError`], and clap's errors as one line naming the
 //!   setting.
@@ -14,11 +16,16 @@
 mod archive;
 mod daemon;
 mod error;
+mod events;
 mod values;
 
 pub use archive::{Archive, ArchiveArgs, StreamRef};
 pub use daemon::{Config, MAX_BUFFER_MAX_AGE, MAX_FAILOVER_TIME, MIN_FAILOVER_TIME, Settings};
 pub use error::{ConfigError, one_line_error};
+pub use events::{
+    EventArgs, EventDedup, EventFingerprint, EventSettings, EventStoreArgs, EventStoreKind,
+    EventStoreSetting,
+};
 pub(crate) use values::parse_timestamp;
 pub use values::{
     CompressionCodec, InitialPosition, KeyStyle, LogFormat, OutputFormat, RecordDelimiter,

@@ -9,6 +9,9 @@
 //!   copies before it;
 //! - `store`: what the two stores share — the lineage of a shard and the
 //!   candidates of a run;
+//! - `decider`: [`ShardEvents`](decider::ShardEvents), a shard task's
+//!   decisions, and the store the process shares;
+//! - `memory`: a store in memory, for tests;
 //! - `decisions`: a batch's decisions and the decisions object that records
 //!   them in S3 before the batch's other objects.
 
@@ -16,7 +19,10 @@
 // reach these modules.
 #![allow(dead_code)]
 
+pub(crate) mod decider;
 pub(crate) mod decisions;
 pub(crate) mod id;
+#[cfg(test)]
+pub(crate) mod memory;
 pub(crate) mod rule;
 pub(crate) mod store;

@@ -19,6 +19,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::registry::Registry;
 
+use crate::events::rule::Outcome as EventOutcome;
 use crate::output::view::RejectReason;
 
 /// How a batch's PUT ended.
@@ -82,6 +83,14 @@ pub struct ReasonLabel {
     pub reason: &'static str,
 }
 
+/// Label set with `outcome`: what event deduplication decided of a user
+/// record ([`EventOutcome::as_str`]).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventOutcomeLabel {
+    /// `unique`, `duplicate`, `expired`, `id_reused` or `id_missing`.
+    pub outcome: &'static str,
+}
+
 /// Label set with `shard_id`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ShardLabel {
@@ -105,6 +114,9 @@ pub struct Metrics {
     /// `shardsink_records_errored_total{reason}`: user records the format
     /// could not represent, written to the error prefix.
     pub records_errored: Family<ReasonLabel, Counter>,
+    /// `shardsink_events_total{outcome}`: user records in written batches
+    /// by event decision (with `--event-id`).
+    pub events: Family<EventOutcomeLabel, Counter>,
     /// `shardsink_written_bytes_total`: compressed bytes PUT.
     pub bytes_written: Counter,
     /// `shardsink_batches_written_total{outcome}`.
@@ -142,6 +154,7 @@ impl Metrics {
             bytes_read: Counter::default(),
             records_written: Counter::default(),
             records_errored: Family::default(),
+            events: Family::default(),
             bytes_written: Counter::default(),
             batches_written: Family::default(),
             duplicates_excluded: Counter::default(),
@@ -180,6 +193,11 @@ impl Metrics {
             "records_errored",
             "User records the output format could not represent, written to the error prefix, by reason",
             metrics.records_errored.clone(),
+        );
+        registry.register(
+            "events",
+            "User records in written batches by event decision: unique, duplicate (written to the duplicates prefix), expired, id_reused, id_missing",
+            metrics.events.clone(),
         );
         registry.register(
             "written_bytes",
@@ -258,6 +276,15 @@ impl Metrics {
         self.records_errored
             .get_or_create(&ReasonLabel {
                 reason: reason.as_str(),
+            })
+            .inc_by(count);
+    }
+
+    /// Counts `count` user records written with event `outcome`.
+    pub fn events(&self, outcome: EventOutcome, count: u64) {
+        self.events
+            .get_or_create(&EventOutcomeLabel {
+                outcome: outcome.as_str(),
             })
             .inc_by(count);
     }

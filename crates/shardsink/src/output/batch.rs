@@ -8,6 +8,7 @@ use std::time::Duration;
 use sequence_range::SequenceRange;
 use tokio::time::Instant;
 
+use crate::events::decisions::UserDecision;
 use crate::output::bucket::Bucket;
 use crate::output::format::{Bodies, BodyEncoder, Format};
 use crate::read::record::ShardRecord;
@@ -47,10 +48,13 @@ pub struct Batch {
 
 impl Batch {
     /// A batch of `shard_id`'s records arriving in `bucket` (`first`'s),
-    /// encoded in `format`, holding `first`.
+    /// encoded in `format`, holding `first` — with its event `decisions`
+    /// (one per user record) when the batch records them; then every record
+    /// pushed comes with its decisions.
     pub fn start(
         shard_id: &str,
         first: &ShardRecord,
+        decisions: Option<&[UserDecision]>,
         bucket: Bucket,
         format: &Format,
         budget: Arc<MemoryBudget>,
@@ -66,12 +70,13 @@ impl Batch {
             reservation: budget.reserve(),
             budget,
         };
-        batch.append(first);
+        batch.append(first, decisions);
         batch
     }
 
-    /// Appends a record of this batch's bucket, after the batch's last.
-    pub fn push(&mut self, record: &ShardRecord) {
+    /// Appends a record of this batch's bucket, after the batch's last, with
+    /// its event decisions if the batch records them.
+    pub fn push(&mut self, record: &ShardRecord, decisions: Option<&[UserDecision]>) {
         debug_assert_eq!(
             Bucket::of(self.bucket.size(), record.arrival_millis),
             self.bucket
@@ -82,11 +87,11 @@ impl Batch {
         );
         // Reuses the range's buffers: no allocation per record.
         self.range.extend_to(&record.sequence_number);
-        self.append(record);
+        self.append(record, decisions);
     }
 
-    fn append(&mut self, record: &ShardRecord) {
-        self.bodies.push(record);
+    fn append(&mut self, record: &ShardRecord, decisions: Option<&[UserDecision]>) {
+        self.bodies.push(record, decisions);
         self.kinesis_records += 1;
         self.user_records += record.user_record_count();
         let held = self.bodies.memory_bytes();
@@ -114,7 +119,7 @@ impl Batch {
         self.kinesis_records
     }
 
-    /// User records in the batch (main and error bodies).
+    /// User records in the batch (main, error and duplicates bodies).
     pub fn user_records(&self) -> usize {
         self.user_records
     }
@@ -198,7 +203,7 @@ mod tests {
 
     fn start(shard_id: &str, first: &ShardRecord, budget: Arc<MemoryBudget>) -> Batch {
         let bucket = Bucket::minute(first.arrival_millis);
-        Batch::start(shard_id, first, bucket, &Format::Envelope, budget)
+        Batch::start(shard_id, first, None, bucket, &Format::Envelope, budget)
     }
 
     fn record(sequence_number: &str) -> ShardRecord {
@@ -224,9 +229,9 @@ mod tests {
         let budget = MemoryBudget::new(1 << 30, 1 << 20);
         let mut batch = start("s", &record("8"), budget);
         assert_eq!(batch.flush_reason(&limits()), None);
-        batch.push(&record("9"));
+        batch.push(&record("9"), None);
         assert_eq!(batch.flush_reason(&limits()), None);
-        batch.push(&record("10"));
+        batch.push(&record("10"), None);
         assert_eq!(batch.flush_reason(&limits()), Some(FlushReason::MaxRecords));
         assert_eq!(batch.range().to_string(), "8-10");
     }

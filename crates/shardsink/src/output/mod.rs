@@ -38,9 +38,40 @@ pub struct Output {
     /// Keys of the error objects, under `--error-prefix`: the same style and
     /// time bucket.
     pub error_layout: KeyLayout,
+    /// Keys of the duplicates objects, under `--duplicates-prefix`: the same
+    /// style and time bucket.
+    pub duplicates_layout: KeyLayout,
+    /// Keys of the decisions objects, under `{prefix}/_events`.
+    pub decisions_layout: KeyLayout,
 }
 
 impl Output {
+    /// Objects in `format` under `layout`, errors under `error_prefix`,
+    /// duplicates under `duplicates_prefix`; zstd at its default level.
+    pub fn new(
+        layout: KeyLayout,
+        error_prefix: impl Into<String>,
+        duplicates_prefix: impl Into<String>,
+        format: Format,
+    ) -> Self {
+        Self {
+            format,
+            compression: Compression::Zstd(3),
+            error_layout: layout.with_prefix(error_prefix),
+            duplicates_layout: layout.with_prefix(duplicates_prefix),
+            decisions_layout: crate::events::decisions::decisions_layout(&layout),
+            layout,
+        }
+    }
+
+    /// The same with `compression`.
+    pub fn with_compression(self, compression: Compression) -> Self {
+        Self {
+            compression,
+            ..self
+        }
+    }
+
     /// The kind of new main bodies.
     pub fn body_kind(&self) -> BodyKind {
         self.format.body_kind(self.compression.codec())
@@ -52,12 +83,11 @@ impl Output {
     /// `envelope`, zstd level 3, plain per-minute keys under `prefix`,
     /// errors under `{prefix}-errors`.
     pub(crate) fn for_tests(prefix: &str) -> Self {
-        let layout = KeyLayout::plain(prefix);
-        Self {
-            format: Format::Envelope,
-            compression: Compression::Zstd(3),
-            error_layout: layout.with_prefix(format!("{prefix}-errors")),
-            layout,
-        }
+        Self::new(
+            KeyLayout::plain(prefix),
+            format!("{prefix}-errors"),
+            format!("{prefix}-duplicates"),
+            Format::Envelope,
+        )
     }
 }

@@ -9,6 +9,7 @@ use shard_lease::{Checkpoint, Lease};
 use tracing::warn;
 
 use crate::aws::{Kinesis, ObjectStore, ShardInfo, StartingPosition};
+use crate::events::decider::EventRuntime;
 use crate::ops::metrics::Metrics;
 use crate::output::Output;
 use crate::output::batch::BufferLimits;
@@ -38,6 +39,8 @@ pub struct ShardContext {
     /// `--failover-time`: bounds how long a write may outlive the lease's
     /// last confirmation.
     pub failover_time: Duration,
+    /// Event deduplication, with `--event-id`.
+    pub events: Option<Arc<EventRuntime>>,
 }
 
 /// How a shard task ended, when it did not fail.

@@ -46,6 +46,15 @@ pub enum ShardError {
         #[source]
         source: std::io::Error,
     },
+    /// The event store failed (retried after a backoff).
+    #[error("event decisions for shard {shard_id} failed")]
+    Events {
+        /// The shard.
+        shard_id: String,
+        /// The store's error.
+        #[source]
+        source: crate::events::decider::EventError,
+    },
     /// A bug: an invariant stated in the code does not hold.
     #[error("internal error on shard {shard_id}: {message}")]
     Internal {

@@ -38,6 +38,14 @@ impl Frontier {
     }
 
     /// A batch ending at `last` was written and checkpointed.
+    /// The last record known to be placed in S3: the newest of the
+    /// checkpoint and the records written or found there since.
+    pub(crate) fn placed_through(&self) -> Option<&SequenceNumber> {
+        self.in_s3_through
+            .as_ref()
+            .or_else(|| self.checkpoint.sequence_number())
+    }
+
     pub(crate) fn written(&mut self, last: SequenceNumber) {
         self.checkpoint = Checkpoint::SequenceNumber(last.clone());
         self.in_s3_through = Some(last);

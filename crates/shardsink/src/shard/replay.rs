@@ -2,11 +2,13 @@
 //! the shard's records before anything else is written, and written under its
 //! recorded key — a small state machine fed one record at a time.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use shard_lease::PendingBatch;
 use tokio::sync::OwnedSemaphorePermit;
 
+use crate::events::decisions::{RecordedDecision, UserDecision};
 use crate::output::Output;
 use crate::output::batch::Batch;
 use crate::output::format::{BodyKind, Format};
@@ -23,10 +25,50 @@ pub(crate) struct Replay {
     recorded: bool,
     /// The format the recorded key's extension names.
     format: Format,
+    /// Where the records' event decisions come from.
+    decisions: ReplayDecisions,
     batch: Option<Batch>,
     /// This shard's turn to replay ([`MemoryBudget::replay_permit`]), held
     /// until the replay is written.
     turn: Option<OwnedSemaphorePermit>,
+}
+
+/// Where a replayed batch's event decisions come from.
+#[derive(Debug)]
+pub(crate) enum ReplayDecisions {
+    /// The batch was written without event decisions: every record is
+    /// kept.
+    None,
+    /// Read back from the batch's decisions object, in batch order: the
+    /// batch is rebuilt as it was decided.
+    Adopted(VecDeque<UserDecision>),
+    /// Decided now (nothing of the batch is in S3): supplied ahead of the
+    /// records, one list per record ([`Replay::supply`]).
+    Fresh(VecDeque<Vec<UserDecision>>),
+}
+
+impl ReplayDecisions {
+    /// The decisions of a decisions object.
+    pub(crate) fn adopted(recorded: &[RecordedDecision]) -> Self {
+        Self::Adopted(recorded.iter().map(|r| r.decision.clone()).collect())
+    }
+
+    /// The next record's decisions; `Err` when the source has none left for
+    /// it (a decisions object that does not match the records, or decisions
+    /// not supplied).
+    fn next(&mut self, user_records: usize) -> Result<Option<Vec<UserDecision>>, ()> {
+        match self {
+            Self::None => Ok(None),
+            Self::Adopted(queue) if queue.len() >= user_records => {
+                Ok(Some(queue.drain(..user_records).collect()))
+            }
+            Self::Fresh(queue) => match queue.pop_front() {
+                Some(decisions) if decisions.len() == user_records => Ok(Some(decisions)),
+                _ => Err(()),
+            },
+            Self::Adopted(_) => Err(()),
+        }
+    }
 }
 
 /// What one record did to a replay.
@@ -42,7 +84,8 @@ pub(crate) enum Step {
     Abandoned(PendingBatch),
     /// Records were consumed but the batch's last never came: Kinesis returns
     /// every record in order, so this is a bug — and dropping the consumed
-    /// records would lose them.
+    /// records would lose them. Also when the batch's decisions object does
+    /// not match its records.
     Broken(PendingBatch),
 }
 
@@ -62,15 +105,18 @@ pub(crate) struct Complete {
 }
 
 impl Replay {
-    /// The replay of `pending`, in its `turn`, encoded in `format`
-    /// ([`BatchWriter::replay_format`](crate::commit::writer::BatchWriter::replay_format)).
+    /// The replay of `pending`, in its `turn`, encoded in `format` with
+    /// `decisions`
+    /// ([`BatchWriter::replay_plan`](crate::commit::writer::BatchWriter::replay_plan)).
     pub(crate) fn new(
         pending: PendingBatch,
         format: Format,
+        decisions: ReplayDecisions,
         turn: Option<OwnedSemaphorePermit>,
     ) -> Self {
         Self {
             format,
+            decisions,
             pending,
             recorded: true,
             batch: None,
@@ -81,9 +127,14 @@ impl Replay {
     /// The rebuild of an uncommitted batch found in S3
     /// ([`Dedup::uncommitted_at`](crate::shard::dedup::Dedup::uncommitted_at)),
     /// encoded in `format`; the lease row does not record it yet.
-    pub(crate) fn uncommitted(pending: PendingBatch, format: Format) -> Self {
+    pub(crate) fn uncommitted(
+        pending: PendingBatch,
+        format: Format,
+        decisions: ReplayDecisions,
+    ) -> Self {
         Self {
             format,
+            decisions,
             pending,
             recorded: false,
             batch: None,
@@ -94,6 +145,40 @@ impl Replay {
     /// The batch being rebuilt.
     pub(crate) fn pending(&self) -> &PendingBatch {
         &self.pending
+    }
+
+    /// Whether its records' decisions must be made now and supplied
+    /// ([`supply`](Self::supply)) before they are fed.
+    pub(crate) fn needs_decisions(&self) -> bool {
+        matches!(&self.decisions, ReplayDecisions::Fresh(queue) if queue.is_empty())
+    }
+
+    /// Which of `records` (a GetRecords response) the replay will take:
+    /// those from its first record (or, once started, from the start) to its
+    /// last.
+    pub(crate) fn wanted<'r>(&self, records: &'r [ShardRecord]) -> &'r [ShardRecord] {
+        let from = match &self.batch {
+            Some(_) => 0,
+            None => match records
+                .iter()
+                .position(|r| r.sequence_number == self.pending.first)
+            {
+                Some(at) => at,
+                None => return &[],
+            },
+        };
+        let to = records[from..]
+            .iter()
+            .position(|r| r.sequence_number > self.pending.last)
+            .map_or(records.len(), |n| from + n);
+        &records[from..to]
+    }
+
+    /// Supplies fresh decisions for the next records, one list per record.
+    pub(crate) fn supply(&mut self, decisions: Vec<Vec<UserDecision>>) {
+        if let ReplayDecisions::Fresh(queue) = &mut self.decisions {
+            queue.extend(decisions);
+        }
     }
 
     /// The records rebuilt so far, if any.
@@ -110,25 +195,29 @@ impl Replay {
         budget: &Arc<MemoryBudget>,
     ) -> Step {
         let n = &record.sequence_number;
+        match &self.batch {
+            None if *n != self.pending.first => return Step::Abandoned(self.pending),
+            Some(_) if *n > self.pending.last => return Step::Broken(self.pending),
+            _ => {}
+        }
+        let Ok(decisions) = self.decisions.next(record.user_record_count()) else {
+            return Step::Broken(self.pending);
+        };
         match &mut self.batch {
-            None if *n != self.pending.first => Step::Abandoned(self.pending),
             None => {
                 let bucket = output.layout.bucket_of(record.arrival_millis);
                 self.batch = Some(Batch::start(
                     shard_id,
                     record,
+                    decisions.as_deref(),
                     bucket,
                     &self.format,
                     budget.clone(),
                 ));
-                self.after(n)
             }
-            Some(_) if *n > self.pending.last => Step::Broken(self.pending),
-            Some(batch) => {
-                batch.push(record);
-                self.after(n)
-            }
+            Some(batch) => batch.push(record, decisions.as_deref()),
         }
+        self.after(n)
     }
 
     fn after(self, n: &sequence_range::SequenceNumber) -> Step {
@@ -176,6 +265,7 @@ mod tests {
                 last: SequenceNumber::from(last),
             },
             Format::Envelope,
+            ReplayDecisions::None,
             None,
         )
     }

@@ -26,6 +26,9 @@ use crate::aws::backoff::Backoff;
 use crate::aws::retry::{Classify, Failure, Retry};
 use crate::aws::{KinesisError, S3Error, ShardInfo};
 use crate::commit::writer::BatchWriter;
+use crate::events::decider::ShardEvents;
+use crate::events::decisions::UserDecision;
+use crate::events::store::Lineage;
 use crate::ops::log::error_chain;
 use crate::output::batch::{Batch, FlushReason};
 use crate::read::reader::ShardReader;
@@ -58,6 +61,12 @@ pub struct ShardTask {
     shard_id: String,
     writer: BatchWriter,
     dedup: Dedup,
+    /// Event decisions, with `--event-id`.
+    events: Option<ShardEvents>,
+    /// Records read but not yet decided: with event decisions, a
+    /// response's records are decided together, then batched
+    /// ([`flush_run`](Self::flush_run)).
+    run: Vec<ShardRecord>,
     batch: Option<Batch>,
     replay: Option<Replay>,
     frontier: Frontier,
@@ -68,13 +77,17 @@ impl ShardTask {
     /// A task for the shard `lease` holds; dedup starts on (the lease was just
     /// taken).
     pub fn new(ctx: Arc<ShardContext>, lease: Arc<HeldLease>) -> Self {
-        let writer = BatchWriter::new(
+        let mut writer = BatchWriter::new(
             ctx.store.clone(),
             ctx.output.clone(),
             lease.clone(),
             ctx.metrics.clone(),
             ctx.failover_time,
         );
+        let events = ctx.events.as_ref().map(|runtime| {
+            writer = writer.clone().with_events(&runtime.description);
+            ShardEvents::new(runtime.clone(), Lineage::root(lease.shard_id()))
+        });
         let mut dedup = Dedup::new(
             ctx.store.clone(),
             ctx.output.layout.clone(),
@@ -90,6 +103,8 @@ impl ShardTask {
             lease,
             writer,
             dedup,
+            events,
+            run: Vec::new(),
             batch: None,
             replay: None,
             frontier: Frontier::new(Checkpoint::TrimHorizon),
@@ -132,11 +147,16 @@ impl ShardTask {
                 () = lost.cancelled() => return Ok(ShardExit::LeaseLost),
                 turn = self.ctx.budget.replay_permit() => turn,
             };
-            let format = match self.writer.replay_format(&pending).await {
+            let plan = match self
+                .writer
+                .replay_plan(&pending, self.events.is_some())
+                .await
+            {
                 Err(ShardError::LeaseLost { .. }) => return Ok(ShardExit::LeaseLost),
-                format => format?,
+                plan => plan?,
             };
-            self.replay = Some(Replay::new(pending, format, turn));
+            self.adopt(&plan.recorded).await?;
+            self.replay = Some(Replay::new(pending, plan.format, plan.decisions, turn));
         }
         let mut reader = ShardReader::new(
             self.ctx.kinesis.clone(),
@@ -168,9 +188,11 @@ impl ShardTask {
                     }
                     let caught_up = read.is_caught_up();
                     self.progress.read(&read, &self.shard_id, &self.ctx.metrics);
+                    self.prepare_replay(&read.records).await?;
                     for record in read.records {
                         self.on_record(record).await?;
                     }
+                    self.flush_run().await?;
                     if read.shard_end {
                         return self.finish_shard_end(read.child_shards).await;
                     }
@@ -292,6 +314,7 @@ impl ShardTask {
             return Ok(());
         }
         if self.is_written(&record).await? {
+            self.flush_run().await?;
             if let Some(batch) = self.batch.take() {
                 self.write(batch, FlushReason::Gap).await?;
             }
@@ -300,21 +323,107 @@ impl ShardTask {
             self.frontier.skipped(record.sequence_number);
             return Ok(());
         }
+        if self.dedup.uncommitted_at(&record.sequence_number).is_some() {
+            self.flush_run().await?;
+        }
         if self.start_uncommitted(&record).await? {
             return Ok(());
         }
+        if self.events.is_some() {
+            self.run.push(record);
+            return Ok(());
+        }
+        self.append(record, None).await
+    }
+
+    /// Decides the records held in the run and batches them.
+    async fn flush_run(&mut self) -> Result<(), ShardError> {
+        let Some(events) = &mut self.events else {
+            return Ok(());
+        };
+        if self.run.is_empty() {
+            return Ok(());
+        }
+        let run = std::mem::take(&mut self.run);
+        let placed_through = self.frontier.placed_through().cloned();
+        let decisions = events
+            .decide(&run, placed_through.as_ref())
+            .await
+            .map_err(|source| ShardError::Events {
+                shard_id: self.shard_id.clone(),
+                source,
+            })?;
+        for (record, decisions) in run.into_iter().zip(decisions) {
+            self.append(record, Some(decisions)).await?;
+        }
+        Ok(())
+    }
+
+    /// Decides ahead the records of `records` a replay will take, when its
+    /// decisions are to be made now: in one call, as any run.
+    async fn prepare_replay(&mut self, records: &[ShardRecord]) -> Result<(), ShardError> {
+        let (Some(replay), Some(events)) = (&mut self.replay, &mut self.events) else {
+            return Ok(());
+        };
+        if !replay.needs_decisions() {
+            return Ok(());
+        }
+        let wanted = replay.wanted(records);
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let placed_through = self.frontier.placed_through().cloned();
+        let decisions = events
+            .decide(wanted, placed_through.as_ref())
+            .await
+            .map_err(|source| ShardError::Events {
+                shard_id: self.shard_id.clone(),
+                source,
+            })?;
+        replay.supply(decisions);
+        Ok(())
+    }
+
+    /// Puts the accepted copies of decisions read back from S3 into the
+    /// store (with event decisions on).
+    pub(super) async fn adopt(
+        &mut self,
+        recorded: &[crate::events::decisions::RecordedDecision],
+    ) -> Result<(), ShardError> {
+        match &mut self.events {
+            Some(events) if !recorded.is_empty() => {
+                events
+                    .adopt(recorded)
+                    .await
+                    .map_err(|source| ShardError::Events {
+                        shard_id: self.shard_id.clone(),
+                        source,
+                    })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Adds a record (not in S3, not replayed) to the batch being built,
+    /// writing batches that end before it or reach a limit with it.
+    async fn append(
+        &mut self,
+        record: ShardRecord,
+        decisions: Option<Vec<UserDecision>>,
+    ) -> Result<(), ShardError> {
         let bucket = self.ctx.output.layout.bucket_of(record.arrival_millis);
         if let Some(batch) = self.batch.take_if(|batch| batch.bucket() != bucket) {
             self.write(batch, FlushReason::BucketOver).await?;
         }
         let batch = match &mut self.batch {
             Some(batch) => {
-                batch.push(&record);
+                batch.push(&record, decisions.as_deref());
                 batch
             }
             None => self.batch.insert(Batch::start(
                 &self.shard_id,
                 &record,
+                decisions.as_deref(),
                 bucket,
                 &self.ctx.output.format,
                 self.ctx.budget.clone(),
@@ -458,6 +567,7 @@ fn s3_retry<'a>(
 
 #[cfg(test)]
 mod tests {
+    mod events;
     mod formats;
 
     use std::sync::atomic::Ordering;
@@ -524,6 +634,7 @@ mod tests {
             idle_time_between_reads: Duration::from_secs(1),
             max_records_per_read: 10_000,
             failover_time: Duration::from_secs(10),
+            events: None,
         });
         Harness {
             lease_table: LeaseTable::new(clients.dynamodb, "leases"),
@@ -809,6 +920,7 @@ mod tests {
             idle_time_between_reads: ctx.idle_time_between_reads,
             max_records_per_read: ctx.max_records_per_read,
             failover_time: ctx.failover_time,
+            events: ctx.events.clone(),
         }
     }
 

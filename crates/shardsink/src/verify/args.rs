@@ -102,6 +102,7 @@ impl Plan {
             bucket,
             prefix,
             error_prefix,
+            duplicates_prefix: _,
             lease_table,
         } = args.archive.validate()?;
         if args.since.is_some() && stream.is_none() {

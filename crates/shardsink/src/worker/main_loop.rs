@@ -82,6 +82,7 @@ impl Worker {
             idle_time_between_reads: config.idle_time_between_reads,
             max_records_per_read: config.max_records_per_read,
             failover_time: config.failover_time,
+            events: None,
         });
         Self {
             table: LeaseTable::new(clients.dynamodb, settings.lease_table.clone())

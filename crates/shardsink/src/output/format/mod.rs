@@ -24,6 +24,8 @@ use self::envelope::LineEncoder;
 use self::parquet::ParquetBatch;
 use self::schema::ParquetSchema;
 use crate::config::{CompressionCodec, OutputFormat};
+use crate::events::decisions::{self, UserDecision};
+use crate::events::rule::{Decision, Outcome};
 use crate::output::view::{RejectReason, Rejection, UserRecordView};
 use crate::read::record::ShardRecord;
 
@@ -175,7 +177,8 @@ impl Format {
 }
 
 /// One batch's bodies being built: the main body in the batch's format,
-/// and the error lines of the records the format rejected.
+/// the error lines of the records the format rejected and, with event
+/// decisions, the duplicate lines and the decisions lines.
 #[derive(Debug)]
 pub struct BodyEncoder {
     shard_id: String,
@@ -184,8 +187,15 @@ pub struct BodyEncoder {
     main: MainBody,
     /// Envelope lines with `errorMessage`, uncompressed.
     errors: Vec<u8>,
+    /// Envelope lines with `duplicateOf`, uncompressed.
+    duplicates: Vec<u8>,
+    /// The decisions lines, uncompressed: `Some` when the batch's records
+    /// come with event decisions.
+    decisions: Option<Vec<u8>>,
     main_records: usize,
     rejected: Vec<(RejectReason, u64)>,
+    /// User records by event outcome, in [`Outcome::ALL`] order.
+    outcomes: [u64; Outcome::ALL.len()],
 }
 
 /// A batch's bodies, encoded but not yet compressed.
@@ -200,6 +210,16 @@ pub struct Bodies {
     pub errors: Vec<u8>,
     /// Rejected records by reason.
     pub rejected: Vec<(RejectReason, u64)>,
+    /// The duplicates object's lines (envelope lines with `duplicateOf`),
+    /// uncompressed; empty when no record was a duplicate.
+    pub duplicates: Vec<u8>,
+    /// User records in the duplicates object.
+    pub duplicate_records: usize,
+    /// The decisions object's lines, uncompressed, when the batch's records
+    /// came with event decisions.
+    pub decisions: Option<Vec<u8>>,
+    /// User records by event outcome (only with decisions).
+    pub outcomes: Vec<(Outcome, u64)>,
 }
 
 impl Bodies {
@@ -231,16 +251,46 @@ impl BodyEncoder {
             format: format.clone(),
             main,
             errors: Vec::new(),
+            duplicates: Vec::new(),
+            decisions: None,
             main_records: 0,
             rejected: Vec::new(),
+            outcomes: [0; Outcome::ALL.len()],
         }
     }
 
     /// Appends a record's user records: to the main body, or to the error
-    /// lines when the format rejects one.
-    pub fn push(&mut self, record: &ShardRecord) {
+    /// lines when the format rejects one, or — with `decisions`, one per
+    /// user record — to the duplicate lines when it is a duplicate. Every
+    /// record of a batch comes with decisions, or none does.
+    pub fn push(&mut self, record: &ShardRecord, decisions: Option<&[UserDecision]>) {
+        debug_assert!(
+            decisions.is_none_or(|d| d.len() == record.user_record_count()),
+            "one decision per user record"
+        );
+        if decisions.is_some() && self.decisions.is_none() {
+            debug_assert!(
+                self.main_records == 0 && self.errors.is_empty(),
+                "decisions from the first record on"
+            );
+            self.decisions = Some(Vec::new());
+        }
         let shard_id = std::mem::take(&mut self.shard_id);
-        for user in record.views(&shard_id) {
+        for (i, user) in record.views(&shard_id).enumerate() {
+            if let Some(decision) = decisions.and_then(|d| d.get(i)) {
+                if let Some(lines) = &mut self.decisions {
+                    decisions::encode_line(&user, decision, lines);
+                }
+                let outcome = decision.decision.outcome();
+                if let Some(at) = Outcome::ALL.iter().position(|o| *o == outcome) {
+                    self.outcomes[at] += 1;
+                }
+                if let Decision::Duplicate { of } = &decision.decision {
+                    self.envelope
+                        .encode_duplicate(&user, of, &mut self.duplicates);
+                    continue;
+                }
+            }
             match self.push_user(&user) {
                 Ok(()) => self.main_records += 1,
                 Err(rejection) => {
@@ -288,16 +338,33 @@ impl BodyEncoder {
             MainBody::Bytes(out) => out.len() as u64,
             MainBody::Parquet(rows) => rows.memory_bytes(),
         };
-        main + self.errors.len() as u64
+        main + (self.errors.len()
+            + self.duplicates.len()
+            + self.decisions.as_ref().map_or(0, Vec::len)) as u64
     }
 
     /// The bodies.
     pub fn finish(self) -> Bodies {
+        let duplicate_records = self.outcomes[Outcome::ALL
+            .iter()
+            .position(|o| *o == Outcome::Duplicate)
+            .unwrap_or_default()] as usize;
         Bodies {
             main: self.main,
             main_records: self.main_records,
             errors: self.errors,
             rejected: self.rejected,
+            duplicates: self.duplicates,
+            duplicate_records,
+            outcomes: match self.decisions {
+                None => Vec::new(),
+                Some(_) => Outcome::ALL
+                    .into_iter()
+                    .zip(self.outcomes)
+                    .filter(|(_, n)| *n > 0)
+                    .collect(),
+            },
+            decisions: self.decisions,
         }
     }
 }

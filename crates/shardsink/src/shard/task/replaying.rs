@@ -9,7 +9,7 @@ use crate::aws::PutOutcome;
 use crate::output::batch::FlushReason;
 use crate::read::record::ShardRecord;
 use crate::shard::error::ShardError;
-use crate::shard::replay::{Replay, Step};
+use crate::shard::replay::{Replay, ReplayDecisions, Step};
 
 impl ShardTask {
     /// Feeds `record` to the replay in progress. Returns whether the record
@@ -96,7 +96,7 @@ impl ShardTask {
             error_key = uncommitted.error_key,
             "rebuilding an uncommitted batch: its error object is in S3, its main object is not"
         );
-        self.replay = Some(Replay::uncommitted(pending, format));
+        self.replay = Some(Replay::uncommitted(pending, format, ReplayDecisions::None));
         self.feed_replay(record).await
     }
 }

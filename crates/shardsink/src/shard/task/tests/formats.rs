@@ -20,13 +20,8 @@ use crate::shard::error::ShardError;
 /// A harness whose batches are written in `format`, uncompressed.
 fn with_format(format: Format) -> Harness {
     let h = harness(1_000);
-    let layout = KeyLayout::plain("p");
-    let output = Output {
-        format,
-        compression: Compression::None,
-        error_layout: layout.with_prefix("p-errors"),
-        layout,
-    };
+    let output = Output::new(KeyLayout::plain("p"), "p-errors", "p-duplicates", format)
+        .with_compression(Compression::None);
     Harness {
         ctx: Arc::new(ShardContext {
             output,
@@ -333,13 +328,16 @@ async fn a_replay_after_a_change_of_format_leaves_rejected_records_where_they_ar
 fn error_lines(records: &[(u64, &'static [u8])]) -> Bytes {
     let mut encoder = crate::output::format::BodyEncoder::new(SHARD, &json());
     for (i, data) in records {
-        encoder.push(&crate::read::record::ShardRecord {
-            sequence_number: SequenceNumber::parse(&seq(*i)).unwrap(),
-            arrival_millis: PAST + 1_000 * *i as i64,
-            partition_key: format!("pk-{}", seq(*i)),
-            data: Bytes::from_static(data),
-            user_records: None,
-        });
+        encoder.push(
+            &crate::read::record::ShardRecord {
+                sequence_number: SequenceNumber::parse(&seq(*i)).unwrap(),
+                arrival_millis: PAST + 1_000 * *i as i64,
+                partition_key: format!("pk-{}", seq(*i)),
+                data: Bytes::from_static(data),
+                user_records: None,
+            },
+            None,
+        );
     }
     Bytes::from(encoder.finish().errors)
 }

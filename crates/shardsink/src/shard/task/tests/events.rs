@@ -1,0 +1,327 @@
+//! The shard task with event decisions: duplicates to their prefix, the
+//! decisions object first, and replays that decide as the first attempt did.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use sequence_range::{SequenceNumber, SequenceRange};
+use shard_lease::{Checkpoint, PendingBatch};
+
+use super::{Harness, PAST, SHARD, clone_ctx, harness, seq};
+use crate::config::{CompressionCodec, EventSettings};
+use crate::events::decider::{EventRuntime, EventStore};
+use crate::events::decisions::{self, decisions_key};
+use crate::events::id::EventIdSource;
+use crate::events::memory::MemoryStore;
+use crate::events::rule::{Outcome, Rule};
+use crate::output::Output;
+use crate::output::bucket::Bucket;
+use crate::output::compression::{Compression, decompress};
+use crate::output::format::{BodyKind, Format};
+use crate::output::key::KeyLayout;
+use crate::shard::context::ShardContext;
+
+const LINES: BodyKind = BodyKind::lines(CompressionCodec::None);
+
+/// A harness writing envelope lines uncompressed, deciding events by
+/// payload within an hour, in a store in memory.
+fn with_events() -> Harness {
+    let h = harness(1_000);
+    let settings = EventSettings {
+        source: EventIdSource::Payload,
+        fingerprint: true,
+        rule: Rule {
+            window_millis: 3_600_000,
+            match_fingerprint: true,
+        },
+    };
+    let runtime = EventRuntime::new(settings, EventStore::Memory(MemoryStore::default()));
+    let output = Output::new(
+        KeyLayout::plain("p"),
+        "p-errors",
+        "p-duplicates",
+        Format::Envelope,
+    )
+    .with_compression(Compression::None);
+    Harness {
+        ctx: Arc::new(ShardContext {
+            output,
+            events: Some(Arc::new(runtime)),
+            ..clone_ctx(&h.ctx)
+        }),
+        ..h
+    }
+}
+
+fn range(first: u64, last: u64) -> SequenceRange {
+    SequenceRange::new(
+        SequenceNumber::parse(&seq(first)).unwrap(),
+        SequenceNumber::parse(&seq(last)).unwrap(),
+    )
+    .unwrap()
+}
+
+/// The keys of the batch `first..=last` in the minute of `PAST`: main,
+/// duplicates, decisions.
+fn keys(h: &Harness, first: u64, last: u64) -> (String, String, String) {
+    let bucket = Bucket::minute(PAST);
+    let output = &h.ctx.output;
+    (
+        output
+            .layout
+            .object_key(bucket, SHARD, &range(first, last), LINES),
+        output
+            .duplicates_layout
+            .object_key(bucket, SHARD, &range(first, last), LINES),
+        decisions_key(&output.decisions_layout, bucket, SHARD, &range(first, last)),
+    )
+}
+
+fn object(h: &Harness, key: &str) -> Option<Bytes> {
+    h.bucket.objects.lock().unwrap().get(key).cloned()
+}
+
+fn lines(body: &[u8]) -> Vec<serde_json::Value> {
+    std::str::from_utf8(body)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+fn sequence_numbers(body: &[u8]) -> Vec<String> {
+    lines(body)
+        .iter()
+        .map(|line| line["sequenceNumber"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Pushes records `1..=payloads.len()` with these payloads, a second apart.
+fn push(h: &Harness, payloads: &[&str]) {
+    for (i, payload) in payloads.iter().enumerate() {
+        let n = i as u64 + 1;
+        h.shard
+            .push(&seq(n), PAST + 1_000 * n as i64, payload.as_bytes());
+    }
+}
+
+impl Harness {
+    /// The shard's records, as the reader hands them on.
+    fn shard_records(&self) -> Vec<crate::read::record::ShardRecord> {
+        self.shard
+            .records()
+            .into_iter()
+            .map(|record| crate::read::record::ShardRecord::from_kinesis(SHARD, record).unwrap())
+            .collect()
+    }
+
+    /// Takes the lease again, as it is in the table now.
+    async fn lease_again(&self) -> Arc<shard_lease::HeldLease> {
+        let row = self.row().await;
+        let taken = self.lease_table.take_lease(&row, "worker-1").await.unwrap();
+        Arc::new(shard_lease::HeldLease::new(
+            self.lease_table.clone(),
+            taken,
+            tokio::time::Instant::now(),
+        ))
+    }
+
+    fn checkpointed(&self, n: u64) -> bool {
+        self.row_checkpoint_is(n)
+    }
+}
+
+fn decisions_in(h: &Harness, key: &str) -> Vec<decisions::RecordedDecision> {
+    let body = object(h, key).expect("decisions object");
+    decisions::parse(SHARD, &decompress(CompressionCodec::Zstd, &body).unwrap()).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn duplicates_go_to_their_prefix_after_the_decisions_object() {
+    let h = with_events();
+    push(&h, &["a", "b", "a", "c", "b", "a"]);
+    let (main, duplicates, decisions) = keys(&h, 1, 6);
+    let lease = h.lease(Checkpoint::TrimHorizon, None).await;
+    h.run_until(lease, |h| object(h, &main).is_some())
+        .await
+        .unwrap();
+
+    assert_eq!(
+        sequence_numbers(&object(&h, &main).unwrap()),
+        [1, 2, 4].map(seq)
+    );
+    let dups = lines(&object(&h, &duplicates).unwrap());
+    let of: Vec<(String, String)> = dups
+        .iter()
+        .map(|d| {
+            (
+                d["sequenceNumber"].as_str().unwrap().to_owned(),
+                d["duplicateOf"]["sequenceNumber"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        of,
+        [(seq(3), seq(1)), (seq(5), seq(2)), (seq(6), seq(1))],
+        "each duplicate names the accepted copy"
+    );
+    assert!(dups.iter().all(|d| d["duplicateOf"]["shardId"] == SHARD));
+    let recorded = decisions_in(&h, &decisions);
+    assert_eq!(
+        recorded
+            .iter()
+            .map(|r| r.decision.decision.outcome())
+            .collect::<Vec<_>>(),
+        [
+            Outcome::Unique,
+            Outcome::Unique,
+            Outcome::Duplicate,
+            Outcome::Unique,
+            Outcome::Duplicate,
+            Outcome::Duplicate
+        ]
+    );
+    let attempts = h.bucket.put_attempts.lock().unwrap().clone();
+    let position = |key: &str| attempts.iter().position(|k| k == key).unwrap();
+    assert!(position(&decisions) < position(&duplicates), "{attempts:?}");
+    assert!(position(&duplicates) < position(&main), "{attempts:?}");
+    let metrics = h.ctx.metrics.encode();
+    assert!(
+        metrics.contains(r#"shardsink_events_total{outcome="unique"} 3"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"shardsink_events_total{outcome="duplicate"} 3"#),
+        "{metrics}"
+    );
+}
+
+/// The pending batch of records `1..=last`, recorded under its main key.
+fn pending(h: &Harness, last: u64) -> PendingBatch {
+    PendingBatch {
+        key: keys(h, 1, last).0,
+        first: SequenceNumber::parse(&seq(1)).unwrap(),
+        last: SequenceNumber::parse(&seq(last)).unwrap(),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replay_adopts_the_decisions_object_it_finds() {
+    let h = with_events();
+    push(&h, &["a", "b", "c"]);
+    // A first attempt decided record 2 a duplicate of record 1 (with other
+    // settings, say), wrote its decisions object, and crashed.
+    let (main, duplicates, decisions) = keys(&h, 1, 3);
+    let mut body = Vec::new();
+    let first = {
+        let records = h.shard_records();
+        let views: Vec<_> = records.iter().flat_map(|r| r.views(SHARD)).collect();
+        let of = crate::events::rule::CopyRef {
+            shard_id: Arc::from(SHARD),
+            sequence_number: SequenceNumber::parse(&seq(1)).unwrap(),
+            sub_sequence_number: None,
+        };
+        for (n, user) in views.iter().enumerate() {
+            let decision = if n == 1 {
+                crate::events::rule::Decision::Duplicate { of: of.clone() }
+            } else {
+                crate::events::rule::Decision::Keep(Outcome::Unique)
+            };
+            let key = EventIdSource::Payload.key(user, true);
+            decisions::encode_line(user, &decisions::UserDecision { key, decision }, &mut body);
+        }
+        body.clone()
+    };
+    h.bucket.objects.lock().unwrap().insert(
+        decisions.clone(),
+        Bytes::from(Compression::Zstd(3).compress(&first).unwrap()),
+    );
+    let lease = h.lease(Checkpoint::TrimHorizon, Some(pending(&h, 3))).await;
+    h.run_until(lease, |h| object(h, &main).is_some())
+        .await
+        .unwrap();
+    assert_eq!(
+        sequence_numbers(&object(&h, &main).unwrap()),
+        [1, 3].map(seq)
+    );
+    assert_eq!(
+        sequence_numbers(&object(&h, &duplicates).unwrap()),
+        [seq(2)],
+        "the recorded decision stands"
+    );
+    assert_eq!(
+        decompress(CompressionCodec::Zstd, &object(&h, &decisions).unwrap()).unwrap(),
+        first,
+        "the decisions object is not rewritten"
+    );
+    // The accepted copies went into the store: a later copy of "c" is a
+    // duplicate of record 3.
+    h.shard.push(&seq(4), PAST + 4_000, b"c");
+    let (main_4, duplicates_4, _) = keys(&h, 4, 4);
+    let lease = h.lease_again().await;
+    h.run_until(lease, |h| object(h, &main_4).is_some())
+        .await
+        .unwrap();
+    let dup = lines(&object(&h, &duplicates_4).unwrap());
+    assert_eq!(dup[0]["duplicateOf"]["sequenceNumber"], seq(3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replay_without_its_decisions_object_decides_as_the_first_attempt() {
+    let h = with_events();
+    push(&h, &["a", "a", "b"]);
+    let (main, duplicates, decisions) = keys(&h, 1, 3);
+    // A first attempt decided the batch (its accepted copies are in the
+    // store) and crashed before any PUT.
+    let lease = h.lease(Checkpoint::TrimHorizon, Some(pending(&h, 3))).await;
+    {
+        let runtime = h.ctx.events.clone().unwrap();
+        let mut events = crate::events::decider::ShardEvents::new(
+            runtime,
+            crate::events::store::Lineage::root(SHARD),
+        );
+        events.decide(&h.shard_records(), None).await.unwrap();
+    }
+    h.run_until(lease, |h| object(h, &main).is_some())
+        .await
+        .unwrap();
+    assert_eq!(
+        sequence_numbers(&object(&h, &main).unwrap()),
+        [1, 3].map(seq),
+        "record 1 is not a duplicate of its own earlier decision"
+    );
+    assert_eq!(
+        sequence_numbers(&object(&h, &duplicates).unwrap()),
+        [seq(2)]
+    );
+    assert_eq!(decisions_in(&h, &decisions).len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_written_before_decisions_were_on_is_replayed_without_them() {
+    let h = with_events();
+    push(&h, &["a", "a"]);
+    let (main, duplicates, decisions) = keys(&h, 1, 2);
+    // Written without event decisions (both records in the main object),
+    // then a crash before the checkpoint.
+    let mut lines = Vec::new();
+    let mut encoder = crate::output::format::envelope::LineEncoder::new(SHARD);
+    for record in h.shard_records() {
+        for user in record.views(SHARD) {
+            encoder.encode_line(&user, &mut lines);
+        }
+    }
+    h.bucket
+        .objects
+        .lock()
+        .unwrap()
+        .insert(main.clone(), Bytes::from(lines));
+    let lease = h.lease(Checkpoint::TrimHorizon, Some(pending(&h, 2))).await;
+    h.run_until(lease, |h| h.checkpointed(2)).await.unwrap();
+    assert_eq!(sequence_numbers(&object(&h, &main).unwrap()).len(), 2);
+    assert_eq!(object(&h, &duplicates), None, "no record in two places");
+    assert_eq!(object(&h, &decisions), None);
+}
