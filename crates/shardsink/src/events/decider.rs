@@ -66,6 +66,11 @@ impl ShardEvents {
         Self { runtime, lineage }
     }
 
+    /// Sets the shard's ancestors, nearest first.
+    pub fn set_ancestors(&mut self, ancestors: Vec<String>) {
+        self.lineage.ancestors = ancestors.into_iter().map(Arc::from).collect();
+    }
+
     /// The shared runtime.
     pub fn runtime(&self) -> &Arc<EventRuntime> {
         &self.runtime

@@ -12,6 +12,8 @@
 //! - `decider`: [`ShardEvents`](decider::ShardEvents), a shard task's
 //!   decisions, and the store the process shares;
 //! - `memory`: a store in memory, for tests;
+//! - `rebuild`: a shard's window of accepted copies read back from the
+//!   decisions objects in S3, for a local store that is missing or behind;
 //! - `decisions`: a batch's decisions and the decisions object that records
 //!   them in S3 before the batch's other objects.
 
@@ -24,5 +26,6 @@ pub(crate) mod decisions;
 pub(crate) mod id;
 #[cfg(test)]
 pub(crate) mod memory;
+pub(crate) mod rebuild;
 pub(crate) mod rule;
 pub(crate) mod store;

@@ -112,6 +112,15 @@ impl ShardTask {
         }
     }
 
+    /// The shard's ancestors (nearest first), whose accepted copies of
+    /// events its decisions inherit.
+    pub fn with_ancestors(mut self, ancestors: Vec<String>) -> Self {
+        if let Some(events) = &mut self.events {
+            events.set_ancestors(ancestors);
+        }
+        self
+    }
+
     /// Runs until `SHARD_END`, lease loss, or `shutdown`; then writes what is
     /// buffered (except after a lease loss) and returns.
     ///
