@@ -9,6 +9,7 @@
 //!   copies before it;
 //! - `store`: what the two stores share — the lineage of a shard and the
 //!   candidates of a run;
+//! - `local`: the local store, an embedded LSM database on disk;
 //! - `decisions`: a batch's decisions and the decisions object that records
 //!   them in S3 before the batch's other objects.
 
@@ -18,5 +19,6 @@
 
 pub(crate) mod decisions;
 pub(crate) mod id;
+pub(crate) mod local;
 pub(crate) mod rule;
 pub(crate) mod store;
