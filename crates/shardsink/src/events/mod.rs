@@ -9,6 +9,7 @@
 //!   copies before it;
 //! - `store`: what the two stores share — the lineage of a shard and the
 //!   candidates of a run;
+//! - `local`: the local store, an embedded LSM database on disk;
 //! - `decider`: [`ShardEvents`](decider::ShardEvents), a shard task's
 //!   decisions, and the store the process shares;
 //! - `memory`: a store in memory, for tests;
@@ -24,6 +25,7 @@
 pub(crate) mod decider;
 pub(crate) mod decisions;
 pub(crate) mod id;
+pub(crate) mod local;
 #[cfg(test)]
 pub(crate) mod memory;
 pub(crate) mod rebuild;

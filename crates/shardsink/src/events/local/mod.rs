@@ -1,0 +1,29 @@
+//! The local event store (`--event-dedup-store local`): an embedded LSM
+//! store under `--event-dedup-dir`, built on `fjall` (pure Rust; Bloom
+//! filters, atomic batches across keyspaces, compaction filters).
+//!
+//! - `store`: [`LocalStore`] — open, decide a run, record copies decided
+//!   elsewhere;
+//! - `shards`: per-shard facts — watermarks, ended marks, horizons — and
+//!   forgetting shards not written for a long time;
+//! - `options`: [`LocalOptions`] and the memory budget;
+//! - `error`: [`LocalStoreError`];
+//! - `codec`: the byte layout of keys and values;
+//! - `expiry`: per-shard horizons and the compaction filter that drops
+//!   copies below them.
+
+mod codec;
+mod error;
+mod expiry;
+mod options;
+mod shards;
+mod store;
+
+// Unused until the shard task decides events.
+#[allow(unused_imports)]
+pub use self::{
+    error::LocalStoreError,
+    options::{DEFAULT_CACHE_BYTES, DEFAULT_MEMTABLE_BYTES, FORGET_AFTER, LocalOptions},
+    shards::Watermark,
+    store::LocalStore,
+};

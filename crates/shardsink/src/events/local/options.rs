@@ -1,0 +1,52 @@
+//! [`LocalOptions`]: the local store's settings, and its memory budget.
+
+use std::time::Duration;
+
+/// Default size of the block cache: 64 MiB.
+pub const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Default memtable size of the `copies` keyspace: 16 MiB.
+pub const DEFAULT_MEMTABLE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// A shard not written for this long, by the wall clock, is forgotten when
+/// the store opens: 7 days.
+pub const FORGET_AFTER: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
+/// Settings of a [`LocalStore`](super::LocalStore).
+///
+/// # Memory
+/// The store's memory is bounded by
+/// - the block cache, `cache_bytes` (data, index and filter blocks; about
+///   20 MiB of index and filter blocks per 10 million keys compete for it);
+/// - the `copies` memtables: one active and at most 4 sealed ones waiting
+///   for their flush (fjall halts writes at 4), so 5 × `memtable_bytes`;
+/// - the `shards` memtables, 5 × 1 MiB;
+/// - the index and filter blocks fjall pins outside the cache (by its
+///   default pinning policies, the filters of level 0 and the indexes of
+///   levels 0 and 1: the newest tables only, a few MiB).
+///
+/// With the defaults: 64 MiB + 5 × 16 MiB + 5 MiB + a few MiB, about
+/// **150 MiB**.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalOptions {
+    /// Block cache size, bytes. Default 64 MiB (`DEFAULT_CACHE_BYTES`).
+    pub cache_bytes: u64,
+    /// Memtable size of the `copies` keyspace, bytes; applies when the
+    /// store is created (fjall keeps a keyspace's options). Default 16 MiB
+    /// (`DEFAULT_MEMTABLE_BYTES`).
+    pub memtable_bytes: u64,
+    /// Shards not written for this long (wall clock) are forgotten at open:
+    /// watermark and ended mark removed, copies dropped by compaction.
+    /// Default 7 days (`FORGET_AFTER`).
+    pub forget_after: Duration,
+}
+
+impl Default for LocalOptions {
+    fn default() -> Self {
+        Self {
+            cache_bytes: DEFAULT_CACHE_BYTES,
+            memtable_bytes: DEFAULT_MEMTABLE_BYTES,
+            forget_after: FORGET_AFTER,
+        }
+    }
+}

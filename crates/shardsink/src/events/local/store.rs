@@ -1,0 +1,874 @@
+//! [`LocalStore`]: the accepted copies of events per shard, the shards'
+//! watermarks and ended marks, in a `fjall` database (an LSM tree: see the
+//! `fjall` crate docs, <https://docs.rs/fjall/3>) under one directory.
+//!
+//! Two keyspaces (fjall's column families), laid out in `codec`:
+//! `copies` (one key per shard and event id; point reads, answered by the
+//! Bloom filters when the id is new) and `shards` (a few keys per shard).
+//! The store is a cache: a shard it does not know, or knows only up to an
+//! older watermark, is rebuilt by the caller from the archive with
+//! [`LocalStore::insert`].
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, OwnedWriteBatch, PersistMode};
+use sequence_range::SequenceNumber;
+use xxhash_rust::xxh3::xxh3_64;
+
+use super::codec::{self, Tag};
+use super::error::LocalStoreError;
+use super::expiry::Horizons;
+use super::options::LocalOptions;
+use crate::events::rule::{AcceptedCopy, CopyRef, Decision, EventKey, Rule};
+use crate::events::store::{Candidate, Lineage, precedes_in_shard};
+
+/// Memtable size of the small `shards` keyspace.
+const SHARDS_MEMTABLE_BYTES: u64 = 1024 * 1024;
+
+/// Locks that serialize the writers of one shard's keys (read, merge,
+/// write back); shards share them by hash.
+const LOCK_STRIPES: usize = 64;
+
+/// The keyspace of accepted copies.
+const COPIES: &str = "copies";
+
+/// The keyspace of per-shard facts.
+const SHARDS: &str = "shards";
+
+/// The local event store. Cheap to clone (one `Arc`); `Send + Sync`: shard
+/// tasks share it, writes to one shard are serialized.
+#[derive(Clone)]
+pub struct LocalStore {
+    pub(super) inner: Arc<Inner>,
+}
+
+/// The store's state, shared by its clones.
+pub(super) struct Inner {
+    /// The directory.
+    pub(super) path: PathBuf,
+    db: Database,
+    copies: Keyspace,
+    /// The `shards` keyspace.
+    pub(super) shards: Keyspace,
+    /// The shards' horizons, shared with the compaction filter.
+    pub(super) horizons: Horizons,
+    stripes: Vec<Mutex<()>>,
+}
+
+/// What one `decide` call knows of one key: the copies read from the store
+/// (`copies[..stored]`) and those it accepted since.
+struct Slot {
+    copies: Vec<AcceptedCopy>,
+    stored: usize,
+    dirty: bool,
+}
+
+impl LocalStore {
+    /// Opens or creates the store in `dir` (created if missing), then
+    /// forgets the shards not written for [`LocalOptions::forget_after`].
+    ///
+    /// # Errors
+    /// [`LocalStoreError::CreateDir`], [`LocalStoreError::Locked`] when
+    /// another store has it open, [`LocalStoreError::Open`] when fjall
+    /// cannot recover it, [`LocalStoreError::Storage`] and
+    /// [`LocalStoreError::Corrupt`] while reading the shards' facts.
+    pub fn open(dir: &Path, options: LocalOptions) -> Result<Self, LocalStoreError> {
+        let path = dir.to_path_buf();
+        std::fs::create_dir_all(dir).map_err(|source| LocalStoreError::CreateDir {
+            path: path.clone(),
+            source,
+        })?;
+        let open_error = |source| match source {
+            fjall::Error::Locked => LocalStoreError::Locked { path: path.clone() },
+            source => LocalStoreError::Open {
+                path: path.clone(),
+                source,
+            },
+        };
+        let horizons = Horizons::default();
+        let factory = horizons.factory();
+        let db = Database::builder(dir)
+            .cache_size(options.cache_bytes)
+            .with_compaction_filter_factories(Arc::new(move |keyspace: &str| {
+                (keyspace == COPIES).then(|| Arc::clone(&factory))
+            }))
+            .open()
+            .map_err(open_error)?;
+        let copies = db
+            .keyspace(COPIES, || {
+                // Most reads look for new ids: keep Bloom filters on the
+                // last level too (fjall's default filter policy: 0.01 %
+                // false positives on level 0, 10 bits per key below).
+                KeyspaceCreateOptions::default()
+                    .expect_point_read_hits(false)
+                    .max_memtable_size(options.memtable_bytes)
+            })
+            .map_err(open_error)?;
+        let shards = db
+            .keyspace(SHARDS, || {
+                KeyspaceCreateOptions::default().max_memtable_size(SHARDS_MEMTABLE_BYTES)
+            })
+            .map_err(open_error)?;
+        let inner = Inner {
+            path,
+            db,
+            copies,
+            shards,
+            horizons,
+            stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+        };
+        inner.load_shards(options.forget_after)?;
+        Ok(Self {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The store's directory.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Decides `candidates` of `lineage.shard_id`, in order, with `rule`.
+    ///
+    /// The prior accepted copies of a candidate's id are those stored under
+    /// the shard that precede it ([`precedes_in_shard`]), all those stored
+    /// under its ancestors, and those accepted earlier in this call. Each
+    /// key is read from fjall at most once per call. Then, in one atomic
+    /// batch, the accepted copies are stored (a copy already stored is not
+    /// added again: a replay changes nothing) and the shard's watermark is
+    /// set to `(settings, through)`; the journal is flushed to the OS, not
+    /// synced — the batch survives the process being killed, and a tail
+    /// lost with the machine only makes the store look behind.
+    ///
+    /// Returns one decision per candidate. Each candidate must be a copy of
+    /// `lineage.shard_id`.
+    ///
+    /// # Errors
+    /// [`LocalStoreError::Storage`] when a read or the batch fails (nothing
+    /// is stored), [`LocalStoreError::Corrupt`] for a value that does not
+    /// decode.
+    pub fn decide(
+        &self,
+        lineage: &Lineage,
+        rule: &Rule,
+        settings: &str,
+        candidates: &[Candidate],
+        through: &SequenceNumber,
+    ) -> Result<Vec<Decision>, LocalStoreError> {
+        let inner = &*self.inner;
+        let own = &lineage.shard_id;
+        let _lock = inner.lock(own);
+        let shards: Vec<&Arc<str>> = std::iter::once(own).chain(&lineage.ancestors).collect();
+        let mut slots: HashMap<(u128, usize), Slot> =
+            HashMap::with_capacity(candidates.len() * shards.len());
+        let mut key = Vec::with_capacity(own.len() + 17);
+        let mut decisions = Vec::with_capacity(candidates.len());
+        for candidate in candidates {
+            debug_assert_eq!(candidate.copy.shard_id, *own, "a copy of another shard");
+            let id = candidate.key.id;
+            for (index, shard) in shards.iter().enumerate() {
+                if let Entry::Vacant(vacant) = slots.entry((id, index)) {
+                    codec::copies_key(&mut key, shard, id);
+                    let copies = inner.read_copies(&key, shard)?;
+                    vacant.insert(Slot {
+                        stored: copies.len(),
+                        copies,
+                        dirty: false,
+                    });
+                }
+            }
+            // Invariant: the loop above filled every slot of this id.
+            let slot = |index: usize| &slots[&(id, index)];
+            let own_slot = slot(0);
+            let (stored, this_call) = own_slot.copies.split_at(own_slot.stored);
+            let prior = stored
+                .iter()
+                .filter(|copy| precedes_in_shard(&copy.copy, &candidate.copy))
+                .chain(this_call)
+                .chain((1..shards.len()).flat_map(|index| &slot(index).copies));
+            let decision = rule.decide(&candidate.key, candidate.arrival_millis, prior);
+            if decision.accepts()
+                && let Some(own_slot) = slots.get_mut(&(id, 0))
+            {
+                let already = own_slot.copies[..own_slot.stored]
+                    .iter()
+                    .any(|copy| same_position(copy, candidate));
+                if !already {
+                    own_slot.copies.push(candidate.accepted());
+                    own_slot.dirty = true;
+                }
+            }
+            decisions.push(decision);
+        }
+
+        let mut batch = inner.batch();
+        let horizon = inner.live_horizon(own);
+        let mut value = Vec::new();
+        for ((id, index), slot) in &slots {
+            if !slot.dirty {
+                continue;
+            }
+            debug_assert_eq!(*index, 0, "only the shard's own keys are written");
+            codec::copies_key(&mut key, own, *id);
+            inner.put_copies(&mut batch, &key, &slot.copies, horizon, &mut value);
+        }
+        batch.insert(
+            &inner.shards,
+            codec::shard_key(Tag::Watermark, own),
+            codec::encode_watermark(settings, through),
+        );
+        inner.touch(&mut batch, own);
+        batch.commit().map_err(|source| inner.storage(source))?;
+        Ok(decisions)
+    }
+
+    /// Adds accepted copies decided elsewhere (rebuilt from the archive, or
+    /// adopted from a decisions object), each under its copy's shard. A copy
+    /// already stored (same shard, sequence number and sub-sequence number)
+    /// is not added again. One atomic batch, flushed to the OS as in
+    /// [`decide`](Self::decide).
+    ///
+    /// # Errors
+    /// As [`decide`](Self::decide).
+    pub fn insert(&self, copies: &[(EventKey, AcceptedCopy)]) -> Result<(), LocalStoreError> {
+        let inner = &*self.inner;
+        let mut shards: Vec<&Arc<str>> =
+            copies.iter().map(|(_, copy)| &copy.copy.shard_id).collect();
+        shards.sort();
+        shards.dedup();
+        let _locks = inner.lock_all(shards.iter().map(|shard| &***shard));
+        let mut slots: HashMap<Vec<u8>, (&Arc<str>, Slot)> = HashMap::with_capacity(copies.len());
+        let mut key = Vec::new();
+        for (event, copy) in copies {
+            let shard = &copy.copy.shard_id;
+            codec::copies_key(&mut key, shard, event.id);
+            let (_, slot) = match slots.entry(key.clone()) {
+                Entry::Occupied(occupied) => occupied.into_mut(),
+                Entry::Vacant(vacant) => {
+                    let stored = inner.read_copies(&key, shard)?;
+                    vacant.insert((
+                        shard,
+                        Slot {
+                            stored: stored.len(),
+                            copies: stored,
+                            dirty: false,
+                        },
+                    ))
+                }
+            };
+            if !slot
+                .copies
+                .iter()
+                .any(|other| same_copy(&other.copy, &copy.copy))
+            {
+                slot.copies.push(copy.clone());
+                slot.dirty = true;
+            }
+        }
+        let mut batch = inner.batch();
+        let mut value = Vec::new();
+        for (key, (shard, slot)) in &slots {
+            if slot.dirty {
+                let horizon = inner.live_horizon(shard);
+                inner.put_copies(&mut batch, key, &slot.copies, horizon, &mut value);
+            }
+        }
+        for shard in shards {
+            inner.touch(&mut batch, shard);
+        }
+        batch.commit().map_err(|source| inner.storage(source))
+    }
+}
+
+impl Inner {
+    /// The lock of `shard_id`'s writers.
+    pub(super) fn lock(&self, shard_id: &str) -> MutexGuard<'_, ()> {
+        // The lock guards no data, so a poisoned one is as good.
+        self.stripes[stripe(shard_id)]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The locks of several shards, taken in one order (no deadlock).
+    fn lock_all<'a>(&self, shards: impl Iterator<Item = &'a str>) -> Vec<MutexGuard<'_, ()>> {
+        let mut stripes: Vec<usize> = shards.map(stripe).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        stripes
+            .into_iter()
+            .map(|index| {
+                self.stripes[index]
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+            })
+            .collect()
+    }
+
+    /// A batch flushed to the OS on commit.
+    pub(super) fn batch(&self) -> OwnedWriteBatch {
+        self.db.batch().durability(Some(PersistMode::Buffer))
+    }
+
+    pub(super) fn storage(&self, source: fjall::Error) -> LocalStoreError {
+        LocalStoreError::Storage {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    pub(super) fn corrupt_shard_key(&self, key: &[u8]) -> LocalStoreError {
+        LocalStoreError::Corrupt {
+            path: self.path.clone(),
+            key: format!("{:?}", String::from_utf8_lossy(key)),
+        }
+    }
+
+    /// The copies stored under `key` of `shard_id`.
+    fn read_copies(
+        &self,
+        key: &[u8],
+        shard_id: &Arc<str>,
+    ) -> Result<Vec<AcceptedCopy>, LocalStoreError> {
+        match self
+            .copies
+            .get(key)
+            .map_err(|source| self.storage(source))?
+        {
+            None => Ok(Vec::new()),
+            Some(value) => {
+                codec::decode_copies(&value, shard_id).map_err(|_| LocalStoreError::Corrupt {
+                    path: self.path.clone(),
+                    key: codec::describe_copies_key(key),
+                })
+            }
+        }
+    }
+
+    /// Adds the write of `copies` under `key` to `batch`, without those
+    /// below `horizon` (the key is removed when none is left).
+    fn put_copies(
+        &self,
+        batch: &mut OwnedWriteBatch,
+        key: &[u8],
+        copies: &[AcceptedCopy],
+        horizon: Option<i64>,
+        value: &mut Vec<u8>,
+    ) {
+        let mut kept = copies
+            .iter()
+            .filter(|copy| Horizons::keeps(horizon, copy.arrival_millis))
+            .peekable();
+        if kept.peek().is_none() {
+            batch.remove(&self.copies, key);
+            return;
+        }
+        codec::encode_copies(kept, value);
+        batch.insert(&self.copies, key, value.as_slice());
+    }
+}
+
+/// The lock stripe of `shard_id`.
+fn stripe(shard_id: &str) -> usize {
+    // The remainder is below LOCK_STRIPES, so it fits.
+    (xxh3_64(shard_id.as_bytes()) % LOCK_STRIPES as u64) as usize
+}
+
+/// Whether `copy` is the candidate's own record (a replay).
+fn same_position(copy: &AcceptedCopy, candidate: &Candidate) -> bool {
+    same_copy(&copy.copy, &candidate.copy)
+}
+
+/// Whether two references name the same user record.
+fn same_copy(a: &CopyRef, b: &CopyRef) -> bool {
+    a.position_cmp(b) == std::cmp::Ordering::Equal
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use std::time::Duration;
+
+    use super::*;
+    use crate::events::local::Watermark;
+    use crate::events::local::expiry::FORGOTTEN;
+    use crate::events::rule::Outcome;
+
+    const W: i64 = 1_000;
+    const SETTINGS: &str = "events;id=partition-key;fingerprint=payload";
+
+    fn rule(match_fingerprint: bool) -> Rule {
+        Rule {
+            window_millis: W,
+            match_fingerprint,
+        }
+    }
+
+    fn open(dir: &tempfile::TempDir) -> LocalStore {
+        LocalStore::open(dir.path(), LocalOptions::default()).unwrap()
+    }
+
+    /// A candidate of `shard`: (id, fingerprint, arrival) at `(sequence, sub)`.
+    fn candidate(
+        shard: &Arc<str>,
+        (id, fingerprint, arrival): (u8, u8, i64),
+        sequence: u64,
+        sub: Option<u64>,
+    ) -> Candidate {
+        Candidate {
+            key: EventKey {
+                id: u128::from(id) << 100 | 0xfeed,
+                fingerprint: u64::from(fingerprint),
+            },
+            copy: CopyRef {
+                shard_id: Arc::clone(shard),
+                sequence_number: SequenceNumber::from(sequence),
+                sub_sequence_number: sub,
+            },
+            arrival_millis: arrival,
+        }
+    }
+
+    fn through(run: &[Candidate]) -> SequenceNumber {
+        run.last().map_or_else(SequenceNumber::zero, |last| {
+            last.copy.sequence_number.clone()
+        })
+    }
+
+    /// The naive model: every accepted copy in a list; the prior copies of a
+    /// candidate are the preceding ones of its shard and all of its
+    /// ancestors'.
+    #[derive(Default)]
+    struct Model {
+        accepted: Vec<(u128, AcceptedCopy)>,
+    }
+
+    impl Model {
+        fn decide(&mut self, lineage: &Lineage, rule: &Rule, run: &[Candidate]) -> Vec<Decision> {
+            run.iter()
+                .map(|candidate| {
+                    let prior: Vec<&AcceptedCopy> = self
+                        .accepted
+                        .iter()
+                        .filter(|(id, copy)| {
+                            *id == candidate.key.id
+                                && if copy.copy.shard_id == lineage.shard_id {
+                                    precedes_in_shard(&copy.copy, &candidate.copy)
+                                } else {
+                                    lineage.ancestors.contains(&copy.copy.shard_id)
+                                }
+                        })
+                        .map(|(_, copy)| copy)
+                        .collect();
+                    let decision = rule.decide(&candidate.key, candidate.arrival_millis, prior);
+                    if decision.accepts() {
+                        self.accepted.push((candidate.key.id, candidate.accepted()));
+                    }
+                    decision
+                })
+                .collect()
+        }
+    }
+
+    /// One generated run: its records `(id, fingerprint, arrival, same
+    /// aggregate as the previous record)`, whether the store is reopened
+    /// before it, and which earlier run of the same shard to replay after
+    /// it (an index, reduced modulo the runs so far).
+    type RunSpec = (Vec<(u8, u8, i64, bool)>, bool, Option<usize>);
+
+    fn runs() -> impl Strategy<Value = Vec<RunSpec>> {
+        prop::collection::vec(
+            (
+                prop::collection::vec(
+                    (0u8..6, 0u8..3, 0i64..4_000, prop::bool::weighted(0.2)),
+                    0..25,
+                ),
+                prop::bool::weighted(0.3),
+                prop::option::weighted(0.3, 0usize..8),
+            ),
+            1..6,
+        )
+    }
+
+    /// Turns specs into candidates of `shard`, sequence numbers increasing
+    /// (KPL aggregates share one and count sub-sequence numbers).
+    fn build(shard: &Arc<str>, specs: &[RunSpec], next: &mut u64) -> Vec<Vec<Candidate>> {
+        let mut previous: Option<(u64, Option<u64>)> = None;
+        specs
+            .iter()
+            .map(|(records, _, _)| {
+                records
+                    .iter()
+                    .map(|&(id, fingerprint, arrival, aggregate)| {
+                        let (sequence, sub) = match previous {
+                            Some((sequence, sub)) if aggregate => {
+                                (sequence, Some(sub.map_or(1, |sub| sub + 1)))
+                            }
+                            _ => {
+                                *next += 1 + u64::from(id);
+                                (*next, None)
+                            }
+                        };
+                        previous = Some((sequence, sub));
+                        candidate(shard, (id, fingerprint, arrival), sequence, sub)
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(40))]
+
+        /// Runs on a parent shard, then on its child, decided through the
+        /// store (reopened between some runs, some earlier runs replayed)
+        /// decide as the naive model does, and replays decide as the first
+        /// time.
+        #[test]
+        fn agrees_with_the_naive_model(
+            parent_specs in runs(),
+            child_specs in runs(),
+            match_fingerprint in any::<bool>(),
+        ) {
+            let rule = rule(match_fingerprint);
+            let dir = tempfile::tempdir().unwrap();
+            let mut store = Some(open(&dir));
+            let mut model = Model::default();
+            let parent = Lineage::root("shardId-000000000000");
+            let child = Lineage {
+                shard_id: Arc::from("shardId-000000000001"),
+                ancestors: vec![Arc::clone(&parent.shard_id)],
+            };
+            let mut next = 0;
+            for (lineage, specs) in [(&parent, &parent_specs), (&child, &child_specs)] {
+                let runs = build(&lineage.shard_id, specs, &mut next);
+                let mut decided: Vec<Vec<Decision>> = Vec::new();
+                for (run, (_, reopen, replay)) in runs.iter().zip(specs) {
+                    if *reopen {
+                        drop(store.take());
+                        store = Some(open(&dir));
+                    }
+                    let local = store.as_ref().unwrap();
+                    let decisions = local
+                        .decide(lineage, &rule, SETTINGS, run, &through(run))
+                        .unwrap();
+                    prop_assert_eq!(&decisions, &model.decide(lineage, &rule, run));
+                    decided.push(decisions);
+                    if let Some(replay) = replay {
+                        let index = replay % decided.len();
+                        let again = local
+                            .decide(lineage, &rule, SETTINGS, &runs[index], &through(&runs[index]))
+                            .unwrap();
+                        prop_assert_eq!(&again, &decided[index], "replay of run {}", index);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_replay_decides_as_the_first_attempt_after_later_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        let rule = rule(true);
+        let lineage = Lineage::root("shardId-000000000000");
+        let shard = &lineage.shard_id;
+        // Run A: event 1 twice, event 2 with two payloads.
+        let a = vec![
+            candidate(shard, (1, 0, 100), 10, None),
+            candidate(shard, (1, 0, 150), 11, None),
+            candidate(shard, (2, 0, 200), 12, None),
+            candidate(shard, (2, 1, 210), 13, None),
+        ];
+        // Run B: event 3, and event 1 again past the window.
+        let b = vec![
+            candidate(shard, (3, 0, 300), 20, Some(0)),
+            candidate(shard, (3, 0, 300), 20, Some(1)),
+            candidate(shard, (1, 0, 100 + W + 1), 21, None),
+        ];
+        let first = store
+            .decide(&lineage, &rule, SETTINGS, &a, &through(&a))
+            .unwrap();
+        assert_eq!(
+            first,
+            vec![
+                Decision::Keep(Outcome::Unique),
+                Decision::Duplicate {
+                    of: a[0].copy.clone()
+                },
+                Decision::Keep(Outcome::Unique),
+                Decision::Keep(Outcome::IdReused),
+            ]
+        );
+        assert_eq!(
+            store
+                .decide(&lineage, &rule, SETTINGS, &a, &through(&a))
+                .unwrap(),
+            first,
+            "replayed at once"
+        );
+        let second = store
+            .decide(&lineage, &rule, SETTINGS, &b, &through(&b))
+            .unwrap();
+        assert_eq!(
+            second,
+            vec![
+                Decision::Keep(Outcome::Unique),
+                Decision::Duplicate {
+                    of: b[0].copy.clone()
+                },
+                Decision::Keep(Outcome::Expired),
+            ]
+        );
+        drop(store);
+        let store = open(&dir);
+        assert_eq!(
+            store
+                .decide(&lineage, &rule, SETTINGS, &a, &through(&a))
+                .unwrap(),
+            first,
+            "replayed after run B and a reopen"
+        );
+        assert_eq!(
+            store
+                .decide(&lineage, &rule, SETTINGS, &b, &through(&b))
+                .unwrap(),
+            second
+        );
+        // Nothing was stored twice: event 1 has its two accepted copies.
+        let mut key = Vec::new();
+        codec::copies_key(&mut key, shard, a[0].key.id);
+        assert_eq!(store.inner.read_copies(&key, shard).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn watermarks_and_ended_marks_persist_and_insert_is_idempotent() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        let shard: Arc<str> = Arc::from("shardId-000000000003");
+        assert_eq!(store.watermark(&shard).unwrap(), None);
+        let watermark = Watermark {
+            settings: SETTINGS.to_owned(),
+            through: SequenceNumber::from(42_u64),
+        };
+        store.set_watermark(&shard, &watermark).unwrap();
+        store.mark_ended(&shard, SETTINGS).unwrap();
+        let copies: Vec<(EventKey, AcceptedCopy)> = (0..3)
+            .map(|n| {
+                let candidate = candidate(&shard, (n, 0, 5), u64::from(n) + 1, None);
+                (candidate.key, candidate.accepted())
+            })
+            .collect();
+        store.insert(&copies).unwrap();
+        store.insert(&copies).unwrap();
+        store.insert(&copies[..1]).unwrap();
+
+        let second = LocalStore::open(dir.path(), LocalOptions::default());
+        assert!(
+            matches!(&second, Err(LocalStoreError::Locked { path }) if path == dir.path()),
+            "{:?}",
+            second.err()
+        );
+        let clone = store.clone();
+        drop(store);
+        assert_eq!(clone.watermark(&shard).unwrap(), Some(watermark.clone()));
+        drop(clone);
+
+        let store = open(&dir);
+        assert_eq!(store.watermark(&shard).unwrap(), Some(watermark));
+        assert!(store.is_ended(&shard, SETTINGS).unwrap());
+        assert!(
+            !store
+                .is_ended(&shard, "events;id=payload;fingerprint=none")
+                .unwrap()
+        );
+        assert!(!store.is_ended("shardId-000000000004", SETTINGS).unwrap());
+        for (event, copy) in &copies {
+            let mut key = Vec::new();
+            codec::copies_key(&mut key, &shard, event.id);
+            assert_eq!(
+                store.inner.read_copies(&key, &shard).unwrap(),
+                vec![copy.clone()]
+            );
+        }
+        // A record of a child finds the inserted copy of its parent.
+        let child = Lineage {
+            shard_id: Arc::from("shardId-000000000005"),
+            ancestors: vec![Arc::clone(&shard)],
+        };
+        let run = [candidate(&child.shard_id, (1, 0, 6), 100, None)];
+        assert_eq!(
+            store
+                .decide(&child, &rule(true), SETTINGS, &run, &through(&run))
+                .unwrap(),
+            vec![Decision::Duplicate {
+                of: copies[1].1.copy.clone()
+            }]
+        );
+    }
+
+    #[test]
+    fn a_corrupt_value_is_reported_with_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        let lineage = Lineage::root("shardId-000000000000");
+        let run = [candidate(&lineage.shard_id, (1, 0, 0), 1, None)];
+        let mut key = Vec::new();
+        codec::copies_key(&mut key, &lineage.shard_id, run[0].key.id);
+        store.inner.copies.insert(key, [9_u8]).unwrap();
+        let error = store
+            .decide(&lineage, &rule(true), SETTINGS, &run, &through(&run))
+            .unwrap_err();
+        assert!(
+            matches!(&error, LocalStoreError::Corrupt { key, .. } if key.starts_with("shardId-000000000000/")),
+            "{error:?}"
+        );
+    }
+
+    impl LocalStore {
+        /// Flushes the memtables and compacts everything into the last level.
+        fn compact(&self) {
+            self.inner.copies.rotate_memtable_and_wait().unwrap();
+            self.inner.copies.major_compact().unwrap();
+        }
+
+        fn stored(&self, shard: &Arc<str>, id: u128) -> Vec<AcceptedCopy> {
+            let mut key = Vec::new();
+            codec::copies_key(&mut key, shard, id);
+            self.inner.read_copies(&key, shard).unwrap()
+        }
+    }
+
+    #[test]
+    fn compaction_drops_values_below_the_horizon() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        let lineage = Lineage::root("shardId-000000000000");
+        let other = Lineage::root("shardId-000000000009");
+        let shard = &lineage.shard_id;
+        // Ids 0..50 arrive at 1_000, ids 50..100 at 10_000; id 0 arrives
+        // again at 10_000 (its value keeps both until it is rewritten).
+        let mut run: Vec<Candidate> = (0..100)
+            .map(|n| {
+                let arrival = if n < 50 { 1_000 } else { 10_000 };
+                candidate(shard, (n, 0, arrival), u64::from(n) + 1, None)
+            })
+            .collect();
+        run.push(candidate(shard, (0, 1, 10_000), 200, None));
+        let rule = Rule {
+            window_millis: 100,
+            match_fingerprint: true,
+        };
+        store
+            .decide(&lineage, &rule, SETTINGS, &run, &through(&run))
+            .unwrap();
+        let others: Vec<Candidate> = (0..10)
+            .map(|n| candidate(&other.shard_id, (n, 0, 1_000), u64::from(n) + 1, None))
+            .collect();
+        store
+            .decide(&other, &rule, SETTINGS, &others, &through(&others))
+            .unwrap();
+
+        store.advance_horizon(shard, 5_000).unwrap();
+        store.advance_horizon(shard, 4_000).unwrap();
+        assert_eq!(store.horizon(shard), Some(5_000), "never moves back");
+        store.compact();
+        for n in 1_u8..50 {
+            assert!(
+                store.stored(shard, run[usize::from(n)].key.id).is_empty(),
+                "id {n}"
+            );
+        }
+        for n in 50_u8..100 {
+            assert_eq!(
+                store.stored(shard, run[usize::from(n)].key.id).len(),
+                1,
+                "id {n}"
+            );
+        }
+        assert_eq!(
+            store.stored(shard, run[0].key.id).len(),
+            2,
+            "the newest copy is recent"
+        );
+        for candidate in &others {
+            assert_eq!(
+                store.stored(&other.shard_id, candidate.key.id).len(),
+                1,
+                "no horizon"
+            );
+        }
+
+        // A rewrite drops the copies below the horizon; the horizon persists.
+        let again = [candidate(shard, (0, 2, 10_050), 300, None)];
+        store
+            .decide(&lineage, &rule, SETTINGS, &again, &through(&again))
+            .unwrap();
+        drop(store);
+        let store = open(&dir);
+        assert_eq!(store.horizon(shard), Some(5_000));
+        let kept = store.stored(shard, run[0].key.id);
+        assert_eq!(
+            kept.iter()
+                .map(|copy| copy.arrival_millis)
+                .collect::<Vec<_>>(),
+            vec![10_000, 10_050]
+        );
+    }
+
+    #[test]
+    fn shards_not_written_for_long_are_forgotten_and_come_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        let lineage = Lineage::root("shardId-000000000000");
+        let shard = &lineage.shard_id;
+        let run = [candidate(shard, (1, 0, 1_000), 1, None)];
+        store
+            .decide(&lineage, &rule(true), SETTINGS, &run, &through(&run))
+            .unwrap();
+        store.mark_ended(shard, SETTINGS).unwrap();
+        drop(store);
+
+        let store = open(&dir);
+        assert!(
+            store.watermark(shard).unwrap().is_some(),
+            "written just now"
+        );
+        drop(store);
+        let forgetful = LocalOptions {
+            forget_after: Duration::ZERO,
+            ..LocalOptions::default()
+        };
+        let store = LocalStore::open(dir.path(), forgetful).unwrap();
+        assert_eq!(store.watermark(shard).unwrap(), None);
+        assert!(!store.is_ended(shard, SETTINGS).unwrap());
+        assert_eq!(store.horizon(shard), Some(FORGOTTEN));
+        store.compact();
+        assert!(store.stored(shard, run[0].key.id).is_empty());
+        drop(store);
+
+        // Written again, the shard is back: its new copies stay.
+        let store = open(&dir);
+        assert_eq!(store.horizon(shard), Some(FORGOTTEN), "persisted");
+        let later = [candidate(shard, (2, 0, 2_000), 2, None)];
+        store
+            .decide(&lineage, &rule(true), SETTINGS, &later, &through(&later))
+            .unwrap();
+        assert_eq!(store.horizon(shard), None);
+        store.compact();
+        assert_eq!(store.stored(shard, later[0].key.id).len(), 1);
+        drop(store);
+        let store = open(&dir);
+        assert_eq!(store.horizon(shard), None, "persisted");
+        assert!(store.watermark(shard).unwrap().is_some());
+    }
+
+    #[test]
+    fn the_store_is_send_sync_and_clone() {
+        fn check<T: Send + Sync + Clone>() {}
+        check::<LocalStore>();
+    }
+}
