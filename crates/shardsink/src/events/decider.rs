@@ -1,18 +1,40 @@
 //! [`ShardEvents`]: a shard task's event decisions — keys computed from each
 //! user record, decided by the process's store ([`EventRuntime`]) in runs,
 //! and decisions read back from S3 adopted into the store.
+//!
+//! With the local store, before a task's first decision the store is checked
+//! for the shard: its watermark must record the current settings and reach
+//! the last record already placed in S3; else the shard's window is rebuilt
+//! from S3 (`rebuild`) — and each ancestor's, unless that ancestor was read
+//! to its end with this store.
+
+// In builds without the test store, the local store is the only one until
+// the manifest is wired in.
+#![allow(irrefutable_let_patterns)]
 
 use std::sync::Arc;
 
 use sequence_range::SequenceNumber;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
 
 use super::decisions::{RecordedDecision, UserDecision, settings_description};
+use super::local::{LocalStore, LocalStoreError, Watermark};
 #[cfg(test)]
 use super::memory::MemoryStore;
-use super::rule::{Decision, Outcome};
+use super::rebuild::rebuild;
+use super::rule::{AcceptedCopy, CopyRef, Decision, EventKey, Outcome};
 use super::store::{Candidate, Lineage};
+use crate::aws::retry::Stopped;
+use crate::aws::{ObjectStore, S3Error};
 use crate::config::EventSettings;
+use crate::ops::metrics::Metrics;
+use crate::output::Output;
 use crate::read::record::ShardRecord;
+
+/// Extra history a local store keeps beyond twice the window (ms): room
+/// for arrival times that go back a little within a shard.
+const HORIZON_SLACK_MILLIS: i64 = 3_600_000;
 
 /// What every shard task shares for event deduplication.
 #[derive(Debug)]
@@ -40,17 +62,38 @@ impl EventRuntime {
 /// The store of accepted copies.
 #[derive(Debug)]
 pub enum EventStore {
+    /// The local store (`--event-dedup-store local`).
+    Local(LocalStore),
     /// In memory (tests).
     #[cfg(test)]
     Memory(MemoryStore),
 }
 
-/// Why a store call failed; the shard task retries with backoff.
+/// Why deciding failed; the shard task retries after a backoff (or stops,
+/// when the lease was lost).
 #[derive(Debug, thiserror::Error)]
 pub enum EventError {
-    /// The store failed.
-    #[error("event store failed: {0}")]
-    Store(String),
+    /// The local store failed.
+    #[error(transparent)]
+    Local(#[from] LocalStoreError),
+    /// Rebuilding the window from S3 stopped (the shard task turns this
+    /// into its S3 error, or the lease's loss).
+    #[error("rebuilding the event window from S3 stopped: {0:?}")]
+    Rebuild(Stopped<S3Error>),
+    /// A blocking store call panicked or was cancelled.
+    #[error("an event store call did not complete")]
+    Join(#[source] tokio::task::JoinError),
+}
+
+/// Where a rebuild reads: the bucket and the layouts.
+#[derive(Debug, Clone)]
+pub struct RebuildSource {
+    /// The bucket.
+    pub store: ObjectStore,
+    /// The layouts of main and decisions objects.
+    pub output: Output,
+    /// Retry metrics.
+    pub metrics: Arc<Metrics>,
 }
 
 /// One shard's event decisions.
@@ -58,12 +101,21 @@ pub enum EventError {
 pub struct ShardEvents {
     runtime: Arc<EventRuntime>,
     lineage: Lineage,
+    source: RebuildSource,
+    /// Whether the store was checked (and rebuilt if behind) for this task.
+    checked: bool,
 }
 
 impl ShardEvents {
-    /// Decisions for the shard and ancestors of `lineage`.
-    pub fn new(runtime: Arc<EventRuntime>, lineage: Lineage) -> Self {
-        Self { runtime, lineage }
+    /// Decisions for the shard and ancestors of `lineage`, rebuilding from
+    /// `source` when the store is behind.
+    pub fn new(runtime: Arc<EventRuntime>, lineage: Lineage, source: RebuildSource) -> Self {
+        Self {
+            runtime,
+            lineage,
+            source,
+            checked: false,
+        }
     }
 
     /// Sets the shard's ancestors, nearest first.
@@ -71,27 +123,29 @@ impl ShardEvents {
         self.lineage.ancestors = ancestors.into_iter().map(Arc::from).collect();
     }
 
-    /// The shared runtime.
-    pub fn runtime(&self) -> &Arc<EventRuntime> {
-        &self.runtime
-    }
-
     /// Decides `records` (consecutive records of the shard, in order): one
     /// list per record, one [`UserDecision`] per user record. Accepted copies
     /// are in the store when this returns. `placed_through`: the last
     /// record before them known to be placed in S3 (checkpoint or records
-    /// found there), for the store's check that it is not behind.
+    /// found there), for the check that the store is not behind; `stop`: the
+    /// lease was lost (a rebuild stops).
     ///
     /// # Errors
-    /// [`EventError`] when the store fails.
-    // Until the stores are wired in, only the test store exists.
-    #[cfg_attr(not(test), allow(unreachable_code, unused_variables))]
+    /// [`EventError`] when the store or a rebuild fails.
     pub async fn decide(
         &mut self,
         records: &[ShardRecord],
         placed_through: Option<&SequenceNumber>,
+        stop: &CancellationToken,
     ) -> Result<Vec<Vec<UserDecision>>, EventError> {
-        let _ = placed_through;
+        let (Some(first), Some(last)) = (records.first(), records.last()) else {
+            return Ok(Vec::new());
+        };
+        if !self.checked {
+            self.ensure_current(first.arrival_millis, placed_through, stop)
+                .await?;
+            self.checked = true;
+        }
         let settings = &self.runtime.settings;
         let mut candidates = Vec::new();
         let mut keys = Vec::with_capacity(records.len());
@@ -102,7 +156,7 @@ impl ShardEvents {
                 if let Some(key) = key {
                     candidates.push(Candidate {
                         key,
-                        copy: super::rule::CopyRef {
+                        copy: CopyRef {
                             shard_id: self.lineage.shard_id.clone(),
                             sequence_number: record.sequence_number.clone(),
                             sub_sequence_number: user.sub_sequence_number,
@@ -114,12 +168,11 @@ impl ShardEvents {
             }
             keys.push(record_keys);
         }
-        let decided: Vec<Decision> = match self.runtime.store {
-            #[cfg(test)]
-            EventStore::Memory(ref store) => {
-                store.decide(&self.lineage, &settings.rule, &candidates)
-            }
-        };
+        let decided = self
+            .decide_candidates(candidates, last.sequence_number.clone())
+            .await?;
+        let newest = records.iter().map(|r| r.arrival_millis).max().unwrap_or(0);
+        self.advance_horizon(newest).await?;
         let mut decided = decided.into_iter();
         Ok(keys
             .into_iter()
@@ -129,6 +182,7 @@ impl ShardEvents {
                     .map(|key| UserDecision {
                         key,
                         decision: match key {
+                            // One decision per candidate, in order.
                             Some(_) => decided.next().unwrap_or(Decision::Keep(Outcome::Unique)),
                             None => Decision::Keep(Outcome::IdMissing),
                         },
@@ -138,21 +192,160 @@ impl ShardEvents {
             .collect())
     }
 
+    async fn decide_candidates(
+        &self,
+        candidates: Vec<Candidate>,
+        through: SequenceNumber,
+    ) -> Result<Vec<Decision>, EventError> {
+        let runtime = self.runtime.clone();
+        let lineage = self.lineage.clone();
+        match &self.runtime.store {
+            EventStore::Local(_) => {
+                blocking(move || {
+                    let EventStore::Local(store) = &runtime.store else {
+                        return Ok(Vec::new());
+                    };
+                    store.decide(
+                        &lineage,
+                        &runtime.settings.rule,
+                        &runtime.description,
+                        &candidates,
+                        &through,
+                    )
+                })
+                .await
+            }
+            #[cfg(test)]
+            EventStore::Memory(store) => {
+                Ok(store.decide(&lineage, &runtime.settings.rule, &candidates))
+            }
+        }
+    }
+
+    /// Lets the store drop what no decision of this shard can consult any
+    /// more, once records that arrived at `newest_arrival` were decided.
+    async fn advance_horizon(&self, newest_arrival: i64) -> Result<(), EventError> {
+        if let EventStore::Local(store) = &self.runtime.store {
+            let horizon = newest_arrival
+                .saturating_sub(self.runtime.settings.rule.horizon_millis())
+                .saturating_sub(HORIZON_SLACK_MILLIS);
+            let (store, shard) = (store.clone(), self.lineage.shard_id.clone());
+            blocking(move || store.advance_horizon(&shard, horizon)).await?;
+        }
+        Ok(())
+    }
+
+    /// With the local store: rebuilds from S3 what the store lacks before
+    /// deciding records from `first_arrival` on (see the module
+    /// documentation).
+    async fn ensure_current(
+        &mut self,
+        first_arrival: i64,
+        placed_through: Option<&SequenceNumber>,
+        stop: &CancellationToken,
+    ) -> Result<(), EventError> {
+        let EventStore::Local(store) = &self.runtime.store else {
+            return Ok(());
+        };
+        let description = self.runtime.description.clone();
+        let shard = self.lineage.shard_id.clone();
+        let watermark = {
+            let (store, shard) = (store.clone(), shard.clone());
+            blocking(move || store.watermark(&shard)).await?
+        };
+        let current = placed_through.is_none_or(|placed| {
+            watermark
+                .as_ref()
+                .is_some_and(|w| w.settings == description && w.through >= *placed)
+        });
+        let window = (
+            first_arrival.saturating_sub(self.runtime.settings.rule.horizon_millis()),
+            first_arrival,
+        );
+        let mut behind: Vec<Arc<str>> = Vec::new();
+        if !current {
+            info!(shard_id = %shard, watermark = ?watermark.as_ref().map(|w| w.through.to_string()), placed_through = ?placed_through.map(ToString::to_string), "event store behind the archive; rebuilding the window from S3");
+            behind.push(shard.clone());
+        }
+        for ancestor in &self.lineage.ancestors {
+            let (store, id, description) = (store.clone(), ancestor.clone(), description.clone());
+            if !blocking(move || store.is_ended(&id, &description)).await? {
+                behind.push(ancestor.clone());
+            }
+        }
+        for shard_id in behind {
+            let rebuilt = rebuild(
+                &self.source.store,
+                &self.source.output,
+                &shard_id,
+                window,
+                &description,
+                &self.source.metrics,
+                stop,
+            )
+            .await
+            .map_err(EventError::Rebuild)?;
+            let store = store.clone();
+            blocking(move || store.insert(&rebuilt.copies)).await?;
+        }
+        if let (false, Some(placed)) = (current, placed_through) {
+            let watermark = Watermark {
+                settings: description,
+                through: placed.clone(),
+            };
+            let store = store.clone();
+            blocking(move || store.set_watermark(&shard, &watermark)).await?;
+        }
+        Ok(())
+    }
+
     /// Records in the store the copies `recorded` accepted (decisions read
     /// back from S3, so that later decisions see them).
     ///
     /// # Errors
     /// [`EventError`] when the store fails.
-    #[cfg_attr(not(test), allow(unreachable_code, unused_variables))]
     pub async fn adopt(&mut self, recorded: &[RecordedDecision]) -> Result<(), EventError> {
-        let copies: Vec<_> = recorded
+        let copies: Vec<(EventKey, AcceptedCopy)> = recorded
             .iter()
             .filter_map(|r| Some((r.decision.key?, r.accepted()?)))
             .collect();
-        match self.runtime.store {
+        match &self.runtime.store {
+            EventStore::Local(store) => {
+                let store = store.clone();
+                blocking(move || store.insert(&copies)).await
+            }
             #[cfg(test)]
-            EventStore::Memory(ref store) => store.insert(&copies),
+            EventStore::Memory(store) => {
+                store.insert(&copies);
+                Ok(())
+            }
+        }
+    }
+
+    /// The shard was read to its end: with the local store, its copies are
+    /// complete here for its children.
+    ///
+    /// # Errors
+    /// [`EventError`] when the store fails.
+    pub async fn shard_ended(&self) -> Result<(), EventError> {
+        if let EventStore::Local(store) = &self.runtime.store {
+            let (store, shard, description) = (
+                store.clone(),
+                self.lineage.shard_id.clone(),
+                self.runtime.description.clone(),
+            );
+            blocking(move || store.mark_ended(&shard, &description)).await?;
         }
         Ok(())
+    }
+}
+
+/// Runs a local store call off the async threads.
+async fn blocking<T: Send + 'static>(
+    call: impl FnOnce() -> Result<T, LocalStoreError> + Send + 'static,
+) -> Result<T, EventError> {
+    match tokio::task::spawn_blocking(call).await {
+        Ok(result) => result.map_err(EventError::Local),
+        Err(join) => Err(EventError::Join(join)),
     }
 }

@@ -58,12 +58,4 @@ impl MemoryStore {
             }
         }
     }
-
-    /// Forgets everything (a lost store).
-    pub fn clear(&self) {
-        self.copies
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
-    }
 }

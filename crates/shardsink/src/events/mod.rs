@@ -18,10 +18,6 @@
 //! - `decisions`: a batch's decisions and the decisions object that records
 //!   them in S3 before the batch's other objects.
 
-// Used by the shard task once it decides events; until then only tests
-// reach these modules.
-#![allow(dead_code)]
-
 pub(crate) mod decider;
 pub(crate) mod decisions;
 pub(crate) mod id;

@@ -16,7 +16,7 @@ use crate::output::batch::BufferLimits;
 use crate::shard::memory::MemoryBudget;
 
 /// What every shard task shares.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ShardContext {
     /// The stream.
     pub kinesis: Kinesis,

@@ -26,7 +26,7 @@ use crate::aws::backoff::Backoff;
 use crate::aws::retry::{Classify, Failure, Retry};
 use crate::aws::{KinesisError, S3Error, ShardInfo};
 use crate::commit::writer::BatchWriter;
-use crate::events::decider::ShardEvents;
+use crate::events::decider::{EventError, RebuildSource, ShardEvents};
 use crate::events::decisions::UserDecision;
 use crate::events::store::Lineage;
 use crate::ops::log::error_chain;
@@ -86,7 +86,15 @@ impl ShardTask {
         );
         let events = ctx.events.as_ref().map(|runtime| {
             writer = writer.clone().with_events(&runtime.description);
-            ShardEvents::new(runtime.clone(), Lineage::root(lease.shard_id()))
+            ShardEvents::new(
+                runtime.clone(),
+                Lineage::root(lease.shard_id()),
+                RebuildSource {
+                    store: ctx.store.clone(),
+                    output: ctx.output.clone(),
+                    metrics: ctx.metrics.clone(),
+                },
+            )
         });
         let mut dedup = Dedup::new(
             ctx.store.clone(),
@@ -356,12 +364,9 @@ impl ShardTask {
         let run = std::mem::take(&mut self.run);
         let placed_through = self.frontier.placed_through().cloned();
         let decisions = events
-            .decide(&run, placed_through.as_ref())
+            .decide(&run, placed_through.as_ref(), self.lease.lost())
             .await
-            .map_err(|source| ShardError::Events {
-                shard_id: self.shard_id.clone(),
-                source,
-            })?;
+            .map_err(|source| events_failed(&self.shard_id, source))?;
         for (record, decisions) in run.into_iter().zip(decisions) {
             self.append(record, Some(decisions)).await?;
         }
@@ -383,12 +388,9 @@ impl ShardTask {
         }
         let placed_through = self.frontier.placed_through().cloned();
         let decisions = events
-            .decide(wanted, placed_through.as_ref())
+            .decide(wanted, placed_through.as_ref(), self.lease.lost())
             .await
-            .map_err(|source| ShardError::Events {
-                shard_id: self.shard_id.clone(),
-                source,
-            })?;
+            .map_err(|source| events_failed(&self.shard_id, source))?;
         replay.supply(decisions);
         Ok(())
     }
@@ -400,15 +402,10 @@ impl ShardTask {
         recorded: &[crate::events::decisions::RecordedDecision],
     ) -> Result<(), ShardError> {
         match &mut self.events {
-            Some(events) if !recorded.is_empty() => {
-                events
-                    .adopt(recorded)
-                    .await
-                    .map_err(|source| ShardError::Events {
-                        shard_id: self.shard_id.clone(),
-                        source,
-                    })
-            }
+            Some(events) if !recorded.is_empty() => events
+                .adopt(recorded)
+                .await
+                .map_err(|source| events_failed(&self.shard_id, source)),
             _ => Ok(()),
         }
     }
@@ -525,6 +522,12 @@ impl ShardTask {
             self.write(batch, FlushReason::ShardEnd).await?;
         }
         self.writer.checkpoint(&Checkpoint::ShardEnd).await?;
+        if let Some(events) = &self.events {
+            events
+                .shard_ended()
+                .await
+                .map_err(|source| events_failed(&self.shard_id, source))?;
+        }
         self.log_progress(true);
         info!(children = ?children.iter().map(|c| &c.shard_id).collect::<Vec<_>>(), "shard reached SHARD_END; checkpointed");
         Ok(ShardExit::ShardEnd(children))
@@ -561,6 +564,18 @@ impl ShardTask {
     fn log_progress(&mut self, force: bool) {
         self.progress
             .log(force, self.dedup.is_enabled(), self.frontier.checkpoint());
+    }
+}
+
+/// A failed event decision as the shard task's error: a rebuild stopped by
+/// the lease's loss is the lease's loss.
+fn events_failed(shard_id: &str, source: EventError) -> ShardError {
+    match source {
+        EventError::Rebuild(stopped) => ShardError::from_s3_stop(shard_id, stopped),
+        source => ShardError::Events {
+            shard_id: shard_id.to_owned(),
+            source,
+        },
     }
 }
 

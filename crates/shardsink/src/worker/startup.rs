@@ -3,6 +3,7 @@
 //! passes — alive and not ready meanwhile.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -14,7 +15,9 @@ use tracing::info;
 use super::main_loop::Worker;
 use crate::aws::retry::{Classify, Retry, Stopped};
 use crate::aws::{KinesisError, S3Error};
-use crate::config::ConfigError;
+use crate::config::{ConfigError, EventDedup, EventStoreSetting};
+use crate::events::decider::{EventRuntime, EventStore};
+use crate::events::local::{LocalOptions, LocalStore};
 use crate::ops::health::Health;
 use crate::ops::log::error_chain;
 use crate::ops::systemd;
@@ -37,7 +40,7 @@ impl Worker {
             |err| matches!(err, KinesisError::NotFound(_)),
         )
         .await;
-        match status {
+        let retention = match status {
             None => return Ok(false),
             Some(Err(KinesisError::NotFound(_))) => {
                 return Err(ConfigError {
@@ -52,8 +55,9 @@ impl Worker {
                     result.with_context(|| format!("failed to describe stream {stream}"))?;
                 info!(stream = %stream, status = %summary.status, retention = ?summary.retention, "stream found");
                 self.metrics.set_stream_retention(summary.retention);
+                summary.retention
             }
-        }
+        };
         let bucket = self.store.bucket().to_owned();
         match retry_until(
             token,
@@ -118,6 +122,14 @@ impl Worker {
                 result.with_context(|| format!("failed to create or find lease table {table}"))?;
             }
         }
+        if let Some(events) = self.settings.events.clone() {
+            let Some(runtime) = self.start_events(events, retention, token).await? else {
+                return Ok(false);
+            };
+            let mut ctx = (*self.ctx).clone();
+            ctx.events = Some(Arc::new(runtime));
+            self.ctx = Arc::new(ctx);
+        }
         info!(
             stream = %stream,
             bucket = %bucket,
@@ -129,11 +141,58 @@ impl Worker {
             key_layout = self.ctx.output.layout.style().as_str(),
             time_bucket = self.ctx.output.layout.time_bucket().as_str(),
             error_prefix = self.ctx.output.error_layout.prefix(),
+            event_id = self.settings.events.as_ref().map(|e| e.settings.source.to_string()),
+            duplicates_prefix = self.settings.events.as_ref().map(|_| self.ctx.output.duplicates_layout.prefix()),
             "shardsink started"
         );
         self.health.started();
         systemd::ready();
         Ok(true)
+    }
+}
+
+impl Worker {
+    /// Opens the event store (`None` when shutdown came first). The local
+    /// store's window must fit in the stream's `retention`: a store that is
+    /// behind is rebuilt from what the archive recorded within it.
+    async fn start_events(
+        &self,
+        events: EventDedup,
+        retention: Duration,
+        token: &CancellationToken,
+    ) -> anyhow::Result<Option<EventRuntime>> {
+        let _ = token;
+        let store = match &events.store {
+            EventStoreSetting::Local { dir } => {
+                let window = Duration::from_millis(
+                    u64::try_from(events.settings.rule.window_millis).unwrap_or(u64::MAX),
+                );
+                if window > retention {
+                    return Err(ConfigError::new(
+                        "event-dedup-window",
+                        format!(
+                            "{window:?} is longer than the stream's retention period ({retention:?}); with the local store it may be at most that"
+                        ),
+                    )
+                    .into());
+                }
+                let dir = dir.clone();
+                let store = tokio::task::spawn_blocking(move || {
+                    LocalStore::open(&dir, LocalOptions::default())
+                })
+                .await
+                .context("opening the event store did not complete")?
+                .context("failed to open the event store (--event-dedup-dir)")?;
+                info!(path = %store.path().display(), "event store opened");
+                EventStore::Local(store)
+            }
+            EventStoreSetting::Manifest { table } => {
+                anyhow::bail!(
+                    "event manifest table {table}: the dynamodb store is not available in this build"
+                )
+            }
+        };
+        Ok(Some(EventRuntime::new(events.settings, store)))
     }
 }
 

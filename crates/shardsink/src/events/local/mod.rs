@@ -19,11 +19,6 @@ mod options;
 mod shards;
 mod store;
 
-// Unused until the shard task decides events.
-#[allow(unused_imports)]
 pub use self::{
-    error::LocalStoreError,
-    options::{DEFAULT_CACHE_BYTES, DEFAULT_MEMTABLE_BYTES, FORGET_AFTER, LocalOptions},
-    shards::Watermark,
-    store::LocalStore,
+    error::LocalStoreError, options::LocalOptions, shards::Watermark, store::LocalStore,
 };

@@ -131,6 +131,7 @@ impl LocalStore {
 
     /// The horizon of `shard_id`: `None` when it has none, `Some(i64::MAX)`
     /// when it was forgotten.
+    #[cfg(test)]
     pub fn horizon(&self, shard_id: &str) -> Option<i64> {
         self.inner.horizons.get(shard_id)
     }

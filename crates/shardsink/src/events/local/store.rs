@@ -45,6 +45,14 @@ pub struct LocalStore {
     pub(super) inner: Arc<Inner>,
 }
 
+impl std::fmt::Debug for LocalStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalStore")
+            .field("path", &self.path())
+            .finish_non_exhaustive()
+    }
+}
+
 /// The store's state, shared by its clones.
 pub(super) struct Inner {
     /// The directory.

@@ -26,6 +26,16 @@ const LINES: BodyKind = BodyKind::lines(CompressionCodec::None);
 /// A harness writing envelope lines uncompressed, deciding events by
 /// payload within an hour, in a store in memory.
 fn with_events() -> Harness {
+    with_store(EventStore::Memory(MemoryStore::default()))
+}
+
+/// The same with the local store in `dir`.
+fn with_local_store(dir: &std::path::Path) -> Harness {
+    let store = crate::events::local::LocalStore::open(dir, Default::default()).unwrap();
+    with_store(EventStore::Local(store))
+}
+
+fn with_store(store: EventStore) -> Harness {
     let h = harness(1_000);
     let settings = EventSettings {
         source: EventIdSource::Payload,
@@ -35,7 +45,7 @@ fn with_events() -> Harness {
             match_fingerprint: true,
         },
     };
-    let runtime = EventRuntime::new(settings, EventStore::Memory(MemoryStore::default()));
+    let runtime = EventRuntime::new(settings, store);
     let output = Output::new(
         KeyLayout::plain("p"),
         "p-errors",
@@ -282,8 +292,20 @@ async fn a_replay_without_its_decisions_object_decides_as_the_first_attempt() {
         let mut events = crate::events::decider::ShardEvents::new(
             runtime,
             crate::events::store::Lineage::root(SHARD),
+            crate::events::decider::RebuildSource {
+                store: h.ctx.store.clone(),
+                output: h.ctx.output.clone(),
+                metrics: h.ctx.metrics.clone(),
+            },
         );
-        events.decide(&h.shard_records(), None).await.unwrap();
+        events
+            .decide(
+                &h.shard_records(),
+                None,
+                &tokio_util::sync::CancellationToken::new(),
+            )
+            .await
+            .unwrap();
     }
     h.run_until(lease, |h| object(h, &main).is_some())
         .await
@@ -324,4 +346,45 @@ async fn a_batch_written_before_decisions_were_on_is_replayed_without_them() {
     assert_eq!(sequence_numbers(&object(&h, &main).unwrap()).len(), 2);
     assert_eq!(object(&h, &duplicates), None, "no record in two places");
     assert_eq!(object(&h, &decisions), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_local_store_is_rebuilt_from_the_archive() {
+    let first_disk = tempfile::tempdir().unwrap();
+    let h = with_local_store(first_disk.path());
+    push(&h, &["a", "b", "c"]);
+    let (main, _, _) = keys(&h, 1, 3);
+    let lease = h.lease(Checkpoint::TrimHorizon, None).await;
+    h.run_until(lease, |h| h.checkpointed(3)).await.unwrap();
+    assert_eq!(sequence_numbers(&object(&h, &main).unwrap()).len(), 3);
+
+    // The disk is lost: a new host takes the shard with an empty store.
+    let second_disk = tempfile::tempdir().unwrap();
+    let store =
+        crate::events::local::LocalStore::open(second_disk.path(), Default::default()).unwrap();
+    let runtime = EventRuntime::new(
+        h.ctx.events.as_ref().unwrap().settings.clone(),
+        EventStore::Local(store),
+    );
+    let h = Harness {
+        ctx: Arc::new(ShardContext {
+            events: Some(Arc::new(runtime)),
+            ..clone_ctx(&h.ctx)
+        }),
+        ..h
+    };
+    h.shard.push(&seq(4), PAST + 4_000, b"a");
+    h.shard.push(&seq(5), PAST + 5_000, b"d");
+    let (main, duplicates, _) = keys(&h, 4, 5);
+    let lease = h.lease_again().await;
+    h.run_until(lease, |h| object(h, &main).is_some())
+        .await
+        .unwrap();
+    assert_eq!(sequence_numbers(&object(&h, &main).unwrap()), [seq(5)]);
+    let dup = lines(&object(&h, &duplicates).unwrap());
+    assert_eq!(
+        dup[0]["duplicateOf"]["sequenceNumber"],
+        seq(1),
+        "the copy accepted before the disk was lost is known again"
+    );
 }
