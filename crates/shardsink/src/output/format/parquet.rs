@@ -284,6 +284,7 @@ impl ParquetBatch {
     }
 
     /// Rows pushed so far.
+    #[cfg(test)]
     pub fn rows(&self) -> usize {
         self.rows
     }
