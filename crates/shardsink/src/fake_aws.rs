@@ -22,16 +22,10 @@ use sequence_range::SequenceNumber;
 use shard_lease::test_util::fake_client;
 
 use crate::aws::AwsClients;
+use crate::lock::lock;
 
 /// The lease table's items; see `shard_lease::test_util`.
 pub use shard_lease::test_util::FakeTable;
-
-/// Locks a test mutex; a poisoned lock means another test thread panicked.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// One Kinesis shard.
 #[derive(Debug, Default)]

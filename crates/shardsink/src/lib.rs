@@ -32,6 +32,7 @@
 //!   `sequence-range`.
 //! - `ops`: metrics, health, the HTTP endpoints, logs, systemd, signals,
 //!   failpoints.
+//! - `lock`: the one way a mutex is locked, whatever a panicked holder left.
 //! - [`verify`]: `shardsink verify`, the audit of an archive.
 //! - [`cli`]: the command line — the daemon, `verify` and `health`.
 //! - `bench` (feature `bench`): the parts the pipeline benchmark in
@@ -50,6 +51,7 @@ mod commit;
 mod config;
 #[cfg(test)]
 mod fake_aws;
+mod lock;
 mod ops;
 mod output;
 mod read;
