@@ -415,6 +415,7 @@ fn s3_client(bucket: Arc<FakeBucket>) -> aws_sdk_s3::Client {
         match lock(&b2.objects).get(input.key().unwrap()) {
             Some(body) => MockResponse::Output(
                 GetObjectOutput::builder()
+                    .content_length(i64::try_from(body.len()).unwrap())
                     .body(ByteStream::from(body.clone()))
                     .build(),
             ),

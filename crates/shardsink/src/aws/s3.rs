@@ -273,6 +273,29 @@ impl ObjectStore {
         }
     }
 
+    /// The body of `key` as a stream, with its length in bytes when the
+    /// response says it (`Content-Length`) ([GetObject]): the length is
+    /// known before the body is read.
+    ///
+    /// [GetObject]: https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetObject.html
+    ///
+    /// # Errors
+    /// [`S3Error`] up to the response headers; errors while reading the body
+    /// come from the stream.
+    pub async fn get_stream_with_length(
+        &self,
+        key: &str,
+    ) -> Result<(Option<u64>, ByteStream), S3Error> {
+        let output = self
+            .get_object(key)
+            .await
+            .map_err(|err| self.error("GetObject", key, err))?;
+        let length = output
+            .content_length
+            .and_then(|length| u64::try_from(length).ok());
+        Ok((length, output.body))
+    }
+
     /// The body of `key` as a stream ([GetObject]): read it a buffer at a
     /// time instead of holding the whole object.
     ///

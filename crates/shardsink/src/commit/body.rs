@@ -3,12 +3,15 @@
 //! object — with what a 412 compares each by and the user metadata stored
 //! with it.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use crate::config::CompressionCodec;
 use crate::output::compression::Compression;
 use crate::output::format::{Bodies, BodyKind, BodyShape, Format, MainBody};
 use crate::output::view::RejectReason;
+use crate::shard::memory::MemoryBudget;
 
 /// User metadata name (`x-amz-meta-shardsink-format`): the format and its
 /// settings ([`Format::description`]), or `errors` for an error object.
@@ -40,6 +43,10 @@ pub struct ObjectBody {
     pub format: String,
     /// [`MAIN_FORMAT_METADATA`], for an error object.
     pub main_format: Option<String>,
+    /// The budget a check of an object already at the key counts what it
+    /// holds of that object against (see [`with_budget`](Self::with_budget));
+    /// `None` until set.
+    pub budget: Option<Arc<MemoryBudget>>,
 }
 
 impl ObjectBody {
@@ -53,6 +60,15 @@ impl ObjectBody {
             metadata.push((MAIN_FORMAT_METADATA, main.clone()));
         }
         metadata
+    }
+
+    /// This body, whose check of an object already at its key (after a 412)
+    /// counts what it holds of that object against `budget`.
+    pub fn with_budget(self, budget: &Arc<MemoryBudget>) -> Self {
+        Self {
+            budget: Some(budget.clone()),
+            ..self
+        }
     }
 
     /// Bytes held: the body and, when compressed, its plain form.
@@ -133,6 +149,7 @@ pub fn encode(
         records: bodies.main_records,
         format: format.description(),
         main_format: None,
+        budget: None,
     };
     let errors = if bodies.errors.is_empty() {
         None
@@ -146,6 +163,7 @@ pub fn encode(
             records: error_records,
             format: ERRORS_FORMAT.to_owned(),
             main_format: Some(main.format.clone()),
+            budget: None,
         })
     };
     Ok(EncodedBatch {

@@ -315,6 +315,7 @@ impl BatchWriter {
             rejected,
         } = encoded;
         reservation.grow(main.held_bytes() + errors.as_ref().map_or(0, ObjectBody::held_bytes));
+        let main = main.with_budget(reservation.budget());
         let mut bytes_written = 0;
         if let Some(errors) = &errors {
             let key =
