@@ -146,6 +146,9 @@ pub struct FakeStream {
     /// The next this-many DescribeStreamSummary calls fail with
     /// `AccessDeniedException` (a permission not granted yet).
     pub failing_describes: AtomicUsize,
+    /// The `RetentionPeriodHours` DescribeStreamSummary answers; 0 for
+    /// Kinesis's default, 24.
+    pub retention_hours: std::sync::atomic::AtomicI32,
 }
 
 impl FakeStream {
@@ -364,7 +367,10 @@ fn kinesis_client(stream: Arc<FakeStream>) -> aws_sdk_kinesis::Client {
                             .build()
                             .unwrap(),
                     )
-                    .retention_period_hours(24)
+                    .retention_period_hours(match s4.retention_hours.load(Ordering::SeqCst) {
+                        0 => 24,
+                        hours => hours,
+                    })
                     .stream_creation_timestamp(aws_smithy_types::DateTime::from_secs(0))
                     .enhanced_monitoring(aws_sdk_kinesis::types::EnhancedMetrics::builder().build())
                     .open_shard_count(1)
