@@ -150,11 +150,15 @@ impl RangeSet {
                     break;
                 }
                 if cut.first() > from {
-                    // `cut.first() - 1 >= from`, so the piece is ordered.
+                    // Invariant: `cut.first() > from >= 0`, so `cut.first()`
+                    // is not 0 and has a predecessor, `cut.first() - 1 >=
+                    // from`: the piece is ordered.
+                    #[allow(clippy::expect_used, reason = "a number greater than another is not 0")]
                     let before = cut
                         .first()
                         .predecessor()
-                        .unwrap_or_else(SequenceNumber::zero);
+                        .expect("a number greater than another has a predecessor");
+                    debug_assert!(&before >= from);
                     result.push(SequenceRange::from_ordered(from.clone(), before));
                 }
                 if cut.last() >= range.last() {

@@ -40,7 +40,7 @@ pub enum LeaseError {
     #[error(transparent)]
     Malformed(#[from] MalformedLease),
     /// A DynamoDB call failed; `retriable` tells whether trying again later may
-    /// succeed (see [`crate::retry::is_retriable`]).
+    /// succeed (see [`crate::retry`]).
     #[error("dynamodb {operation} on lease table {table} failed")]
     Dynamo {
         /// The DynamoDB operation, e.g. `UpdateItem`.
@@ -49,7 +49,7 @@ pub enum LeaseError {
         table: String,
         /// Whether a retry after a backoff may succeed.
         retriable: bool,
-        /// Whether DynamoDB throttled the call (see [`crate::retry::is_throttling`]).
+        /// Whether DynamoDB throttled the call (see [`crate::retry`]).
         throttled: bool,
         /// The SDK error.
         #[source]

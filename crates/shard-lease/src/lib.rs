@@ -27,7 +27,9 @@
 //! - [`heartbeat`]: [`WorkerHeartbeat`], one row per live worker, and the
 //!   [`LeaseTable`] calls that write and delete it.
 //! - [`error`]: [`LeaseError`]; [`retry`]: which DynamoDB errors to retry,
-//!   and the transport and 5xx rule every AWS service shares.
+//!   matched as each operation's typed variants, and what every AWS
+//!   service's errors share: the transport and 5xx rule and
+//!   [`modeled_kinds!`], which maps an operation's variants to kinds.
 //! - `test_util` (feature `test-util`): `FakeTable`, the lease table in
 //!   memory behind a mocked DynamoDB client, for tests of this crate and its
 //!   users.

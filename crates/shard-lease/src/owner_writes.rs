@@ -20,7 +20,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use tracing::debug;
 
 use crate::lease::{attr, millis, number, pending_batch_attributes};
-use crate::retry::error_code;
+use crate::retry::{Kind, kind};
 use crate::{
     Checkpoint, Condition, Expressions, Lease, LeaseError, LeaseTable, PendingBatch, Update,
     WriteToken,
@@ -252,7 +252,7 @@ impl LeaseTable {
                 // is read back instead.
                 None => self.resolve_conflict(observed, applied).await,
             },
-            Err(err) if error_code(&err) == Some("ConditionalCheckFailedException") => {
+            Err(err) if kind(&err) == Some(Kind::ConditionalCheckFailed) => {
                 debug!(shard_id = %observed.lease_key, operation = what, "lease condition failed; re-reading the row");
                 self.resolve_conflict(observed, applied).await
             }

@@ -1,29 +1,135 @@
 //! Which DynamoDB errors are worth retrying, and the part of that answer
 //! every AWS service shares ([`is_transport_or_server_failure`]). The daemon
 //! classifies its own Kinesis and S3 errors on top of the shared part.
+//!
+//! DynamoDB's errors are matched as the typed variants each operation
+//! models (`Modeled`); only the common errors that no operation models
+//! are matched by their code (`UNMODELED_THROTTLING_CODES`).
 
+use std::error::Error as StdError;
+
+use aws_sdk_dynamodb::operation::create_table::CreateTableError;
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+use aws_sdk_dynamodb::operation::describe_table::DescribeTableError;
+use aws_sdk_dynamodb::operation::get_item::GetItemError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::scan::ScanError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
-/// DynamoDB error codes that mean "try again later" (DynamoDB API reference,
-/// "Common Errors" and each operation's errors).
-const RETRIABLE_CODES: &[&str] = &[
-    "ProvisionedThroughputExceededException",
-    "ThrottlingException",
-    "RequestLimitExceeded",
-    "InternalServerError",
-    "TransactionConflictException",
-    "LimitExceededException",
-];
+/// Codes of DynamoDB "Common Errors" that mean "slow down" and that the SDK
+/// models for no operation, so they arrive as an unmodeled error with this
+/// code: `ThrottlingException`, which the control-plane calls (CreateTable,
+/// DescribeTable) answer when made too often.
+const UNMODELED_THROTTLING_CODES: &[&str] = &["ThrottlingException"];
 
-/// DynamoDB error codes that mean "slow down".
-const THROTTLING_CODES: &[&str] = &[
-    "ProvisionedThroughputExceededException",
-    "ThrottlingException",
-    "RequestLimitExceeded",
-    "LimitExceededException",
-];
+/// What a DynamoDB error is, as far as the lease table cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// `ConditionalCheckFailedException`: the row did not match the write's
+    /// condition.
+    ConditionalCheckFailed,
+    /// `ResourceNotFoundException`: the table does not exist.
+    ResourceNotFound,
+    /// `ResourceInUseException`: the table is being created or deleted.
+    ResourceInUse,
+    /// `ProvisionedThroughputExceededException`, `RequestLimitExceeded`,
+    /// `ThrottlingException`, `LimitExceededException`: slow down.
+    Throttled,
+    /// `InternalServerError`, `TransactionConflictException`: try again.
+    Transient,
+    /// Anything else (bad requests, denied access, …).
+    Other,
+}
+
+/// The errors each DynamoDB operation the lease table calls models
+/// (DynamoDB API reference, each operation's "Errors"), matched as typed
+/// variants.
+pub(crate) trait Modeled: ProvideErrorMetadata + StdError + Send + Sync + 'static {
+    /// What this error is; [`Kind::Other`] for the variants not listed.
+    fn kind(&self) -> Kind;
+}
+
+/// Implements a trait with one method, `fn kind(&self) -> Kind`, for AWS
+/// SDK operation error enums, from tables of the typed variants each
+/// operation models; every other variant is `Kind::Other`. Operations that
+/// model the same errors share a table. Used for the lease table's DynamoDB
+/// errors here and for the daemon's Kinesis errors.
+///
+/// ```text
+/// modeled_kinds! {
+///     Modeled => Kind;
+///     PutItemError, UpdateItemError => {
+///         ConditionalCheckFailedException => ConditionalCheckFailed,
+///         ResourceNotFoundException => ResourceNotFound,
+///     }
+/// }
+/// ```
+#[macro_export]
+macro_rules! modeled_kinds {
+    ($modeled:path => $kind:ident; $($($error:ty),+ => $table:tt)+) => {
+        $($($crate::modeled_kinds!(@impl $modeled, $kind, $error, $table);)+)+
+    };
+    (@impl $modeled:path, $kind:ident, $error:ty, { $($variant:ident => $which:ident),+ $(,)? }) => {
+        impl $modeled for $error {
+            fn kind(&self) -> $kind {
+                match self {
+                    $(Self::$variant(_) => $kind::$which,)+
+                    _ => $kind::Other,
+                }
+            }
+        }
+    };
+}
+
+crate::modeled_kinds! {
+    Modeled => Kind;
+    CreateTableError => {
+        InternalServerError => Transient,
+        LimitExceededException => Throttled,
+        ResourceInUseException => ResourceInUse,
+    }
+    DescribeTableError => {
+        InternalServerError => Transient,
+        ResourceNotFoundException => ResourceNotFound,
+    }
+    ScanError, GetItemError => {
+        InternalServerError => Transient,
+        ProvisionedThroughputExceededException => Throttled,
+        RequestLimitExceeded => Throttled,
+        ThrottlingException => Throttled,
+        ResourceNotFoundException => ResourceNotFound,
+    }
+    PutItemError, UpdateItemError, DeleteItemError => {
+        ConditionalCheckFailedException => ConditionalCheckFailed,
+        InternalServerError => Transient,
+        ProvisionedThroughputExceededException => Throttled,
+        RequestLimitExceeded => Throttled,
+        ThrottlingException => Throttled,
+        ResourceNotFoundException => ResourceNotFound,
+        TransactionConflictException => Transient,
+    }
+}
+
+/// What a failed DynamoDB call's error is: its modeled variant's [`Kind`],
+/// or [`Kind::Throttled`] for an unmodeled error with one of the
+/// [`UNMODELED_THROTTLING_CODES`]; `None` when DynamoDB did not answer (a
+/// timeout, a failed connection, an unreadable response).
+pub(crate) fn kind<E: Modeled>(err: &SdkError<E, HttpResponse>) -> Option<Kind> {
+    let service_error = err.as_service_error()?;
+    Some(match service_error.kind() {
+        Kind::Other
+            if service_error
+                .code()
+                .is_some_and(|code| UNMODELED_THROTTLING_CODES.contains(&code)) =>
+        {
+            Kind::Throttled
+        }
+        kind => kind,
+    })
+}
 
 /// Whether a failed AWS call — of any service — says nothing against the
 /// request itself: a timeout, a failed connection, an unreadable response
@@ -48,35 +154,27 @@ pub fn is_transport_or_server_failure<E>(err: &SdkError<E, HttpResponse>) -> boo
     }
 }
 
-/// The service's error code, if it sent one.
-pub fn error_code<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) -> Option<&str> {
-    match err {
-        SdkError::ServiceError(context) => context.err().code(),
-        _ => None,
-    }
-}
-
 /// Whether a failed DynamoDB call is worth retrying after a backoff: a
-/// transport or server failure, or one of DynamoDB's throttling and transient
-/// codes. False for everything else — bad requests, missing tables, denied
-/// access, conditional-check failures — which the caller must handle as what
-/// it is.
-pub fn is_retriable<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) -> bool {
+/// transport or server failure, or a throttling or transient error
+/// ([`Kind::Throttled`], [`Kind::Transient`]). False for everything else —
+/// bad requests, missing tables, denied access, conditional-check failures
+/// — which the caller must handle as what it is.
+pub(crate) fn is_retriable<E: Modeled>(err: &SdkError<E, HttpResponse>) -> bool {
     is_transport_or_server_failure(err)
-        || error_code(err).is_some_and(|code| RETRIABLE_CODES.contains(&code))
+        || matches!(kind(err), Some(Kind::Throttled | Kind::Transient))
 }
 
-/// Whether DynamoDB throttled the call (a throttling code, or HTTP 429), as
-/// opposed to failing for another reason. Used to label retries in metrics.
-pub fn is_throttling<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) -> bool {
+/// Whether DynamoDB throttled the call ([`Kind::Throttled`], or HTTP 429),
+/// as opposed to failing for another reason. Used to label retries in
+/// metrics.
+pub(crate) fn is_throttling<E: Modeled>(err: &SdkError<E, HttpResponse>) -> bool {
     let too_many =
         matches!(err, SdkError::ServiceError(context) if context.raw().status().as_u16() == 429);
-    too_many || error_code(err).is_some_and(|code| THROTTLING_CODES.contains(&code))
+    too_many || kind(err) == Some(Kind::Throttled)
 }
 
 #[cfg(test)]
 mod tests {
-    use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
     use aws_sdk_dynamodb::types::error::{
         ConditionalCheckFailedException, ProvisionedThroughputExceededException,
     };
@@ -87,7 +185,7 @@ mod tests {
 
     use super::*;
 
-    fn service_error(err: UpdateItemError, status: u16) -> SdkError<UpdateItemError, HttpResponse> {
+    fn service_error<E>(err: E, status: u16) -> SdkError<E, HttpResponse> {
         let raw = HttpResponse::new(StatusCode::try_from(status).unwrap(), SdkBody::empty());
         SdkError::ServiceError(ServiceError::builder().source(err).raw(raw).build())
     }
@@ -123,5 +221,51 @@ mod tests {
                 .build(),
         );
         assert!(!is_retriable(&service_error(failed, 400)));
+    }
+
+    #[test]
+    fn an_unmodeled_throttling_code_is_throttling() {
+        // DescribeTable does not model ThrottlingException.
+        let throttled = DescribeTableError::generic(
+            ErrorMetadata::builder().code("ThrottlingException").build(),
+        );
+        let err = service_error(throttled, 400);
+        assert_eq!(kind(&err), Some(Kind::Throttled));
+        assert!(is_retriable(&err));
+        assert!(is_throttling(&err));
+        let denied = DescribeTableError::generic(
+            ErrorMetadata::builder()
+                .code("AccessDeniedException")
+                .build(),
+        );
+        let err = service_error(denied, 400);
+        assert_eq!(kind(&err), Some(Kind::Other));
+        assert!(!is_retriable(&err));
+        assert!(!is_throttling(&err));
+    }
+
+    #[test]
+    fn modeled_variants_are_matched_by_type() {
+        let missing = DescribeTableError::ResourceNotFoundException(
+            aws_sdk_dynamodb::types::error::ResourceNotFoundException::builder().build(),
+        );
+        assert_eq!(
+            kind(&service_error(missing, 400)),
+            Some(Kind::ResourceNotFound)
+        );
+        let in_use = CreateTableError::ResourceInUseException(
+            aws_sdk_dynamodb::types::error::ResourceInUseException::builder().build(),
+        );
+        assert_eq!(kind(&service_error(in_use, 400)), Some(Kind::ResourceInUse));
+        let failed = PutItemError::ConditionalCheckFailedException(
+            ConditionalCheckFailedException::builder().build(),
+        );
+        assert_eq!(
+            kind(&service_error(failed, 400)),
+            Some(Kind::ConditionalCheckFailed)
+        );
+        let timeout: SdkError<ScanError, HttpResponse> =
+            SdkError::TimeoutError(TimeoutError::builder().source("slow").build());
+        assert_eq!(kind(&timeout), None);
     }
 }

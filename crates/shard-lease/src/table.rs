@@ -5,7 +5,6 @@
 //! conditional; a heartbeat row, written only by its own worker, is not.
 
 use std::collections::HashMap;
-use std::error::Error as StdError;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
@@ -15,12 +14,11 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
-use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use tracing::{debug, info, warn};
 
 use crate::heartbeat::WORKER_KEY_PREFIX;
 use crate::lease::{attr, number};
-use crate::retry::{error_code, is_retriable, is_throttling};
+use crate::retry::{Kind, Modeled, is_retriable, is_throttling, kind};
 use crate::{Condition, Expressions, Lease, LeaseError, Update, WorkerHeartbeat, WriteToken};
 
 /// How long [`LeaseTable::create_table_if_missing`] waits for a new table to
@@ -126,7 +124,7 @@ impl LeaseTable {
                     }
                     debug!(table = %self.table_name, status = ?status, "waiting for the lease table");
                 }
-                Err(err) if error_code(&err) == Some("ResourceNotFoundException") => {
+                Err(err) if kind(&err) == Some(Kind::ResourceNotFound) => {
                     if self.create_table().await? {
                         info!(table = %self.table_name, "lease table created");
                         outcome = TableCreation::Created;
@@ -175,7 +173,7 @@ impl LeaseTable {
             .await;
         match result {
             Ok(_) => Ok(true),
-            Err(err) if error_code(&err) == Some("ResourceInUseException") => Ok(false),
+            Err(err) if kind(&err) == Some(Kind::ResourceInUse) => Ok(false),
             Err(err) => Err(self.sdk_error("CreateTable", err)),
         }
     }
@@ -284,7 +282,7 @@ impl LeaseTable {
                 debug!(shard_id = %lease.lease_key, checkpoint = %lease.checkpoint, "lease created");
                 Ok(CreateOutcome::Created(Box::new(lease)))
             }
-            Err(err) if error_code(&err) == Some("ConditionalCheckFailedException") => {
+            Err(err) if kind(&err) == Some(Kind::ConditionalCheckFailed) => {
                 Ok(CreateOutcome::AlreadyExists)
             }
             Err(err) => Err(self.sdk_error("PutItem", err)),
@@ -316,7 +314,7 @@ impl LeaseTable {
             .await;
         match result {
             Ok(_) => Ok(()),
-            Err(err) if error_code(&err) == Some("ConditionalCheckFailedException") => {
+            Err(err) if kind(&err) == Some(Kind::ConditionalCheckFailed) => {
                 match self.get_lease(&observed.lease_key).await? {
                     None => Ok(()),
                     Some(_) => Err(LeaseError::LeaseLost {
@@ -337,9 +335,9 @@ impl LeaseTable {
         err: SdkError<E, HttpResponse>,
     ) -> LeaseError
     where
-        E: ProvideErrorMetadata + StdError + Send + Sync + 'static,
+        E: Modeled,
     {
-        if error_code(&err) == Some("ResourceNotFoundException") {
+        if kind(&err) == Some(Kind::ResourceNotFound) {
             return LeaseError::TableMissing {
                 table: self.table_name.clone(),
             };

@@ -1,4 +1,4 @@
-//! The `shardsink` command line ([`Cli`], clap with subcommands) and
+//! The `shardsink` command line (`Cli`, clap with subcommands) and
 //! [`main`], which the binary runs:
 //!
 //! - `shardsink [SETTINGS]` runs the daemon. Exit codes: 0 after a clean
@@ -37,7 +37,7 @@ use crate::verify::VerifyArgs;
     args_override_self = true,
     args_conflicts_with_subcommands = true
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Without a subcommand: run the daemon.
     #[command(subcommand)]
     command: Option<Command>,

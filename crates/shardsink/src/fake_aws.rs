@@ -22,16 +22,10 @@ use sequence_range::SequenceNumber;
 use shard_lease::test_util::fake_client;
 
 use crate::aws::AwsClients;
+use crate::lock::lock;
 
 /// The lease table's items; see `shard_lease::test_util`.
 pub use shard_lease::test_util::FakeTable;
-
-/// Locks a test mutex; a poisoned lock means another test thread panicked.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// One Kinesis shard.
 #[derive(Debug, Default)]
@@ -157,6 +151,9 @@ pub struct FakeStream {
     /// The next this-many DescribeStreamSummary calls fail with
     /// `AccessDeniedException` (a permission not granted yet).
     pub failing_describes: AtomicUsize,
+    /// The `RetentionPeriodHours` DescribeStreamSummary answers; 0 for
+    /// Kinesis's default, 24.
+    pub retention_hours: std::sync::atomic::AtomicI32,
 }
 
 impl FakeStream {
@@ -375,7 +372,10 @@ fn kinesis_client(stream: Arc<FakeStream>) -> aws_sdk_kinesis::Client {
                             .build()
                             .unwrap(),
                     )
-                    .retention_period_hours(24)
+                    .retention_period_hours(match s4.retention_hours.load(Ordering::SeqCst) {
+                        0 => 24,
+                        hours => hours,
+                    })
                     .stream_creation_timestamp(aws_smithy_types::DateTime::from_secs(0))
                     .enhanced_monitoring(aws_sdk_kinesis::types::EnhancedMetrics::builder().build())
                     .open_shard_count(1)
@@ -427,6 +427,7 @@ fn s3_client(bucket: Arc<FakeBucket>) -> aws_sdk_s3::Client {
         match lock(&b2.objects).get(key) {
             Some(body) => MockResponse::Output(
                 GetObjectOutput::builder()
+                    .content_length(i64::try_from(body.len()).unwrap())
                     .body(ByteStream::from(body.clone()))
                     .set_metadata(lock(&b2.metadata).get(key).cloned())
                     .build(),

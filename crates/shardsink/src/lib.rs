@@ -2,44 +2,62 @@
 //! S3 exactly once, across crashes, restarts, lost checkpoints and lease
 //! moves. See `docs/DESIGN.md` for why the output is exact.
 //!
+//! The public surface is the daemon ([`run`], with the [`Config`] it is
+//! started from, validated into [`Settings`]), the audit ([`verify::run`])
+//! and the command line the binary runs ([`cli::main`]).
+//!
 //! # Layout
 //! The folders follow a record from Kinesis to S3:
-//! - [`config`]: settings (flags and `SHARDSINK_*` variables) and their
+//! - `config`: settings (flags and `SHARDSINK_*` variables) and their
 //!   validation.
 //! - `worker`: [`run`] — start-up checks, shard discovery, the lease loop
-//!   (create, take, renew, release) and one shard task per leased shard;
-//!   graceful shutdown.
+//!   (observe, plan, take; renew, release) and one shard task per leased
+//!   shard; graceful shutdown.
 //! - `read`: a shard's records from GetShardIterator and GetRecords, KPL
 //!   aggregates unpacked, retention gaps, and the shard graph of parents and
 //!   children.
 //! - `shard`: the shard task — replays the pending batch, skips records
-//!   already in S3 (dedup), groups records by arrival minute into batches,
-//!   within the process's memory budget.
-//! - `output`: what a batch becomes: JSON Lines, compression, the object key
-//!   and its minute.
+//!   already in S3 (dedup), groups records by arrival minute or hour into
+//!   batches, within the process's memory budget.
+//! - `events`: with `--event-id`, each user record decided — kept, or a
+//!   duplicate of an earlier accepted copy of its event — by the rule, in
+//!   the local store or the DynamoDB manifest; the decisions object that
+//!   records a batch's decisions first.
+//! - `output`: what a batch becomes: its body in the configured format
+//!   (envelope, json, raw or Parquet) and the records a format rejects, the
+//!   compression, the object key and its inverse, the time bucket, and the
+//!   key layout recorded under the prefix.
 //! - `commit`: record the batch in the lease row → PUT with
-//!   `If-None-Match: *` → checkpoint.
+//!   `If-None-Match: *` (error object, then main object) → checkpoint; the
+//!   check of an object already at the key.
 //! - `aws`: one thin function per Kinesis and S3 call, each service's error
 //!   classification, the one retry loop (`retry::Retry`) and backoff;
 //!   leases live in the `shard-lease` crate, sequence arithmetic in
 //!   `sequence-range`.
-//! - `ops`: metrics, health, the HTTP endpoints, systemd, signals,
+//! - `ops`: metrics, health, the HTTP endpoints, logs, systemd, signals,
 //!   failpoints.
+//! - `lock`: the one way a mutex is locked, whatever a panicked holder left.
 //! - [`verify`]: `shardsink verify`, the audit of an archive.
 //! - [`cli`]: the command line — the daemon, `verify` and `health`.
+//! - `bench` (feature `bench`): the parts the pipeline benchmark in
+//!   `benches/` drives.
+//! - `fake_aws` (tests only): in-memory Kinesis, S3 and DynamoDB behind
+//!   mocked SDK clients.
 //!
-//! Data flows: GetRecords (`read`) → records → replay / dedup / minute
-//! batches (`shard`) → encoded lines and compressed body (`output`) →
-//! pending batch in the lease row → PUT → checkpoint (`commit`).
+//! Data flows: GetRecords (`read`) → records → replay / dedup (`shard`) →
+//! event decisions (`events`) → minute or hour batches (`shard`) → encoded
+//! bodies and compression (`output`) → pending batch in the lease row →
+//! PUT → checkpoint (`commit`).
 #![deny(missing_docs)]
 
 mod aws;
 pub mod cli;
 mod commit;
-pub mod config;
+mod config;
 mod events;
 #[cfg(test)]
 mod fake_aws;
+mod lock;
 mod ops;
 mod output;
 mod read;
@@ -50,8 +68,10 @@ mod worker;
 pub use config::{Config, ConfigError, Settings};
 pub use worker::{Summary, run};
 
-/// What the benchmarks in `benches/` measure; not an API.
-#[doc(hidden)]
+/// What the pipeline benchmark in `benches/` drives: the batch, its time
+/// bucket, format and compression, the record and the memory budget. Built
+/// only with the `bench` feature; not a stable API.
+#[cfg(feature = "bench")]
 pub mod bench {
     pub use crate::output::batch::Batch;
     pub use crate::output::bucket::Bucket;

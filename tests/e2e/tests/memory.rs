@@ -3,17 +3,20 @@
 //! peak resident memory (`VmHWM`) stays under twice `--buffer-memory-limit`
 //! plus 100 MiB for everything that is not records (runtime, AWS clients,
 //! compression, the binary itself), while it reads, writes, is killed with
-//! batches in flight, and replays them.
+//! batches written but not checkpointed, and replays them.
 //!
 //! 8 shards hold about 22 MiB of incompressible 0.9–1 MiB records each. The
 //! first daemon (`--buffer-memory-limit 64MiB`; the record limit out of the
 //! way, so batches end at the memory or age limit) is held by the
-//! `after-put` failpoint right after each PUT, so every batch it writes stays
-//! in memory and pending in its lease row. Once at least two shards have such
-//! a batch and no more join for a few seconds (the budget is full: the other
-//! shards wait for room), its peak is read and it is killed with SIGKILL.
-//! The restarted daemon must replay those batches — each PUT finds its object
-//! (412) and the object is streamed back and compared — and archive the rest.
+//! `after-put` failpoint right after each PUT, before the checkpoint: every
+//! batch it writes stays pending in its lease row, and its shard reads no
+//! further. The batch's lines and body are released before the failpoint, so
+//! what the first process holds is what the other shards read and buffer.
+//! Once at least two shards have such a batch and no more join for a few
+//! seconds (or every shard has one), its peak is read and it is killed with
+//! SIGKILL. The restarted daemon must replay those batches — their records
+//! read again into memory, each PUT finds its object (412) and the object is
+//! streamed back and compared — and archive the rest.
 //! Every record ends up in exactly one object (contract line 1), and each
 //! pending batch under exactly its recorded key and range (line 6).
 //!
@@ -56,8 +59,8 @@ const PEAK_RSS_BOUND_MIB: u64 = 2 * MEMORY_LIMIT_MIB + OVERHEAD_MIB;
 const READ_LIMIT: usize = 10;
 /// Written pending batches the first process must have before it is killed.
 const MIN_PENDING: usize = 2;
-/// No new pending batch for this long: the first process has filled its
-/// budget (the other shards wait for room).
+/// No new pending batch for this long: the first process is killed with
+/// the pending batches it has.
 const SETTLED: Duration = Duration::from_secs(5);
 /// How long the `after-put` failpoint holds each write: longer than the test.
 const AFTER_PUT_DELAY_MS: u64 = 600_000;
@@ -111,8 +114,8 @@ async fn peak_memory_stays_bounded_across_a_restart_with_large_records() {
         // once.
         .set("max-records-per-read", READ_LIMIT.to_string());
 
-    // First process: held after each PUT, until its budget is full of
-    // batches written and not checkpointed.
+    // First process: each shard is held after its first PUT, its batch
+    // written and pending (not checkpointed).
     let mut first = Daemon::spawn(
         &settings
             .clone()

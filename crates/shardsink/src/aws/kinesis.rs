@@ -14,7 +14,7 @@ use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use chrono::{DateTime, Utc};
 use sequence_range::SequenceNumber;
-use shard_lease::retry::{error_code, is_transport_or_server_failure};
+use shard_lease::retry::is_transport_or_server_failure;
 
 use super::BoxError;
 use crate::config::StreamRef;
@@ -69,9 +69,7 @@ impl KinesisError {
         let kind = match err.as_service_error().map(Modeled::kind) {
             // Kinesis' common errors (API reference, "Common Errors") are not
             // modeled per operation: `ThrottlingException` comes with 400.
-            Some(Kind::Other) if error_code(&err) == Some("ThrottlingException") => {
-                Some(Kind::Throttled)
-            }
+            Some(Kind::Other) if err.code() == Some("ThrottlingException") => Some(Kind::Throttled),
             kind => kind,
         };
         match kind {
@@ -122,26 +120,13 @@ enum Kind {
 /// The errors each Kinesis operation models (Kinesis API reference, each
 /// operation's "Errors"), matched as typed variants.
 trait Modeled {
+    /// What this error is; [`Kind::Other`] for the variants not listed.
     fn kind(&self) -> Kind;
 }
 
-/// Implements [`Modeled`] for an operation's error enum from a table of its
-/// variants; every other variant is [`Kind::Other`].
-macro_rules! modeled {
-    ($($error:ty { $($variant:ident => $kind:ident),+ $(,)? })+) => {$(
-        impl Modeled for $error {
-            fn kind(&self) -> Kind {
-                match self {
-                    $(Self::$variant(_) => Kind::$kind,)+
-                    _ => Kind::Other,
-                }
-            }
-        }
-    )+};
-}
-
-modeled! {
-    GetRecordsError {
+shard_lease::modeled_kinds! {
+    Modeled => Kind;
+    GetRecordsError => {
         ExpiredIteratorException => ExpiredIterator,
         ProvisionedThroughputExceededException => Throttled,
         KmsThrottlingException => Throttled,
@@ -149,18 +134,13 @@ modeled! {
         InvalidArgumentException => InvalidArgument,
         InternalFailureException => InternalFailure,
     }
-    GetShardIteratorError {
+    GetShardIteratorError => {
         ProvisionedThroughputExceededException => Throttled,
         ResourceNotFoundException => NotFound,
         InvalidArgumentException => InvalidArgument,
         InternalFailureException => InternalFailure,
     }
-    ListShardsError {
-        LimitExceededException => Throttled,
-        ResourceNotFoundException => NotFound,
-        InvalidArgumentException => InvalidArgument,
-    }
-    DescribeStreamSummaryError {
+    ListShardsError, DescribeStreamSummaryError => {
         LimitExceededException => Throttled,
         ResourceNotFoundException => NotFound,
         InvalidArgumentException => InvalidArgument,

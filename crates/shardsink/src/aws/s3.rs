@@ -4,19 +4,25 @@
 use std::collections::HashMap;
 
 use aws_sdk_s3::Client;
+use aws_sdk_s3::operation::get_object::{GetObjectError, GetObjectOutput};
+use aws_sdk_s3::operation::head_bucket::HeadBucketError;
+use aws_sdk_s3::operation::head_object::HeadObjectError;
+use aws_sdk_s3::operation::list_objects_v2::ListObjectsV2Error;
+use aws_sdk_s3::operation::put_object::PutObjectError;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use bytes::Bytes;
-use shard_lease::retry::{error_code, is_transport_or_server_failure};
+use shard_lease::retry::is_transport_or_server_failure;
 
 use super::BoxError;
 use super::clients::s3_put_timeouts;
 
 /// S3 error codes that mean "slow down": `SlowDown` (S3 API reference, "List
 /// of error codes"), the read/write forms S3-compatible stores such as MinIO
-/// send, and the generic AWS throttling codes.
+/// send, and the generic AWS throttling codes. The SDK models none of them
+/// for any operation, so they are matched by code.
 const THROTTLING_CODES: &[&str] = &[
     "SlowDown",
     "SlowDownRead",
@@ -28,7 +34,8 @@ const THROTTLING_CODES: &[&str] = &[
 /// Other S3 error codes that mean "try again later" (S3 API reference, "List
 /// of error codes": `InternalError`, `ServiceUnavailable`, `RequestTimeout`,
 /// …; 409 `ConditionalRequestConflict` for concurrent conditional writes to
-/// one key), whatever HTTP status they come with.
+/// one key), whatever HTTP status they come with. The SDK models none of
+/// them for any operation, so they are matched by code.
 const RETRIABLE_CODES: &[&str] = &[
     "InternalError",
     "ServiceUnavailable",
@@ -37,6 +44,46 @@ const RETRIABLE_CODES: &[&str] = &[
     "ConditionalRequestConflict",
     "OperationAborted",
 ];
+
+/// The error code of a missing bucket, for the operations whose errors do
+/// not model it (PutObject, GetObject, HeadObject); see [`Modeled`].
+const NO_SUCH_BUCKET: &str = "NoSuchBucket";
+
+/// What each S3 operation's modeled errors say (S3 API reference, each
+/// operation's "Errors"), matched as typed variants.
+trait Modeled: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static {
+    /// Whether the error says the bucket does not exist: HeadBucket's
+    /// `NotFound` (a 404 without a body), ListObjectsV2's `NoSuchBucket`;
+    /// for the operations that do not model it, the [`NO_SUCH_BUCKET`]
+    /// code.
+    fn is_missing_bucket(&self) -> bool;
+}
+
+impl Modeled for HeadBucketError {
+    fn is_missing_bucket(&self) -> bool {
+        matches!(self, Self::NotFound(_))
+    }
+}
+
+impl Modeled for ListObjectsV2Error {
+    fn is_missing_bucket(&self) -> bool {
+        matches!(self, Self::NoSuchBucket(_))
+    }
+}
+
+/// Implements [`Modeled`] for the errors of operations that do not model a
+/// missing bucket: it comes as an unmodeled error with its code.
+macro_rules! unmodeled_missing_bucket {
+    ($($error:ty),+) => {$(
+        impl Modeled for $error {
+            fn is_missing_bucket(&self) -> bool {
+                self.code() == Some(NO_SUCH_BUCKET)
+            }
+        }
+    )+};
+}
+
+unmodeled_missing_bucket!(PutObjectError, GetObjectError, HeadObjectError);
 
 /// An S3 call that failed.
 #[derive(Debug, thiserror::Error)]
@@ -221,15 +268,32 @@ impl ObjectStore {
     pub async fn get_if_exists(&self, key: &str) -> Result<Option<Bytes>, S3Error> {
         match self.get_object(key).await {
             Ok(output) => self.collect(key, output.body).await.map(Some),
-            Err(err)
-                if error_code(&err) == Some("NoSuchKey")
-                    || (http_status(&err) == Some(404)
-                        && error_code(&err) != Some("NoSuchBucket")) =>
-            {
-                Ok(None)
-            }
+            Err(err) if is_missing_object(&err) => Ok(None),
             Err(err) => Err(self.error("GetObject", key, err)),
         }
+    }
+
+    /// The body of `key` as a stream, with its length in bytes when the
+    /// response says it (`Content-Length`) ([GetObject]): the length is
+    /// known before the body is read.
+    ///
+    /// [GetObject]: https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetObject.html
+    ///
+    /// # Errors
+    /// [`S3Error`] up to the response headers; errors while reading the body
+    /// come from the stream.
+    pub async fn get_stream_with_length(
+        &self,
+        key: &str,
+    ) -> Result<(Option<u64>, ByteStream), S3Error> {
+        let output = self
+            .get_object(key)
+            .await
+            .map_err(|err| self.error("GetObject", key, err))?;
+        let length = output
+            .content_length
+            .and_then(|length| u64::try_from(length).ok());
+        Ok((length, output.body))
     }
 
     /// The body of `key` as a stream ([GetObject]): read it a buffer at a
@@ -251,10 +315,7 @@ impl ObjectStore {
     async fn get_object(
         &self,
         key: &str,
-    ) -> Result<
-        aws_sdk_s3::operation::get_object::GetObjectOutput,
-        SdkError<aws_sdk_s3::operation::get_object::GetObjectError, HttpResponse>,
-    > {
+    ) -> Result<GetObjectOutput, SdkError<GetObjectError, HttpResponse>> {
         self.client
             .get_object()
             .bucket(&self.bucket)
@@ -298,8 +359,10 @@ impl ObjectStore {
             .await;
         match result {
             Ok(output) => Ok(Some(output.metadata.unwrap_or_default())),
-            // HeadObject has no body, so a 404 carries no error code.
-            Err(err) if http_status(&err) == Some(404) => Ok(None),
+            // HeadObject has no body: the SDK models its 404 as `NotFound`.
+            Err(err) if matches!(err.as_service_error(), Some(HeadObjectError::NotFound(_))) => {
+                Ok(None)
+            }
             Err(err) => Err(self.error("HeadObject", key, err)),
         }
     }
@@ -347,16 +410,17 @@ impl ObjectStore {
         err: SdkError<E, HttpResponse>,
     ) -> S3Error
     where
-        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+        E: Modeled,
     {
-        let code = error_code(&err);
-        if code == Some("NoSuchBucket")
-            || (operation == "HeadBucket" && http_status(&err) == Some(404))
+        if err
+            .as_service_error()
+            .is_some_and(Modeled::is_missing_bucket)
         {
             return S3Error::NoSuchBucket {
                 bucket: self.bucket.clone(),
             };
         }
+        let code = err.code();
         S3Error::Other {
             operation,
             bucket: self.bucket.clone(),
@@ -369,6 +433,17 @@ impl ObjectStore {
                 || matches!(http_status(&err), Some(429 | 503)),
             source: Box::new(err),
         }
+    }
+}
+
+/// Whether a failed GetObject says there is no object under the key: the
+/// modeled `NoSuchKey`, or a 404 that does not name a missing bucket (an
+/// S3-compatible store's 404 with another code, or without a body).
+fn is_missing_object(err: &SdkError<GetObjectError, HttpResponse>) -> bool {
+    match err.as_service_error() {
+        Some(GetObjectError::NoSuchKey(_)) => true,
+        Some(other) => http_status(err) == Some(404) && !other.is_missing_bucket(),
+        None => false,
     }
 }
 
@@ -385,7 +460,7 @@ mod tests {
     use aws_smithy_mocks::{RuleMode, mock, mock_client};
 
     use super::*;
-    use crate::fake_aws::s3_error;
+    use crate::fake_aws::{http, s3_error};
 
     fn store_answering(status: u16, code: &'static str) -> ObjectStore {
         let put = mock!(Client::put_object).then_http_response(move || s3_error(status, code));
@@ -452,5 +527,47 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(outcome, PutOutcome::AlreadyExists);
+    }
+
+    /// A store whose every call is answered with `response`.
+    fn store_always(response: fn() -> HttpResponse) -> ObjectStore {
+        let rules = [
+            mock!(Client::get_object).then_http_response(response),
+            mock!(Client::head_object).then_http_response(response),
+            mock!(Client::head_bucket).then_http_response(response),
+            mock!(Client::list_objects_v2).then_http_response(response),
+        ];
+        let client = mock_client!(
+            aws_sdk_s3,
+            RuleMode::MatchAny,
+            [&rules[0], &rules[1], &rules[2], &rules[3]],
+            |c| c.retry_config(aws_smithy_types::retry::RetryConfig::disabled())
+        );
+        ObjectStore::new(client, "archive")
+    }
+
+    #[tokio::test]
+    async fn a_missing_object_is_none_and_a_missing_bucket_is_named() {
+        let no_key = store_always(|| s3_error(404, "NoSuchKey"));
+        assert!(no_key.get_if_exists("k").await.unwrap().is_none());
+        let no_bucket = store_always(|| s3_error(404, "NoSuchBucket"));
+        for err in [
+            no_bucket.get_if_exists("k").await.unwrap_err(),
+            no_bucket.list_page("p/", None).await.unwrap_err(),
+        ] {
+            assert!(matches!(err, S3Error::NoSuchBucket { .. }), "{err:?}");
+        }
+        // HEAD responses have no body: a bare 404.
+        let not_found = store_always(|| http(404, ""));
+        assert!(not_found.user_metadata("k").await.unwrap().is_none());
+        let err = not_found.head_bucket().await.unwrap_err();
+        assert!(matches!(err, S3Error::NoSuchBucket { .. }), "{err:?}");
+        let denied = store_always(|| http(403, ""));
+        for err in [
+            denied.head_bucket().await.unwrap_err(),
+            denied.user_metadata("k").await.unwrap_err(),
+        ] {
+            assert!(matches!(err, S3Error::Other { .. }), "{err:?}");
+        }
     }
 }

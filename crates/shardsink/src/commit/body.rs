@@ -3,6 +3,8 @@
 //! object — with what a 412 compares each by and the user metadata stored
 //! with it.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use crate::config::CompressionCodec;
@@ -10,6 +12,7 @@ use crate::events::rule::Outcome;
 use crate::output::compression::Compression;
 use crate::output::format::{Bodies, BodyKind, BodyShape, Format, MainBody};
 use crate::output::view::RejectReason;
+use crate::shard::memory::MemoryBudget;
 
 /// User metadata name (`x-amz-meta-shardsink-format`): the format and its
 /// settings ([`Format::description`]), or `errors` for an error object.
@@ -44,6 +47,10 @@ pub struct ObjectBody {
     /// [`MAIN_FORMAT_METADATA`], for an error, duplicates or decisions
     /// object.
     pub main_format: Option<String>,
+    /// The budget a check of an object already at the key counts what it
+    /// holds of that object against (see [`with_budget`](Self::with_budget));
+    /// `None` until set.
+    pub budget: Option<Arc<MemoryBudget>>,
 }
 
 impl ObjectBody {
@@ -57,6 +64,15 @@ impl ObjectBody {
             metadata.push((MAIN_FORMAT_METADATA, main.clone()));
         }
         metadata
+    }
+
+    /// This body, whose check of an object already at its key (after a 412)
+    /// counts what it holds of that object against `budget`.
+    pub fn with_budget(self, budget: &Arc<MemoryBudget>) -> Self {
+        Self {
+            budget: Some(budget.clone()),
+            ..self
+        }
     }
 
     /// Bytes held: the body and, when compressed, its plain form.
@@ -178,6 +194,7 @@ pub fn encode(
         records: bodies.main_records,
         format: format.description(),
         main_format: None,
+        budget: None,
     };
     let side = |lines: Vec<u8>, records: usize, format: &str| -> std::io::Result<ObjectBody> {
         let codec = error_codec(kind);
@@ -189,6 +206,7 @@ pub fn encode(
             records,
             format: format.to_owned(),
             main_format: Some(main.format.clone()),
+            budget: None,
         })
     };
     let errors = (!bodies.errors.is_empty())
@@ -215,6 +233,7 @@ pub fn encode(
                 records: user_records,
                 format: events.unwrap_or_default().to_owned(),
                 main_format: Some(main.format.clone()),
+                budget: None,
             })
         }
     };

@@ -6,7 +6,10 @@
 //!   whole. Envelope lines that differ in bytes may still hold the same
 //!   records (an older shardsink may have encoded them differently).
 //! - Parquet files are compared row by row, whatever their row groups, page
-//!   compression or writer.
+//!   compression or writer. A Parquet file is read from its footer, so the
+//!   object is held whole while it is compared: it is counted against the
+//!   batch's memory budget for its length, from before its body is read
+//!   until the comparison ended.
 //! - An object written with other format settings (its
 //!   `x-amz-meta-shardsink-format` differs: the settings changed between a
 //!   crash and the replay of its pending batch) holds the same records when
@@ -21,12 +24,15 @@ use serde_json::Value;
 use tokio_util::io::SyncIoBridge;
 use tracing::warn;
 
+use bytes::Bytes;
+
 use super::body::{FORMAT_METADATA, ObjectBody, RECORDS_METADATA};
 use crate::aws::{BoxError, ObjectStore, S3Error};
 use crate::config::CompressionCodec;
 use crate::output::compression;
 use crate::output::format::BodyShape;
 use crate::output::format::parquet::same_rows;
+use crate::shard::memory::{MemoryBudget, Reservation};
 
 /// Whether the existing object `key` holds the same records as `body`.
 ///
@@ -79,13 +85,15 @@ async fn written_with_other_settings(
     Ok(same)
 }
 
-/// Reads the whole Parquet object and compares its rows with `body`'s.
+/// Reads the whole Parquet object, counted against `body`'s budget while
+/// it is held, and compares its rows with `body`'s.
 async fn compare_parquet(
     store: &ObjectStore,
     key: &str,
     body: &ObjectBody,
 ) -> Result<Comparison, S3Error> {
-    let existing = store.get(key).await?;
+    // Released when the comparison ended (or failed).
+    let (existing, _held) = read_counted(store, key, body.budget.as_ref()).await?;
     if existing == body.plain {
         return Ok(Comparison::SameBytes);
     }
@@ -100,6 +108,35 @@ async fn compare_parquet(
         }
         Err(join_error) => return Err(read_failed(store, key, Box::new(join_error))),
     })
+}
+
+/// The whole object `key`, and the reservation that counts it against
+/// `budget` (when there is one): taken for the object's `Content-Length`
+/// before its body is read, then set to the bytes read. Drop the
+/// reservation when done with the bytes.
+///
+/// # Errors
+/// [`S3Error`] when the object cannot be read; retriable once its body
+/// began.
+async fn read_counted(
+    store: &ObjectStore,
+    key: &str,
+    budget: Option<&Arc<MemoryBudget>>,
+) -> Result<(Bytes, Option<Reservation>), S3Error> {
+    let (length, stream) = store.get_stream_with_length(key).await?;
+    let mut held = budget.map(MemoryBudget::reserve);
+    if let Some(held) = held.as_mut() {
+        held.grow(length.unwrap_or(0));
+    }
+    let existing = stream
+        .collect()
+        .await
+        .map_err(|err| read_failed(store, key, Box::new(err)))?
+        .into_bytes();
+    if let Some(held) = held.as_mut() {
+        held.resize(existing.len() as u64);
+    }
+    Ok((existing, held))
 }
 
 /// Streams the object, decompressed, and compares it line by line with
@@ -238,7 +275,11 @@ impl<R: std::io::Read> std::io::Read for TrackedRead<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fake_aws::{self, FakeBucket};
     use crate::output::compression::Compression;
+    use crate::output::format::BodyKind;
+    use crate::output::format::parquet::ParquetBatch;
+    use crate::output::view::UserRecordView;
 
     fn compare(existing: &[u8], expected: &[u8]) -> std::io::Result<Comparison> {
         let body = Compression::Zstd(3).compress(existing).unwrap();
@@ -270,5 +311,73 @@ mod tests {
             compare_lines(CompressionCodec::Zstd, &b"not zstd"[..], lines, true).is_err(),
             "a body that does not decode is an error, not a match"
         );
+    }
+
+    /// A Parquet file of `n` rows.
+    fn parquet_file(n: u64) -> Bytes {
+        let mut rows = ParquetBatch::new(None);
+        for i in 0..n {
+            let sequence_number = (i + 1).to_string();
+            rows.push(&UserRecordView {
+                shard_id: "shardId-000000000000",
+                sequence_number: &sequence_number,
+                sub_sequence_number: None,
+                partition_key: "pk",
+                arrival_millis: 1_795_238_823_045,
+                data: &[7; 100],
+            })
+            .unwrap();
+        }
+        Bytes::from(rows.finish(Compression::None).unwrap())
+    }
+
+    #[tokio::test]
+    async fn an_existing_parquet_object_is_counted_against_the_budget_while_held() {
+        let bucket = Arc::new(FakeBucket::default());
+        let clients = fake_aws::clients(Default::default(), bucket.clone(), Default::default());
+        let store = ObjectStore::new(clients.s3, "archive");
+        let existing = parquet_file(50);
+        bucket
+            .objects
+            .lock()
+            .unwrap()
+            .insert("k.parquet".to_owned(), existing.clone());
+        let budget = MemoryBudget::new(1 << 20, 1 << 20);
+
+        let (read, held) = read_counted(&store, "k.parquet", Some(&budget))
+            .await
+            .unwrap();
+        assert_eq!(read, existing);
+        let held = held.expect("a budget was given");
+        assert_eq!(held.bytes(), existing.len() as u64);
+        assert_eq!(budget.used(), existing.len() as u64);
+        drop(held);
+        assert_eq!(budget.used(), 0);
+
+        // The whole check: the object is held against the budget, and
+        // released once compared.
+        let ours = parquet_file(51);
+        let body = ObjectBody {
+            kind: BodyKind::from_extension(".parquet").unwrap(),
+            bytes: ours.clone(),
+            plain: ours,
+            records: 51,
+            format: "parquet".to_owned(),
+            main_format: None,
+            budget: None,
+        }
+        .with_budget(&budget);
+        let released = budget.released();
+        tokio::pin!(released);
+        released.as_mut().enable();
+        assert_eq!(
+            compare_parquet(&store, "k.parquet", &body).await.unwrap(),
+            Comparison::Different
+        );
+        assert!(
+            futures::poll!(released.as_mut()).is_ready(),
+            "the object was counted, then released"
+        );
+        assert_eq!(budget.used(), 0);
     }
 }

@@ -430,6 +430,8 @@ impl BatchWriter {
             source,
         })?;
         reservation.grow(encoded.objects().map(|(_, body)| body.held_bytes()).sum());
+        let mut encoded = encoded;
+        encoded.main = encoded.main.with_budget(reservation.budget());
         let (mut bytes_written, mut outcome) = (0, PutOutcome::Created);
         for (role, body) in encoded.objects() {
             let key = match role {

@@ -20,17 +20,11 @@ mod events;
 mod values;
 
 pub use archive::{Archive, ArchiveArgs, StreamRef};
-pub use daemon::{Config, MAX_BUFFER_MAX_AGE, MAX_FAILOVER_TIME, MIN_FAILOVER_TIME, Settings};
+pub use daemon::{Config, Settings};
 pub use error::{ConfigError, one_line_error};
-pub use events::{
-    EventArgs, EventDedup, EventFingerprint, EventSettings, EventStoreArgs, EventStoreKind,
-    EventStoreSetting,
-};
+pub use events::{EventDedup, EventSettings, EventStoreSetting};
 pub(crate) use values::parse_timestamp;
-pub use values::{
-    CompressionCodec, InitialPosition, KeyStyle, LogFormat, OutputFormat, RecordDelimiter,
-    TimeBucket,
-};
+pub use values::{CompressionCodec, InitialPosition, KeyStyle, LogFormat, TimeBucket};
 
 /// Parses flags only, for tests: environment lookup is switched off so that
 /// a developer's `SHARDSINK_*` variables cannot change the outcome (the

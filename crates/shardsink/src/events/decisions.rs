@@ -40,14 +40,6 @@ pub struct UserDecision {
     pub decision: Decision,
 }
 
-impl UserDecision {
-    /// The decision for a record kept without event deduplication.
-    pub const KEEP: Self = Self {
-        key: None,
-        decision: Decision::Keep(Outcome::Unique),
-    };
-}
-
 /// The settings the decisions of an object were made with, stored as its
 /// user metadata `x-amz-meta-shardsink-format`:
 /// `events;id=<--event-id>;fingerprint=payload|none`. Keys made with other

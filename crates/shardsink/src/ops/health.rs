@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::lock::lock;
+
 /// A wait on AWS the worker loop announced.
 #[derive(Debug, Clone)]
 struct Waiting {
@@ -122,13 +124,6 @@ impl Health {
         }
         Ok(())
     }
-}
-
-/// Locks a mutex whose data stays valid if a holder panicked.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::registry::Registry;
 
 use crate::events::rule::Outcome as EventOutcome;
+use crate::lock::lock;
 use crate::output::view::RejectReason;
 
 /// How a batch's PUT ended.
@@ -450,13 +451,6 @@ impl Collector for UnarchivedAges {
         }
         Ok(())
     }
-}
-
-/// Locks a mutex whose data stays valid if a holder panicked.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// `shardsink_build_info{version}` = 1.

@@ -12,8 +12,8 @@
 
 pub(crate) mod failpoint;
 pub(crate) mod health;
-pub mod http;
-pub mod log;
+pub(crate) mod http;
+pub(crate) mod log;
 pub(crate) mod metrics;
-pub mod shutdown;
+pub(crate) mod shutdown;
 pub(crate) mod systemd;

@@ -115,6 +115,10 @@ impl Batch {
     }
 
     /// Kinesis records in the batch.
+    #[cfg_attr(
+        not(any(test, feature = "bench")),
+        expect(dead_code, reason = "read by tests only")
+    )]
     pub fn kinesis_records(&self) -> usize {
         self.kinesis_records
     }

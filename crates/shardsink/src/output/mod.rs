@@ -11,7 +11,9 @@
 //! - `compression`: the codec of an object body;
 //! - `key`: the key layout and its inverse (parsing a key back into its
 //!   bucket, shard, range and body kind);
-//! - `bucket`: a record's UTC arrival minute or hour.
+//! - `bucket`: a record's UTC arrival minute or hour;
+//! - `marker`: the archive's key layout, recorded under its prefix
+//!   (`_shardsink.json`), read at every start and by `verify`.
 
 pub(crate) mod batch;
 pub(crate) mod bucket;

@@ -61,14 +61,6 @@ pub enum RejectReason {
 }
 
 impl RejectReason {
-    /// Every reason, for metrics.
-    pub const ALL: [Self; 4] = [
-        Self::NotUtf8,
-        Self::NotJsonObject,
-        Self::MetadataFieldPresent,
-        Self::SchemaMismatch,
-    ];
-
     /// The label value.
     pub fn as_str(self) -> &'static str {
         match self {

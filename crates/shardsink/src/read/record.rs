@@ -39,7 +39,9 @@ impl ShardRecord {
     /// Converts a GetRecords record, unpacking KPL aggregates. A record whose
     /// data starts with the KPL magic but does not decode is kept whole (and
     /// logged), as the KCL does. A record without an arrival timestamp (the
-    /// API always sets one) is placed at the epoch and logged.
+    /// API always sets one), or with one beyond ±292 million years (not a
+    /// whole number of milliseconds in an `i64`), is placed at the epoch and
+    /// logged.
     ///
     /// # Errors
     /// [`RecordError`] when the sequence number is not canonical decimal text.
@@ -53,7 +55,19 @@ impl ShardRecord {
         } = record;
         let sequence_number = SequenceNumber::try_from(sequence_number)?;
         let arrival_millis = match approximate_arrival_timestamp {
-            Some(time) => time.to_millis().unwrap_or(0),
+            Some(time) => match time.to_millis() {
+                Ok(millis) => millis,
+                Err(error) => {
+                    warn!(
+                        shard_id,
+                        sequence_number = sequence_number.as_str(),
+                        arrival = %time,
+                        error = %error,
+                        "record's arrival timestamp is out of range; placed at the epoch"
+                    );
+                    0
+                }
+            },
             None => {
                 warn!(
                     shard_id,
@@ -164,6 +178,14 @@ mod tests {
             (views[0].shard_id, views[0].sequence_number),
             ("shardId-0", "7")
         );
+    }
+
+    #[test]
+    fn an_arrival_out_of_the_millisecond_range_is_placed_at_the_epoch() {
+        let mut record = sdk_record("42", b"x".to_vec());
+        record.approximate_arrival_timestamp = Some(DateTime::from_secs(i64::MAX));
+        let record = ShardRecord::from_kinesis("shardId-0", record).unwrap();
+        assert_eq!(record.arrival_millis, 0);
     }
 
     #[test]

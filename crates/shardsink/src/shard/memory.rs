@@ -8,7 +8,10 @@
 //!   records take, until they are in batches;
 //! - a batch being built: its encoded lines, growing record by record;
 //! - a batch being written: its lines and its compressed body, until the PUT
-//!   ended.
+//!   ended;
+//! - the check of a Parquet object already at a batch's key (after a 412):
+//!   the whole object, from before its body is read until the comparison
+//!   ended (lines are streamed instead).
 //!
 //! Three rules keep the total within the limit:
 //! 1. A shard that adds a record while the budget is exceeded writes its own
@@ -161,6 +164,11 @@ impl Reservation {
     /// Bytes held.
     pub fn bytes(&self) -> u64 {
         self.bytes
+    }
+
+    /// The budget the bytes are held against.
+    pub fn budget(&self) -> &Arc<MemoryBudget> {
+        &self.budget
     }
 }
 

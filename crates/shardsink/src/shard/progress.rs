@@ -100,3 +100,63 @@ impl Progress {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHARD: &str = "shardId-000000000003";
+    const HOUR_MILLIS: i64 = 3_600_000;
+
+    fn empty_read(millis_behind_latest: Option<i64>) -> ReadBatch {
+        ReadBatch {
+            records: Vec::new(),
+            millis_behind_latest,
+            shard_end: false,
+            bytes: 0,
+            child_shards: Vec::new(),
+            retention_gap: None,
+        }
+    }
+
+    /// `shardsink_retention_used_ratio` of [`SHARD`].
+    fn used_ratio(metrics: &Metrics) -> f64 {
+        let text = metrics.encode();
+        let prefix = format!("shardsink_retention_used_ratio{{shard_id=\"{SHARD}\"}} ");
+        text.lines()
+            .find_map(|line| line.strip_prefix(prefix.as_str()))
+            .unwrap_or_else(|| panic!("no ratio for {SHARD} in\n{text}"))
+            .parse()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_shard_behind_with_nothing_held_is_aged_by_millis_behind_latest() {
+        let metrics = Metrics::new();
+        metrics.set_stream_retention(Duration::from_secs(24 * 3_600));
+        let mut progress = Progress::new();
+
+        // Six hours behind the tip; the response returned no records and
+        // nothing is buffered: the next unread record is at least six
+        // hours old, a quarter of the retention.
+        progress.read(&empty_read(Some(6 * HOUR_MILLIS)), SHARD, &metrics);
+        progress.unarchived(None, SHARD, &metrics);
+        let behind = used_ratio(&metrics);
+        assert!((0.25..0.26).contains(&behind), "{behind}");
+
+        // A response without `MillisBehindLatest` keeps the estimate.
+        progress.read(&empty_read(None), SHARD, &metrics);
+        progress.unarchived(None, SHARD, &metrics);
+        assert!(used_ratio(&metrics) >= behind);
+
+        // A held record is the oldest unarchived one.
+        let held = Utc::now().timestamp_millis() - 12 * HOUR_MILLIS;
+        progress.unarchived(Some(held), SHARD, &metrics);
+        assert!((0.5..0.51).contains(&used_ratio(&metrics)));
+
+        // Caught up, nothing held: nothing is unarchived.
+        progress.read(&empty_read(Some(0)), SHARD, &metrics);
+        progress.unarchived(None, SHARD, &metrics);
+        assert_eq!(used_ratio(&metrics), 0.0);
+    }
+}

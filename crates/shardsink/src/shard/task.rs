@@ -12,6 +12,13 @@
 //!
 //! Batches are written one at a time, in order (C4): the task awaits each
 //! write — record pending, PUT, checkpoint — before reading on.
+//!
+//! # Layout
+//! - this file: the task, its read loop and the steps above;
+//! - `replaying`: rebuilding a batch exactly — the pending batch from the
+//!   lease row, or an uncommitted batch whose error object is in S3;
+//! - `retention`: reporting records that expired unread before anything is
+//!   written past them.
 
 use std::sync::Arc;
 use std::time::Duration;

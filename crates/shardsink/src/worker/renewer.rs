@@ -8,7 +8,7 @@
 //! its own (a slow write on one lease delays only that lease's next renewal).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use shard_lease::{HeldLease, LeaseTable};
@@ -16,6 +16,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use crate::lock::lock;
 use crate::ops::log::error_chain;
 
 /// The held leases, shared between the worker (which adds and removes them)
@@ -58,12 +59,7 @@ impl Renewer {
                     }
                     _ = ticker.tick() => {}
                 }
-                let held: Vec<Arc<HeldLease>> = leases
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .values()
-                    .cloned()
-                    .collect();
+                let held: Vec<Arc<HeldLease>> = lock(&leases).values().cloned().collect();
                 let busy: HashSet<String> = renewing.values().cloned().collect();
                 if !busy.contains(&heartbeat_key) {
                     let (table, worker_id, count) = (table.clone(), worker_id.clone(), held.len());
@@ -98,18 +94,12 @@ impl Renewer {
 
     /// Starts renewing `lease`.
     pub fn add(&self, lease: Arc<HeldLease>) {
-        self.leases
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(lease.shard_id().to_owned(), lease);
+        lock(&self.leases).insert(lease.shard_id().to_owned(), lease);
     }
 
     /// Stops renewing the lease of `shard_id`.
     pub fn remove(&self, shard_id: &str) {
-        self.leases
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(shard_id);
+        lock(&self.leases).remove(shard_id);
     }
 }
 

@@ -1,6 +1,7 @@
-//! One round of lease work: observe (list shards, scan the table, note
-//! which leases and workers stood still), create leases for new shards and
-//! delete ended ones, plan takes and steals, take.
+//! One round of lease work, in three steps: observe (list shards, scan the
+//! table, create leases for new shards and delete ended ones, note which
+//! leases and workers stood still), plan (which leases to take and which to
+//! steal), take.
 
 use std::collections::BTreeSet;
 use std::time::SystemTime;
@@ -8,7 +9,8 @@ use std::time::SystemTime;
 use anyhow::Context as _;
 use chrono::Utc;
 use shard_lease::{
-    Checkpoint, CreateOutcome, Lease, LeaseError, TABLE_ACTIVE_TIMEOUT, TableScan, plan_takes,
+    Checkpoint, CreateOutcome, Lease, LeaseError, TABLE_ACTIVE_TIMEOUT, TableScan, TakePlan,
+    plan_takes,
 };
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -22,30 +24,45 @@ use crate::ops::log::error_chain;
 use crate::read::retention::RetentionGap;
 use crate::read::shard_graph::{NewLease, ShardGraph};
 
+/// What one round saw of the table and the workers, observed after the
+/// scan and this round's creations and deletions.
+struct Observation {
+    /// Every lease row, with this round's creations and without the leases
+    /// of ended shards it deleted.
+    leases: Vec<Lease>,
+    /// The workers counted in the balance: this worker, and every other
+    /// whose heartbeat counter moved within the failover time.
+    live_workers: BTreeSet<String>,
+    /// When the rows were observed: never earlier than they were read, so
+    /// an expiry measured from here is never shorter than the failover time.
+    at: Instant,
+}
+
 impl Worker {
-    /// One round of lease work: refresh the shard list when due, scan the
-    /// table, create missing leases, delete ended ones past retention, and
-    /// take or steal leases per [`plan_takes`].
+    /// One round of lease work: [`observe`](Self::observe) the shards, the
+    /// table and the workers, [`plan`](Self::plan) the takes and steal per
+    /// [`plan_takes`], then [`take`](Self::take) them.
     pub(super) async fn sync(&mut self, token: &CancellationToken) -> Result<(), anyhow::Error> {
+        let observation = self.observe().await?;
+        let plan = self.plan(&observation);
+        self.take(plan, token).await;
+        Ok(())
+    }
+
+    /// Observes: refreshes the shard list when due, scans the table
+    /// (creating it again when it is missing), creates missing leases,
+    /// deletes ended ones past retention (only with a list read this
+    /// round), and records which leases and workers stood still.
+    ///
+    /// # Errors
+    /// The scan, the table's re-creation or a lease creation found the table
+    /// missing or failed; the first shard list could not be read.
+    async fn observe(&mut self) -> Result<Observation, anyhow::Error> {
         let list_due = self
             .shards_listed_at
             .is_none_or(|at| at.elapsed() >= self.settings.config.shard_sync_interval);
         let listed = list_due && self.list_shards().await?;
-        let scan = match self.table.scan().await {
-            Ok(scan) => scan,
-            Err(LeaseError::TableMissing { table }) => {
-                warn!(lease_table = %table, "lease table missing; creating it again (shards restart from their initial position, dedup keeps S3 exact)");
-                // Waiting for an old table to be deleted and the new one to
-                // become ACTIVE can take minutes: alive, not ready.
-                self.health.waiting(
-                    format!("the lease table {table} is missing; creating it again"),
-                    Instant::now() + TABLE_ACTIVE_TIMEOUT + START_UP_CALL_BOUND,
-                );
-                self.table.create_table_if_missing().await?;
-                TableScan::default()
-            }
-            Err(err) => return Err(err.into()),
-        };
+        let scan = self.scan_table().await?;
         let mut leases = scan.leases;
         self.create_missing_leases(&mut leases).await?;
         // Observed now, after the scan and the creations: never earlier than
@@ -63,12 +80,12 @@ impl Worker {
             now,
         );
         let failover = self.settings.config.failover_time;
-        let me = self.settings.worker_id.clone();
-        let live_workers: BTreeSet<String> = scan
+        let me = &self.settings.worker_id;
+        let live_workers = scan
             .workers
             .iter()
             .filter(|w| {
-                w.worker_id == me
+                w.worker_id == *me
                     || !self.worker_expiry.is_stale(
                         &w.worker_id,
                         w.heartbeat_counter,
@@ -78,14 +95,56 @@ impl Worker {
             })
             .map(|w| w.worker_id.clone())
             .collect();
-        let graph = ShardGraph::new(&self.shards, &leases);
-        let workable: Vec<Lease> = leases
+        Ok(Observation {
+            leases,
+            live_workers,
+            at: now,
+        })
+    }
+
+    /// Scans the lease table; a missing table is created again (shards then
+    /// restart from their initial position, and dedup keeps S3 exact) and
+    /// reads as empty.
+    ///
+    /// # Errors
+    /// The scan failed otherwise, or the table could not be created again.
+    async fn scan_table(&mut self) -> Result<TableScan, anyhow::Error> {
+        match self.table.scan().await {
+            Ok(scan) => Ok(scan),
+            Err(LeaseError::TableMissing { table }) => {
+                warn!(lease_table = %table, "lease table missing; creating it again (shards restart from their initial position, dedup keeps S3 exact)");
+                // Waiting for an old table to be deleted and the new one to
+                // become ACTIVE can take minutes: alive, not ready.
+                self.health.waiting(
+                    format!("the lease table {table} is missing; creating it again"),
+                    Instant::now() + TABLE_ACTIVE_TIMEOUT + START_UP_CALL_BOUND,
+                );
+                self.table.create_table_if_missing().await?;
+                Ok(TableScan::default())
+            }
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// Plans the round from `observation`: among the leases whose shard may
+    /// be worked on (parents done), those available to this worker are the
+    /// ones it does not hold, is not backing off from after a failed task,
+    /// and that expired — or, in the first round after start-up, that it
+    /// owned already. Reports the round to the health state and logs the
+    /// balance when it changed.
+    fn plan(&mut self, observation: &Observation) -> TakePlan {
+        let now = observation.at;
+        let failover = self.settings.config.failover_time;
+        let me = self.settings.worker_id.as_str();
+        let graph = ShardGraph::new(&self.shards, &observation.leases);
+        let workable: Vec<Lease> = observation
+            .leases
             .iter()
             .filter(|l| graph.is_workable(l))
             .cloned()
             .collect();
         let own_at_start = !self.first_sync_done;
-        let plan = plan_takes(&me, &workable, &live_workers, |lease| {
+        let plan = plan_takes(me, &workable, &observation.live_workers, |lease| {
             let key = lease.lease_key.as_str();
             let backing_off = self
                 .failed
@@ -93,7 +152,7 @@ impl Worker {
                 .is_some_and(|(_, retry_at)| now < *retry_at);
             !self.held.contains_key(key)
                 && !backing_off
-                && ((own_at_start && lease.is_owned_by(&me))
+                && ((own_at_start && lease.is_owned_by(me))
                     || self.expiry.is_expired(lease, now, failover))
         });
         self.first_sync_done = true;
@@ -114,6 +173,15 @@ impl Worker {
             );
             self.last_plan = (plan.target, plan.workers);
         }
+        plan
+    }
+
+    /// Takes the planned leases, then the one to steal, starting a shard
+    /// task for each lease taken; stops early when `token` is cancelled. A
+    /// lease that changed before it could be taken, or whose take failed,
+    /// is left for a later round.
+    async fn take(&mut self, plan: TakePlan, token: &CancellationToken) {
+        let me = self.settings.worker_id.clone();
         let steal = plan.steal.into_iter().map(|lease| (lease, true));
         for (lease, stolen) in plan
             .take
@@ -148,7 +216,6 @@ impl Worker {
                 }
             }
         }
-        Ok(())
     }
 
     /// Reads the shard list (ListShards). Returns whether it was read: on

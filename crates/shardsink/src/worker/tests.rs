@@ -360,3 +360,36 @@ async fn start_up_that_keeps_failing_is_alive_and_not_ready() {
     stop.send(()).unwrap();
     worker.await.unwrap().unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_stream_retention_is_read_at_start_up_and_with_each_shard_list() {
+    let (stream, bucket, table) = fakes_with_records(1, 1);
+    stream.retention_hours.store(48, Ordering::SeqCst);
+    let metrics = Arc::new(Metrics::new());
+    let settings = settings("worker-a");
+    let health = Arc::new(Health::new(settings.lease_taking_interval));
+    let mut worker = Worker::new(
+        settings,
+        fake_aws::clients(stream.clone(), bucket, table),
+        metrics.clone(),
+        health,
+    );
+    let retention = |metrics: &Metrics| {
+        metrics
+            .encode()
+            .lines()
+            .find_map(|line| line.strip_prefix("shardsink_stream_retention_seconds "))
+            .map(str::to_owned)
+    };
+    assert_eq!(retention(&metrics), None, "unknown before start-up");
+    let token = CancellationToken::new();
+    assert!(worker.start_up(&token).await.unwrap());
+    assert_eq!(retention(&metrics).as_deref(), Some("172800.0"));
+
+    // Raised during an outage: read again with the shard list, which the
+    // first round of lease work reads.
+    stream.retention_hours.store(168, Ordering::SeqCst);
+    worker.sync(&token).await.unwrap();
+    assert_eq!(retention(&metrics).as_deref(), Some("604800.0"));
+    token.cancel();
+}

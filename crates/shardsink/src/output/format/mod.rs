@@ -23,7 +23,7 @@ use std::sync::Arc;
 use self::envelope::LineEncoder;
 use self::parquet::ParquetBatch;
 use self::schema::ParquetSchema;
-use crate::config::{CompressionCodec, OutputFormat};
+use crate::config::CompressionCodec;
 use crate::events::decisions::{self, UserDecision};
 use crate::events::rule::{Decision, Outcome};
 use crate::output::view::{RejectReason, Rejection, UserRecordView};
@@ -55,16 +55,6 @@ pub enum Format {
 }
 
 impl Format {
-    /// Which format this is.
-    pub fn name(&self) -> OutputFormat {
-        match self {
-            Self::Envelope => OutputFormat::Envelope,
-            Self::Json { .. } => OutputFormat::Json,
-            Self::Raw { .. } => OutputFormat::Raw,
-            Self::Parquet { .. } => OutputFormat::Parquet,
-        }
-    }
-
     /// Whether it may reject a record (then batches may have error
     /// objects): `json`, and `parquet` with a schema.
     pub fn can_reject(&self) -> bool {

@@ -1,0 +1,197 @@
+//! Reading a batch's Parquet file back: whether two files hold the same
+//! rows ([`same_rows`], for the check of an object already under a key),
+//! and the identities of a file's rows ([`row_identities`], for `verify`).
+//! Both read a batch of rows at a time.
+
+use ::parquet::arrow::ProjectionMask;
+use ::parquet::arrow::arrow_reader::{
+    ArrowReaderOptions, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder,
+};
+use ::parquet::errors::ParquetError;
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Array, RecordBatch};
+use arrow_schema::Schema;
+use bytes::Bytes;
+
+use super::{MAX_ROW_GROUP_ROWS, SEQUENCE_NUMBER, SUB_SEQUENCE_NUMBER};
+
+/// Whether two Parquet files hold the same rows: the same column names,
+/// types and nullability in the same order, and the same values (nulls
+/// included) in the same row order — whatever their row groups, pages,
+/// page compression, `created_by` or key-value metadata. Types are compared
+/// as the Parquet schema gives them (the embedded Arrow schema is ignored).
+///
+/// Reads both files a batch at a time; `existing` is typically the object
+/// already in S3 under the key, `ours` the body we meant to put there.
+///
+/// # Errors
+/// When either is not a readable Parquet file.
+pub fn same_rows(existing: Bytes, ours: Bytes) -> Result<bool, ParquetError> {
+    compare_rows(existing, ours, COMPARE_BATCH_ROWS, COMPARE_BATCH_ROWS)
+}
+
+/// Rows read at a time by [`same_rows`].
+const COMPARE_BATCH_ROWS: usize = 1024;
+
+/// [`same_rows`], reading each file `existing_batch` and `ours_batch` rows
+/// at a time.
+pub(super) fn compare_rows(
+    existing: Bytes,
+    ours: Bytes,
+    existing_batch: usize,
+    ours_batch: usize,
+) -> Result<bool, ParquetError> {
+    let existing = reader(existing)?.with_batch_size(existing_batch);
+    let ours = reader(ours)?.with_batch_size(ours_batch);
+    if existing.metadata().file_metadata().num_rows() != ours.metadata().file_metadata().num_rows()
+        || !same_columns(existing.schema(), ours.schema())
+    {
+        return Ok(false);
+    }
+    let mut existing = Rows::new(existing.build()?);
+    let mut ours = Rows::new(ours.build()?);
+    loop {
+        match (existing.remaining()?, ours.remaining()?) {
+            (None, None) => return Ok(true),
+            (Some(a), Some(b)) => {
+                let n = a.min(b);
+                match (existing.take(n), ours.take(n)) {
+                    (Some(a), Some(b)) if same_values(&a, &b) => {}
+                    _ => return Ok(false),
+                }
+            }
+            _ => return Ok(false),
+        }
+    }
+}
+
+/// The (`sequence_number`, `sub_sequence_number`) of every row of a file
+/// written by [`ParquetBatch::finish`](super::ParquetBatch::finish), in row
+/// order, reading only those two columns. `sub_sequence_number` is `None` outside KPL aggregates.
+///
+/// # Errors
+/// When `body` is not a readable Parquet file, lacks either column, or
+/// they do not have the types written (Utf8 and Int64), or a sequence
+/// number is null.
+pub fn row_identities(body: Bytes) -> Result<Vec<(String, Option<i64>)>, ParquetError> {
+    let builder = reader(body)?;
+    let rows = usize::try_from(builder.metadata().file_metadata().num_rows()).unwrap_or(0);
+    let descriptor = builder.parquet_schema();
+    let mut leaves = Vec::with_capacity(2);
+    for name in [SEQUENCE_NUMBER, SUB_SEQUENCE_NUMBER] {
+        let index = descriptor
+            .columns()
+            .iter()
+            .position(|column| column.path().parts() == [name])
+            .ok_or_else(|| ParquetError::General(format!("the file has no {name:?} column")))?;
+        leaves.push(index);
+    }
+    let mask = ProjectionMask::leaves(descriptor, leaves);
+    // The footer's count, trusted only so far.
+    let mut identities = Vec::with_capacity(rows.min(MAX_ROW_GROUP_ROWS));
+    for batch in builder.with_projection(mask).build()? {
+        let batch = batch?;
+        let sequence_numbers = batch
+            .column_by_name(SEQUENCE_NUMBER)
+            .and_then(|column| column.as_string_opt::<i32>())
+            .ok_or_else(|| wrong_type(SEQUENCE_NUMBER, "Utf8"))?;
+        let sub_sequence_numbers = batch
+            .column_by_name(SUB_SEQUENCE_NUMBER)
+            .and_then(|column| column.as_primitive_opt::<Int64Type>())
+            .ok_or_else(|| wrong_type(SUB_SEQUENCE_NUMBER, "Int64"))?;
+        for row in 0..batch.num_rows() {
+            if sequence_numbers.is_null(row) {
+                return Err(ParquetError::General(format!(
+                    "a row of the file has a null {SEQUENCE_NUMBER:?}"
+                )));
+            }
+            identities.push((
+                sequence_numbers.value(row).to_owned(),
+                sub_sequence_numbers
+                    .is_valid(row)
+                    .then(|| sub_sequence_numbers.value(row)),
+            ));
+        }
+    }
+    Ok(identities)
+}
+
+/// A reader of `body` that types its columns from the Parquet schema alone.
+pub(super) fn reader(body: Bytes) -> Result<ParquetRecordBatchReaderBuilder<Bytes>, ParquetError> {
+    ParquetRecordBatchReaderBuilder::try_new_with_options(
+        body,
+        ArrowReaderOptions::new().with_skip_arrow_metadata(true),
+    )
+}
+
+fn wrong_type(column: &str, expected: &str) -> ParquetError {
+    ParquetError::General(format!("the {column:?} column is not {expected}"))
+}
+
+/// Same names, types and nullability, in the same order.
+fn same_columns(a: &Schema, b: &Schema) -> bool {
+    a.fields().len() == b.fields().len()
+        && a.fields().iter().zip(b.fields()).all(|(a, b)| {
+            a.name() == b.name()
+                && a.data_type() == b.data_type()
+                && a.is_nullable() == b.is_nullable()
+        })
+}
+
+/// Same values in every column (batches of equal length).
+fn same_values(a: &RecordBatch, b: &RecordBatch) -> bool {
+    a.num_rows() == b.num_rows()
+        && a.num_columns() == b.num_columns()
+        && a.columns()
+            .iter()
+            .zip(b.columns())
+            .all(|(a, b)| a.as_ref() == b.as_ref())
+}
+
+/// A file's rows, consumed a slice at a time whatever its batch sizes.
+struct Rows {
+    reader: ParquetRecordBatchReader,
+    batch: Option<RecordBatch>,
+    /// Rows of `batch` already taken.
+    offset: usize,
+}
+
+impl Rows {
+    fn new(reader: ParquetRecordBatchReader) -> Self {
+        Self {
+            reader,
+            batch: None,
+            offset: 0,
+        }
+    }
+
+    /// Rows left in the current batch, reading the next non-empty batch when
+    /// it is used up; `None` at the end of the file.
+    fn remaining(&mut self) -> Result<Option<usize>, ParquetError> {
+        loop {
+            if let Some(batch) = &self.batch
+                && self.offset < batch.num_rows()
+            {
+                return Ok(Some(batch.num_rows() - self.offset));
+            }
+            match self.reader.next() {
+                None => {
+                    self.batch = None;
+                    return Ok(None);
+                }
+                Some(batch) => {
+                    self.batch = Some(batch?);
+                    self.offset = 0;
+                }
+            }
+        }
+    }
+
+    /// The next `n` rows (at most [`remaining`](Self::remaining)).
+    fn take(&mut self, n: usize) -> Option<RecordBatch> {
+        let slice = self.batch.as_ref()?.slice(self.offset, n);
+        self.offset += n;
+        Some(slice)
+    }
+}
