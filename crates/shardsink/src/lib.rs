@@ -50,9 +50,16 @@ mod worker;
 pub use config::{Config, ConfigError, Settings};
 pub use worker::{Summary, run};
 
-/// What the benchmarks in `benches/` measure; not an API.
+/// What the benchmarks in `benches/` and the end-to-end tests measure; not
+/// an API.
 #[doc(hidden)]
 pub mod bench {
+    pub use sequence_range::SequenceNumber;
+
+    pub use crate::events::manifest::{Manifest, ManifestError};
+    pub use crate::events::rule::{AcceptedCopy, CopyRef, Decision, EventKey, Outcome, Rule};
+    pub use crate::events::store::{Candidate, Lineage};
+    pub use crate::ops::metrics::Metrics;
     pub use crate::output::batch::Batch;
     pub use crate::output::bucket::Bucket;
     pub use crate::output::compression::Compression;

@@ -11,6 +11,8 @@
 //!   candidates of a run;
 //! - `decider`: [`ShardEvents`](decider::ShardEvents), a shard task's
 //!   decisions, and the store the process shares;
+//! - `manifest`: [`Manifest`](manifest::Manifest), the DynamoDB store
+//!   (stream scope);
 //! - `memory`: a store in memory, for tests;
 //! - `decisions`: a batch's decisions and the decisions object that records
 //!   them in S3 before the batch's other objects.
@@ -22,6 +24,7 @@
 pub(crate) mod decider;
 pub(crate) mod decisions;
 pub(crate) mod id;
+pub(crate) mod manifest;
 #[cfg(test)]
 pub(crate) mod memory;
 pub(crate) mod rule;
