@@ -68,11 +68,18 @@ mod worker;
 pub use config::{Config, ConfigError, Settings};
 pub use worker::{Summary, run};
 
-/// What the pipeline benchmark in `benches/` drives: the batch, its time
-/// bucket, format and compression, the record and the memory budget. Built
-/// only with the `bench` feature; not a stable API.
+/// What the benchmarks in `benches/` and the end-to-end manifest test
+/// drive: the batch, its time bucket, format and compression, the record,
+/// the memory budget, and the event stores with their rule. Built only with
+/// the `bench` feature; not a stable API.
 #[cfg(feature = "bench")]
 pub mod bench {
+    pub use sequence_range::SequenceNumber;
+
+    pub use crate::events::manifest::{Manifest, ManifestError};
+    pub use crate::events::rule::{AcceptedCopy, CopyRef, Decision, EventKey, Outcome, Rule};
+    pub use crate::events::store::{Candidate, Lineage};
+    pub use crate::ops::metrics::Metrics;
     pub use crate::output::batch::Batch;
     pub use crate::output::bucket::Bucket;
     pub use crate::output::compression::Compression;

@@ -2,14 +2,17 @@
 //! [`fake_client`]: a DynamoDB client served from them through
 //! `aws-smithy-mocks` rules, so the code under test uses a real SDK client.
 //!
-//! It answers [GetItem], [PutItem], [UpdateItem], [DeleteItem], [Scan] (one
-//! page) and [DescribeTable]. Expressions are read back with
+//! It answers [GetItem], [BatchGetItem], [PutItem], [UpdateItem],
+//! [DeleteItem], [Scan] (one page) and [DescribeTable]. Items are keyed by
+//! `leaseKey`, or by another string attribute ([`FakeTable::keyed_by`]).
+//! Expressions are read back with
 //! [`parse`](fn@parse) and evaluated with [`holds`] and [`apply`]: what the
 //! lease table sends is accepted, anything else is a `ValidationException`.
 //! Errors are sent as DynamoDB sends them (HTTP 400, a JSON body naming the
 //! error type), for the SDK to decode.
 //!
 //! [GetItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_GetItem.html
+//! [BatchGetItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html
 //! [PutItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_PutItem.html
 //! [UpdateItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_UpdateItem.html
 //! [DeleteItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_DeleteItem.html
@@ -21,13 +24,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::operation::batch_get_item::{BatchGetItemInput, BatchGetItemOutput};
 use aws_sdk_dynamodb::operation::delete_item::{DeleteItemInput, DeleteItemOutput};
 use aws_sdk_dynamodb::operation::describe_table::DescribeTableOutput;
 use aws_sdk_dynamodb::operation::get_item::{GetItemInput, GetItemOutput};
 use aws_sdk_dynamodb::operation::put_item::{PutItemInput, PutItemOutput};
 use aws_sdk_dynamodb::operation::scan::ScanOutput;
 use aws_sdk_dynamodb::operation::update_item::{UpdateItemInput, UpdateItemOutput};
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, TableDescription, TableStatus};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, KeysAndAttributes, ReturnValue, TableDescription, TableStatus,
+};
 use aws_smithy_mocks::{MockResponse, RuleMode, mock, mock_client};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::http::StatusCode;
@@ -41,20 +47,37 @@ use crate::lease::attr;
 /// One item: attribute name → value.
 type Item = HashMap<String, AttributeValue>;
 
-/// DynamoDB items of one table, by `leaseKey`, with failures to inject.
+/// DynamoDB items of one table, by `leaseKey` (or the attribute given to
+/// [`keyed_by`](Self::keyed_by)), with failures to inject.
 #[derive(Debug, Default)]
 pub struct FakeTable {
-    /// leaseKey → item.
+    /// Key → item.
     pub items: Mutex<HashMap<String, HashMap<String, AttributeValue>>>,
     /// The next this-many UpdateItem calls fail with
     /// `ProvisionedThroughputExceededException`.
     pub failing_updates: AtomicUsize,
+    /// The next this-many PutItem calls fail with
+    /// `ProvisionedThroughputExceededException`.
+    pub failing_puts: AtomicUsize,
+    /// The next this-many BatchGetItem calls fail with
+    /// `ProvisionedThroughputExceededException`.
+    pub failing_batch_gets: AtomicUsize,
+    /// The next this-many BatchGetItem calls answer only their first key and
+    /// return the others as `UnprocessedKeys`, as DynamoDB does when it
+    /// runs out of capacity or response size.
+    pub partial_batch_gets: AtomicUsize,
+    /// The next this-many items that GetItem or BatchGetItem would return
+    /// are answered as absent: a read that reached the table before another
+    /// writer created the item.
+    pub missed_reads: AtomicUsize,
     /// When not 0: every this-many-th UpdateItem call is throttled.
     pub throttle_every: AtomicUsize,
     /// The next this-many DescribeTable calls say `CREATING`.
     pub creating_polls: AtomicUsize,
     /// UpdateItem calls so far, for `throttle_every`.
     updates: AtomicUsize,
+    /// The key attribute; `None` for `leaseKey`.
+    key_attribute: Option<String>,
 }
 
 /// A client whose DynamoDB calls are answered from `table` (SDK retries
@@ -62,6 +85,9 @@ pub struct FakeTable {
 pub fn fake_client(table: Arc<FakeTable>) -> Client {
     let t = table.clone();
     let get = mock!(Client::get_item).then_compute_response(move |input| answer(t.get(input)));
+    let t = table.clone();
+    let batch_get = mock!(Client::batch_get_item)
+        .then_compute_response(move |input| answer(t.batch_get(input)));
     let t = table.clone();
     let put = mock!(Client::put_item).then_compute_response(move |input| answer(t.put(input)));
     let t = table.clone();
@@ -76,12 +102,44 @@ pub fn fake_client(table: Arc<FakeTable>) -> Client {
     mock_client!(
         aws_sdk_dynamodb,
         RuleMode::MatchAny,
-        [&get, &put, &update, &delete, &scan, &describe],
+        [&get, &batch_get, &put, &update, &delete, &scan, &describe],
         |c| c.retry_config(RetryConfig::disabled())
     )
 }
 
 impl FakeTable {
+    /// An empty table whose items are keyed by the string attribute
+    /// `attribute` instead of `leaseKey`.
+    pub fn keyed_by(attribute: &str) -> Self {
+        Self {
+            key_attribute: Some(attribute.to_owned()),
+            ..Self::default()
+        }
+    }
+
+    /// The name of the key attribute.
+    fn key_name(&self) -> &str {
+        self.key_attribute.as_deref().unwrap_or(attr::LEASE_KEY)
+    }
+
+    /// The key of a request's key, or of the item it puts.
+    fn key_of(&self, key: Option<&Item>) -> Result<String, Refusal> {
+        match key.and_then(|key| key.get(self.key_name())) {
+            Some(AttributeValue::S(value)) => Ok(value.clone()),
+            _ => Err(Refusal::new(
+                "ValidationException",
+                "The provided key element does not match the schema",
+            )),
+        }
+    }
+
+    /// The item at `key` as a read sees it (absent while `missed_reads`
+    /// lasts).
+    fn read(&self, key: &str) -> Option<Item> {
+        let item = self.items().get(key).cloned()?;
+        (!take_one(&self.missed_reads)).then_some(item)
+    }
+
     fn items(&self) -> MutexGuard<'_, HashMap<String, Item>> {
         // A poisoned lock means another test thread panicked; its items are
         // still what the test wants to see.
@@ -89,15 +147,63 @@ impl FakeTable {
     }
 
     fn get(&self, input: &GetItemInput) -> Result<GetItemOutput, Refusal> {
-        let key = lease_key(input.key())?;
-        Ok(GetItemOutput::builder()
-            .set_item(self.items().get(&key).cloned())
-            .build())
+        let key = self.key_of(input.key())?;
+        Ok(GetItemOutput::builder().set_item(self.read(&key)).build())
+    }
+
+    /// Every table's keys, answered in request order; only the first key
+    /// while `partial_batch_gets` lasts, the rest left unprocessed.
+    fn batch_get(&self, input: &BatchGetItemInput) -> Result<BatchGetItemOutput, Refusal> {
+        if take_one(&self.failing_batch_gets) {
+            return Err(Refusal::new(
+                "ProvisionedThroughputExceededException",
+                "fake throttling",
+            ));
+        }
+        let partial = take_one(&self.partial_batch_gets);
+        let mut output = BatchGetItemOutput::builder();
+        let mut answered = 0_usize;
+        for (table, request) in input.request_items().into_iter().flatten() {
+            if request.keys().len() > 100 {
+                return Err(Refusal::new(
+                    "ValidationException",
+                    "Too many items requested for the BatchGetItem call",
+                ));
+            }
+            let mut found = Vec::new();
+            let mut unprocessed = Vec::new();
+            for key in request.keys() {
+                if partial && answered > 0 {
+                    unprocessed.push(key.clone());
+                    continue;
+                }
+                answered += 1;
+                if let Some(item) = self.read(&self.key_of(Some(key))?) {
+                    found.push(item);
+                }
+            }
+            output = output.responses(table, found);
+            if !unprocessed.is_empty() {
+                let keys = KeysAndAttributes::builder()
+                    .set_keys(Some(unprocessed))
+                    .set_consistent_read(request.consistent_read())
+                    .build()
+                    .map_err(|err| Refusal::new("ValidationException", &err.to_string()))?;
+                output = output.unprocessed_keys(table, keys);
+            }
+        }
+        Ok(output.build())
     }
 
     fn put(&self, input: &PutItemInput) -> Result<PutItemOutput, Refusal> {
+        if take_one(&self.failing_puts) {
+            return Err(Refusal::new(
+                "ProvisionedThroughputExceededException",
+                "fake throttling",
+            ));
+        }
         let item = input.item().cloned().unwrap_or_default();
-        let key = lease_key(Some(&item))?;
+        let key = self.key_of(Some(&item))?;
         let (_, mut items) = self.items_if(
             &key,
             None,
@@ -120,7 +226,7 @@ impl FakeTable {
                 "fake throttling",
             ));
         }
-        let key = lease_key(input.key())?;
+        let key = self.key_of(input.key())?;
         let (update, mut items) = self.items_if(
             &key,
             input.update_expression(),
@@ -129,7 +235,7 @@ impl FakeTable {
             input.expression_attribute_values(),
         )?;
         let mut item = items.get(&key).cloned().unwrap_or_else(|| {
-            HashMap::from([(attr::LEASE_KEY.to_owned(), AttributeValue::S(key.clone()))])
+            HashMap::from([(self.key_name().to_owned(), AttributeValue::S(key.clone()))])
         });
         apply(&update, &mut item).map_err(Refusal::invalid)?;
         items.insert(key, item.clone());
@@ -140,7 +246,7 @@ impl FakeTable {
     }
 
     fn delete(&self, input: &DeleteItemInput) -> Result<DeleteItemOutput, Refusal> {
-        let key = lease_key(input.key())?;
+        let key = self.key_of(input.key())?;
         let (_, mut items) = self.items_if(
             &key,
             None,
@@ -195,17 +301,6 @@ fn answer<O, E>(result: Result<O, Refusal>) -> MockResponse<O, E> {
     match result {
         Ok(output) => MockResponse::Output(output),
         Err(refusal) => MockResponse::Http(refusal.response()),
-    }
-}
-
-/// The `leaseKey` of a request's key, or of the item it puts.
-fn lease_key(key: Option<&Item>) -> Result<String, Refusal> {
-    match key.and_then(|key| key.get(attr::LEASE_KEY)) {
-        Some(AttributeValue::S(value)) => Ok(value.clone()),
-        _ => Err(Refusal::new(
-            "ValidationException",
-            "The provided key element does not match the schema",
-        )),
     }
 }
 
@@ -348,6 +443,44 @@ mod tests {
         );
         table.delete_lease(&released).await.unwrap();
         assert!(fake.items().is_empty());
+    }
+
+    #[tokio::test]
+    async fn serves_batch_reads_of_a_table_keyed_by_another_attribute() {
+        let fake = Arc::new(FakeTable::keyed_by("id"));
+        let client = fake_client(fake.clone());
+        let key = |id: &str| HashMap::from([("id".to_owned(), AttributeValue::S(id.to_owned()))]);
+        for id in ["a", "b"] {
+            client
+                .put_item()
+                .table_name("t")
+                .set_item(Some(key(id)))
+                .condition_expression("attribute_not_exists(#a0)")
+                .expression_attribute_names("#a0", "id")
+                .send()
+                .await
+                .unwrap();
+        }
+        let batch_get = || {
+            client.batch_get_item().request_items(
+                "t",
+                KeysAndAttributes::builder()
+                    .set_keys(Some(vec![key("a"), key("b"), key("c")]))
+                    .build()
+                    .unwrap(),
+            )
+        };
+        let all = batch_get().send().await.unwrap();
+        assert_eq!(all.responses().unwrap()["t"].len(), 2, "c has no item");
+        assert!(all.unprocessed_keys().is_none_or(HashMap::is_empty));
+        fake.partial_batch_gets.store(1, Ordering::SeqCst);
+        fake.missed_reads.store(1, Ordering::SeqCst);
+        let partial = batch_get().send().await.unwrap();
+        assert!(partial.responses().unwrap()["t"].is_empty(), "a missed");
+        assert_eq!(partial.unprocessed_keys().unwrap()["t"].keys().len(), 2);
+        fake.failing_batch_gets.store(1, Ordering::SeqCst);
+        let err = batch_get().send().await.unwrap_err();
+        assert_eq!(err.code(), Some("ProvisionedThroughputExceededException"));
     }
 
     #[tokio::test]

@@ -8,24 +8,21 @@
 //! from S3 (`rebuild`) — and each ancestor's, unless that ancestor was read
 //! to its end with this store.
 
-// In builds without the test store, the local store is the only one until
-// the manifest is wired in.
-#![allow(irrefutable_let_patterns)]
-
 use std::sync::Arc;
 
 use sequence_range::SequenceNumber;
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::decisions::{RecordedDecision, UserDecision, settings_description};
 use super::local::{LocalStore, LocalStoreError, Watermark};
+use super::manifest::{Manifest, ManifestError};
 #[cfg(test)]
 use super::memory::MemoryStore;
 use super::rebuild::rebuild;
 use super::rule::{AcceptedCopy, CopyRef, Decision, EventKey, Outcome};
 use super::store::{Candidate, Lineage};
-use crate::aws::retry::Stopped;
+use crate::aws::retry::{Retry, Stopped};
 use crate::aws::{ObjectStore, S3Error};
 use crate::config::EventSettings;
 use crate::ops::metrics::Metrics;
@@ -64,6 +61,8 @@ impl EventRuntime {
 pub enum EventStore {
     /// The local store (`--event-dedup-store local`).
     Local(LocalStore),
+    /// The DynamoDB manifest (`--event-dedup-store dynamodb`).
+    Manifest(Manifest),
     /// In memory (tests).
     #[cfg(test)]
     Memory(MemoryStore),
@@ -80,6 +79,10 @@ pub enum EventError {
     /// into its S3 error, or the lease's loss).
     #[error("rebuilding the event window from S3 stopped: {0:?}")]
     Rebuild(Stopped<S3Error>),
+    /// The manifest's retries stopped (the shard task turns a cancelled
+    /// retry into the lease's loss).
+    #[error("event manifest call stopped: {0:?}")]
+    Manifest(Stopped<ManifestError>),
     /// A blocking store call panicked or was cancelled.
     #[error("an event store call did not complete")]
     Join(#[source] tokio::task::JoinError),
@@ -169,7 +172,7 @@ impl ShardEvents {
             keys.push(record_keys);
         }
         let decided = self
-            .decide_candidates(candidates, last.sequence_number.clone())
+            .decide_candidates(candidates, last.sequence_number.clone(), stop)
             .await?;
         let newest = records.iter().map(|r| r.arrival_millis).max().unwrap_or(0);
         self.advance_horizon(newest).await?;
@@ -196,10 +199,18 @@ impl ShardEvents {
         &self,
         candidates: Vec<Candidate>,
         through: SequenceNumber,
+        stop: &CancellationToken,
     ) -> Result<Vec<Decision>, EventError> {
         let runtime = self.runtime.clone();
         let lineage = self.lineage.clone();
         match &self.runtime.store {
+            EventStore::Manifest(manifest) => {
+                let rule = &self.runtime.settings.rule;
+                with_manifest(manifest, &self.source.metrics, stop, || {
+                    manifest.decide(&lineage, rule, &candidates)
+                })
+                .await
+            }
             EventStore::Local(_) => {
                 blocking(move || {
                     let EventStore::Local(store) = &runtime.store else {
@@ -304,7 +315,11 @@ impl ShardEvents {
     ///
     /// # Errors
     /// [`EventError`] when the store fails.
-    pub async fn adopt(&mut self, recorded: &[RecordedDecision]) -> Result<(), EventError> {
+    pub async fn adopt(
+        &mut self,
+        recorded: &[RecordedDecision],
+        stop: &CancellationToken,
+    ) -> Result<(), EventError> {
         let copies: Vec<(EventKey, AcceptedCopy)> = recorded
             .iter()
             .filter_map(|r| Some((r.decision.key?, r.accepted()?)))
@@ -313,6 +328,13 @@ impl ShardEvents {
             EventStore::Local(store) => {
                 let store = store.clone();
                 blocking(move || store.insert(&copies)).await
+            }
+            EventStore::Manifest(manifest) => {
+                let rule = &self.runtime.settings.rule;
+                with_manifest(manifest, &self.source.metrics, stop, || {
+                    manifest.insert(rule, &copies)
+                })
+                .await
             }
             #[cfg(test)]
             EventStore::Memory(store) => {
@@ -337,6 +359,46 @@ impl ShardEvents {
             blocking(move || store.mark_ended(&shard, &description)).await?;
         }
         Ok(())
+    }
+}
+
+/// Runs a manifest call, retrying it as its errors say until `stop` is
+/// cancelled; a table found missing (deleted while running) is created
+/// again — empty: the window starts over — and the call made again.
+async fn with_manifest<T, F, Fut>(
+    manifest: &Manifest,
+    metrics: &Metrics,
+    stop: &CancellationToken,
+    call: F,
+) -> Result<T, EventError>
+where
+    F: Fn() -> Fut + Send + Sync,
+    Fut: std::future::Future<Output = Result<T, ManifestError>> + Send,
+    T: Send,
+{
+    loop {
+        let result = Retry::new("event manifest")
+            .metrics(metrics)
+            .until(stop)
+            .run(&call)
+            .await;
+        match result {
+            Ok(value) => return Ok(value),
+            Err(Stopped::Final(ManifestError::TableMissing { table })) => {
+                warn!(
+                    table,
+                    "event manifest table missing; creating it again (accepted copies recorded before are forgotten)"
+                );
+                Retry::new("create the event manifest table")
+                    .metrics(metrics)
+                    .until(stop)
+                    .retry_final()
+                    .run(|| manifest.ensure_table())
+                    .await
+                    .map_err(EventError::Manifest)?;
+            }
+            Err(stopped) => return Err(EventError::Manifest(stopped)),
+        }
     }
 }
 

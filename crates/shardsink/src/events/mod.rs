@@ -12,6 +12,8 @@
 //! - `local`: the local store, an embedded LSM database on disk;
 //! - `decider`: [`ShardEvents`](decider::ShardEvents), a shard task's
 //!   decisions, and the store the process shares;
+//! - `manifest`: [`Manifest`](manifest::Manifest), the DynamoDB store
+//!   (stream scope);
 //! - `memory`: a store in memory, for tests;
 //! - `rebuild`: a shard's window of accepted copies read back from the
 //!   decisions objects in S3, for a local store that is missing or behind;
@@ -22,6 +24,7 @@ pub(crate) mod decider;
 pub(crate) mod decisions;
 pub(crate) mod id;
 pub(crate) mod local;
+pub(crate) mod manifest;
 #[cfg(test)]
 pub(crate) mod memory;
 pub(crate) mod rebuild;

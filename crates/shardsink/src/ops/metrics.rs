@@ -66,6 +66,12 @@ pub enum RetryCause {
     dynamodb_throttled,
     /// Any other DynamoDB failure.
     dynamodb_error,
+    /// Event manifest table throttling (`ProvisionedThroughputExceededException`,
+    /// `ThrottlingException`, `RequestLimitExceeded`, BatchGetItem keys left
+    /// unprocessed).
+    event_manifest_throttled,
+    /// Any other event manifest table failure.
+    event_manifest_error,
 }
 
 /// Label set with `cause`.
@@ -90,6 +96,13 @@ pub struct ReasonLabel {
 pub struct EventOutcomeLabel {
     /// `unique`, `duplicate`, `expired`, `id_reused` or `id_missing`.
     pub outcome: &'static str,
+}
+
+/// Label set with `operation`: a DynamoDB API operation, e.g. `PutItem`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabel {
+    /// The operation's name in the DynamoDB API reference.
+    pub operation: &'static str,
 }
 
 /// Label set with `shard_id`.
@@ -132,6 +145,9 @@ pub struct Metrics {
     pub retries: Family<CauseLabel, Counter>,
     /// `shardsink_dedup_list_requests_total`.
     pub dedup_list_requests: Counter,
+    /// `shardsink_event_manifest_requests_total{operation}`: requests sent
+    /// to the event manifest table, retries included.
+    pub event_manifest_requests: Family<OperationLabel, Counter>,
     /// `shardsink_millis_behind_latest{shard_id}`: GetRecords `MillisBehindLatest`.
     pub millis_behind_latest: Family<ShardLabel, Gauge>,
     /// `shardsink_leases_held`.
@@ -163,6 +179,7 @@ impl Metrics {
             checkpoints: Family::default(),
             retries: Family::default(),
             dedup_list_requests: Counter::default(),
+            event_manifest_requests: Family::default(),
             millis_behind_latest: Family::default(),
             leases_held: Gauge::default(),
             retention_gaps: Counter::default(),
@@ -236,6 +253,11 @@ impl Metrics {
             metrics.dedup_list_requests.clone(),
         );
         registry.register(
+            "event_manifest_requests",
+            "Requests sent to the event manifest table (DynamoDB), retries included, by operation",
+            metrics.event_manifest_requests.clone(),
+        );
+        registry.register(
             "millis_behind_latest",
             "MillisBehindLatest of the last GetRecords call, per held shard",
             metrics.millis_behind_latest.clone(),
@@ -270,6 +292,21 @@ impl Metrics {
     /// Counts one retry.
     pub fn retry(&self, cause: RetryCause) {
         self.retries.get_or_create(&CauseLabel { cause }).inc();
+    }
+
+    /// Counts one request to the event manifest table.
+    pub fn event_manifest_request(&self, operation: &'static str) {
+        self.event_manifest_requests
+            .get_or_create(&OperationLabel { operation })
+            .inc();
+    }
+
+    /// Requests to the event manifest table with `operation` so far.
+    #[cfg(any(test, feature = "bench"))]
+    pub fn event_manifest_requests(&self, operation: &'static str) -> u64 {
+        self.event_manifest_requests
+            .get_or_create(&OperationLabel { operation })
+            .get()
     }
 
     /// Counts `count` user records rejected for `reason`.

@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::aws::backoff::Backoff;
-use crate::aws::retry::{Classify, Failure, Retry};
+use crate::aws::retry::{Classify, Failure, Retry, Stopped};
 use crate::aws::{KinesisError, S3Error, ShardInfo};
 use crate::commit::writer::BatchWriter;
 use crate::events::decider::{EventError, RebuildSource, ShardEvents};
@@ -410,7 +410,7 @@ impl ShardTask {
     ) -> Result<(), ShardError> {
         match &mut self.events {
             Some(events) if !recorded.is_empty() => events
-                .adopt(recorded)
+                .adopt(recorded, self.lease.lost())
                 .await
                 .map_err(|source| events_failed(&self.shard_id, source)),
             _ => Ok(()),
@@ -579,6 +579,9 @@ impl ShardTask {
 fn events_failed(shard_id: &str, source: EventError) -> ShardError {
     match source {
         EventError::Rebuild(stopped) => ShardError::from_s3_stop(shard_id, stopped),
+        EventError::Manifest(Stopped::Cancelled) => ShardError::LeaseLost {
+            shard_id: shard_id.to_owned(),
+        },
         source => ShardError::Events {
             shard_id: shard_id.to_owned(),
             source,

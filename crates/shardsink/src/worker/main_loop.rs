@@ -38,6 +38,8 @@ pub(super) struct Worker {
     pub(super) kinesis: Kinesis,
     pub(super) store: ObjectStore,
     pub(super) table: LeaseTable,
+    /// DynamoDB, for the event manifest.
+    pub(super) dynamodb: aws_sdk_dynamodb::Client,
     pub(super) ctx: Arc<ShardContext>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) health: Arc<Health>,
@@ -85,8 +87,9 @@ impl Worker {
             events: None,
         });
         Self {
-            table: LeaseTable::new(clients.dynamodb, settings.lease_table.clone())
+            table: LeaseTable::new(clients.dynamodb.clone(), settings.lease_table.clone())
                 .with_failover_time(config.failover_time),
+            dynamodb: clients.dynamodb,
             settings,
             kinesis,
             store,

@@ -18,6 +18,8 @@ use crate::aws::{KinesisError, S3Error};
 use crate::config::{ConfigError, EventDedup, EventStoreSetting};
 use crate::events::decider::{EventRuntime, EventStore};
 use crate::events::local::{LocalOptions, LocalStore};
+use crate::events::manifest::Manifest;
+use crate::events::manifest::cache::APPROXIMATE_BYTES_PER_ENTRY;
 use crate::ops::health::Health;
 use crate::ops::log::error_chain;
 use crate::ops::systemd;
@@ -161,7 +163,6 @@ impl Worker {
         retention: Duration,
         token: &CancellationToken,
     ) -> anyhow::Result<Option<EventRuntime>> {
-        let _ = token;
         let store = match &events.store {
             EventStoreSetting::Local { dir } => {
                 let window = Duration::from_millis(
@@ -187,9 +188,35 @@ impl Worker {
                 EventStore::Local(store)
             }
             EventStoreSetting::Manifest { table } => {
-                anyhow::bail!(
-                    "event manifest table {table}: the dynamodb store is not available in this build"
+                let manifest = Manifest::new(
+                    self.dynamodb.clone(),
+                    table.clone(),
+                    self.metrics.clone(),
+                    MANIFEST_CACHE_ENTRIES,
+                );
+                match retry_until(
+                    token,
+                    &self.health,
+                    StartUpStep {
+                        what: "find or create the event manifest table",
+                        bound: TABLE_ACTIVE_TIMEOUT + START_UP_CALL_BOUND,
+                    },
+                    || manifest.ensure_table(),
+                    |_| false,
                 )
+                .await
+                {
+                    None => return Ok(None),
+                    Some(result) => result.with_context(|| {
+                        format!("failed to create or find event manifest table {table}")
+                    })?,
+                }
+                info!(
+                    table,
+                    cache_bytes = MANIFEST_CACHE_ENTRIES * APPROXIMATE_BYTES_PER_ENTRY,
+                    "event manifest table ready"
+                );
+                EventStore::Manifest(manifest)
             }
         };
         Ok(Some(EventRuntime::new(events.settings, store)))
@@ -213,6 +240,10 @@ fn layout_differs(bucket: &str, layout: &KeyLayout, recorded: RecordedLayout) ->
         ),
     )
 }
+
+/// Items the event manifest's cache holds (about
+/// `APPROXIMATE_BYTES_PER_ENTRY`, 300 bytes, each: some 30 MiB).
+const MANIFEST_CACHE_ENTRIES: usize = 100_000;
 
 /// The longest one start-up call may take: the SDK's attempts of up to 30 s
 /// each, and its backoff between them.

@@ -1,0 +1,568 @@
+//! [`ManifestTable`]: one thin, documented function per DynamoDB call the
+//! manifest makes, each counted in
+//! `shardsink_event_manifest_requests_total{operation}`, and
+//! [`ManifestError`], with how a failure is retried ([`Classify`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::BuildError;
+use aws_sdk_dynamodb::operation::batch_get_item::BatchGetItemError;
+use aws_sdk_dynamodb::operation::create_table::CreateTableError;
+use aws_sdk_dynamodb::operation::describe_table::DescribeTableError;
+use aws_sdk_dynamodb::operation::describe_time_to_live::DescribeTimeToLiveError;
+use aws_sdk_dynamodb::operation::get_item::GetItemError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_time_to_live::UpdateTimeToLiveError;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, KeysAndAttributes,
+    ScalarAttributeType, TableStatus, TimeToLiveSpecification, TimeToLiveStatus,
+};
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use aws_smithy_runtime_api::client::result::SdkError;
+use aws_smithy_types::error::metadata::ProvideErrorMetadata;
+use shard_lease::retry::is_transport_or_server_failure;
+use shard_lease::{Condition, Expressions, Update};
+
+use super::item::{Item, attr, event_id};
+use crate::aws::BoxError;
+use crate::aws::retry::{Classify, Failure};
+use crate::ops::metrics::{Metrics, RetryCause};
+
+/// What a DynamoDB error of a manifest call is, for its retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// `ConditionalCheckFailedException`.
+    ConditionalCheckFailed,
+    /// `ResourceNotFoundException`: the table does not exist.
+    ResourceNotFound,
+    /// `ResourceInUseException`: the table is being created or deleted.
+    ResourceInUse,
+    /// Throttling: `ProvisionedThroughputExceededException`,
+    /// `RequestLimitExceeded`, `ThrottlingException`,
+    /// `LimitExceededException`.
+    Throttled,
+    /// `InternalServerError`: try again.
+    Transient,
+    /// Anything else: bad requests, denied access.
+    Other,
+}
+
+/// The errors each DynamoDB operation the manifest calls models (DynamoDB
+/// API reference, each operation's "Errors"), matched as typed variants.
+trait Modeled: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static {
+    /// What this error is; [`Kind::Other`] for the variants not listed.
+    fn kind(&self) -> Kind;
+}
+
+shard_lease::modeled_kinds! {
+    Modeled => Kind;
+    CreateTableError => {
+        InternalServerError => Transient,
+        LimitExceededException => Throttled,
+        ResourceInUseException => ResourceInUse,
+    }
+    DescribeTableError, DescribeTimeToLiveError => {
+        InternalServerError => Transient,
+        ResourceNotFoundException => ResourceNotFound,
+    }
+    UpdateTimeToLiveError => {
+        InternalServerError => Transient,
+        LimitExceededException => Throttled,
+        ResourceInUseException => ResourceInUse,
+        ResourceNotFoundException => ResourceNotFound,
+    }
+    BatchGetItemError, GetItemError => {
+        InternalServerError => Transient,
+        ProvisionedThroughputExceededException => Throttled,
+        RequestLimitExceeded => Throttled,
+        ThrottlingException => Throttled,
+        ResourceNotFoundException => ResourceNotFound,
+    }
+    PutItemError => {
+        ConditionalCheckFailedException => ConditionalCheckFailed,
+        InternalServerError => Transient,
+        ProvisionedThroughputExceededException => Throttled,
+        RequestLimitExceeded => Throttled,
+        ThrottlingException => Throttled,
+        ResourceNotFoundException => ResourceNotFound,
+        TransactionConflictException => Transient,
+    }
+}
+
+/// Codes of DynamoDB's common errors that mean "slow down" and that the SDK
+/// models for no operation: `ThrottlingException` on the control-plane
+/// calls.
+const UNMODELED_THROTTLING_CODES: &[&str] = &["ThrottlingException"];
+
+/// What a failed call's error is; `None` when DynamoDB did not answer.
+fn kind<E: Modeled>(err: &SdkError<E, HttpResponse>) -> Option<Kind> {
+    let service_error = err.as_service_error()?;
+    Some(match service_error.kind() {
+        Kind::Other
+            if service_error
+                .code()
+                .is_some_and(|code| UNMODELED_THROTTLING_CODES.contains(&code)) =>
+        {
+            Kind::Throttled
+        }
+        kind => kind,
+    })
+}
+
+/// Keys per BatchGetItem request: DynamoDB's limit.
+pub const BATCH_GET_KEYS: usize = 100;
+
+/// Why a manifest call failed. [`Classify`] says how to retry: throttling
+/// and 5xx soon, what an operator must fix slowly; a missing table or a
+/// TTL on another attribute not at all.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// The table does not exist (`ResourceNotFoundException`): deleted
+    /// while running. [`Manifest::ensure_table`](super::Manifest::ensure_table)
+    /// creates it again, empty.
+    #[error("event manifest table {table} does not exist")]
+    TableMissing {
+        /// The table name.
+        table: String,
+    },
+    /// A DynamoDB call failed.
+    #[error("dynamodb {operation} on event manifest table {table} failed")]
+    Dynamo {
+        /// The DynamoDB operation, e.g. `PutItem`.
+        operation: &'static str,
+        /// The table name.
+        table: String,
+        /// Whether a retry after a backoff may succeed (throttling, 5xx,
+        /// timeouts, transient errors).
+        retriable: bool,
+        /// Whether DynamoDB throttled the call.
+        throttled: bool,
+        /// The SDK error.
+        #[source]
+        source: BoxError,
+    },
+    /// BatchGetItem left keys unprocessed (DynamoDB out of capacity): like
+    /// throttling.
+    #[error("dynamodb BatchGetItem on event manifest table {table} left {keys} keys unprocessed")]
+    Unprocessed {
+        /// The table name.
+        table: String,
+        /// How many keys.
+        keys: usize,
+    },
+    /// An item the manifest did not write, or cannot read back.
+    #[error("event manifest item {event_id} in table {table} is malformed: {reason}")]
+    Malformed {
+        /// The table name.
+        table: String,
+        /// Its `eventId`.
+        event_id: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Another writer changed one item between this worker's read and its
+    /// conditional write too many times in a row.
+    #[error(
+        "event manifest item {event_id} in table {table} changed under {attempts} writes in a row"
+    )]
+    Contended {
+        /// The table name.
+        table: String,
+        /// The item's `eventId`.
+        event_id: String,
+        /// Conditional writes that failed.
+        attempts: u32,
+    },
+    /// The table did not become `ACTIVE` in time.
+    #[error("event manifest table {table} not ACTIVE after {waited:?}")]
+    NotActive {
+        /// The table name.
+        table: String,
+        /// How long it was waited for.
+        waited: Duration,
+    },
+    /// Time to Live is on for another attribute than `ttl`: items would
+    /// never expire. An operator must turn it off.
+    #[error("event manifest table {table} has Time to Live on attribute {attribute}, not ttl")]
+    TtlOnOtherAttribute {
+        /// The table name.
+        table: String,
+        /// The attribute TTL is on.
+        attribute: String,
+    },
+}
+
+impl Classify for ManifestError {
+    fn classify(&self) -> Failure {
+        match self {
+            Self::Dynamo {
+                throttled: true, ..
+            }
+            | Self::Unprocessed { .. } => Failure::Transient(RetryCause::event_manifest_throttled),
+            Self::Dynamo {
+                retriable: true, ..
+            }
+            | Self::Contended { .. }
+            | Self::NotActive { .. } => Failure::Transient(RetryCause::event_manifest_error),
+            // Access denied, a bad item: until an operator fixes it.
+            Self::Dynamo { .. } | Self::Malformed { .. } => {
+                Failure::Persistent(RetryCause::event_manifest_error)
+            }
+            // The caller decides: recreate the table, or stop.
+            Self::TableMissing { .. } | Self::TtlOnOtherAttribute { .. } => Failure::Final,
+        }
+    }
+}
+
+/// What a conditional write found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// The item was written.
+    Yes,
+    /// Its condition failed: another writer changed the item.
+    ConditionFailed,
+}
+
+/// The manifest table: client, name, and the request counter.
+#[derive(Debug, Clone)]
+pub struct ManifestTable {
+    client: Client,
+    name: Arc<str>,
+    metrics: Arc<Metrics>,
+}
+
+impl ManifestTable {
+    /// The table `name` through `client`.
+    pub fn new(client: Client, name: impl Into<String>, metrics: Arc<Metrics>) -> Self {
+        Self {
+            client,
+            name: Arc::from(name.into()),
+            metrics,
+        }
+    }
+
+    /// The table name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The process's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The table's status from [DescribeTable]; `None` when it does not
+    /// exist.
+    ///
+    /// [DescribeTable]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_DescribeTable.html
+    ///
+    /// # Errors
+    /// [`ManifestError::Dynamo`].
+    pub async fn describe_table(&self) -> Result<Option<TableStatus>, ManifestError> {
+        self.count("DescribeTable");
+        match self
+            .client
+            .describe_table()
+            .table_name(&*self.name)
+            .send()
+            .await
+        {
+            Ok(output) => Ok(Some(
+                output
+                    .table()
+                    .and_then(|table| table.table_status())
+                    .cloned()
+                    .unwrap_or(TableStatus::Active),
+            )),
+            Err(err) if kind(&err) == Some(Kind::ResourceNotFound) => Ok(None),
+            Err(err) => Err(self.sdk_error("DescribeTable", err)),
+        }
+    }
+
+    /// [CreateTable]: partition key `eventId` (S), on-demand billing.
+    /// `false` when the table is in use (another worker is creating it, or
+    /// it is still being deleted).
+    ///
+    /// [CreateTable]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_CreateTable.html
+    ///
+    /// # Errors
+    /// [`ManifestError::Dynamo`].
+    pub async fn create_table(&self) -> Result<bool, ManifestError> {
+        let key = KeySchemaElement::builder()
+            .attribute_name(attr::EVENT_ID)
+            .key_type(KeyType::Hash)
+            .build()
+            .map_err(|err| self.build_error("CreateTable", err))?;
+        let definition = AttributeDefinition::builder()
+            .attribute_name(attr::EVENT_ID)
+            .attribute_type(ScalarAttributeType::S)
+            .build()
+            .map_err(|err| self.build_error("CreateTable", err))?;
+        self.count("CreateTable");
+        let result = self
+            .client
+            .create_table()
+            .table_name(&*self.name)
+            .key_schema(key)
+            .attribute_definitions(definition)
+            .billing_mode(BillingMode::PayPerRequest)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(err) if kind(&err) == Some(Kind::ResourceInUse) => Ok(false),
+            Err(err) => Err(self.sdk_error("CreateTable", err)),
+        }
+    }
+
+    /// The attribute Time to Live is on (or being turned on) for, from
+    /// [DescribeTimeToLive]; `None` when it is off.
+    ///
+    /// [DescribeTimeToLive]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_DescribeTimeToLive.html
+    ///
+    /// # Errors
+    /// [`ManifestError::TableMissing`], [`ManifestError::Dynamo`].
+    pub async fn describe_time_to_live(&self) -> Result<Option<String>, ManifestError> {
+        self.count("DescribeTimeToLive");
+        let output = self
+            .client
+            .describe_time_to_live()
+            .table_name(&*self.name)
+            .send()
+            .await
+            .map_err(|err| self.sdk_error("DescribeTimeToLive", err))?;
+        let description = output.time_to_live_description();
+        let on = description
+            .and_then(|d| d.time_to_live_status())
+            .is_some_and(|status| {
+                matches!(
+                    status,
+                    TimeToLiveStatus::Enabled | TimeToLiveStatus::Enabling
+                )
+            });
+        Ok(on
+            .then(|| {
+                description
+                    .and_then(|d| d.attribute_name())
+                    .map(str::to_owned)
+            })
+            .flatten())
+    }
+
+    /// Turns Time to Live on for attribute `ttl` ([UpdateTimeToLive]).
+    /// DynamoDB refuses when it is on already (a `ValidationException`):
+    /// taken as success, since another worker may have raced this one.
+    ///
+    /// [UpdateTimeToLive]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_UpdateTimeToLive.html
+    ///
+    /// # Errors
+    /// [`ManifestError::TableMissing`], [`ManifestError::Dynamo`].
+    pub async fn update_time_to_live(&self) -> Result<(), ManifestError> {
+        let specification = TimeToLiveSpecification::builder()
+            .enabled(true)
+            .attribute_name(attr::TTL)
+            .build()
+            .map_err(|err| self.build_error("UpdateTimeToLive", err))?;
+        self.count("UpdateTimeToLive");
+        match self
+            .client
+            .update_time_to_live()
+            .table_name(&*self.name)
+            .time_to_live_specification(specification)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(()),
+            // ValidationException is a common error no operation models.
+            Err(err)
+                if err.as_service_error().and_then(ProvideErrorMetadata::code)
+                    == Some("ValidationException")
+                    && err
+                        .as_service_error()
+                        .and_then(ProvideErrorMetadata::message)
+                        .is_some_and(|m| m.to_ascii_lowercase().contains("already enabled")) =>
+            {
+                Ok(())
+            }
+            Err(err) => Err(self.sdk_error("UpdateTimeToLive", err)),
+        }
+    }
+
+    /// The items of `ids` (at most [`BATCH_GET_KEYS`]) with one
+    /// [BatchGetItem], eventually consistent (half a read unit per item of up
+    /// to 4 KB; a stale answer is caught by the conditional write). Returns
+    /// the items found (absent ids have none) and the ids DynamoDB left
+    /// unprocessed, to be asked again after a backoff.
+    ///
+    /// [BatchGetItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html
+    ///
+    /// # Errors
+    /// [`ManifestError::TableMissing`], [`ManifestError::Dynamo`],
+    /// [`ManifestError::Malformed`] for an unprocessed key that is not one.
+    pub async fn batch_get_item(
+        &self,
+        ids: &[u128],
+    ) -> Result<(Vec<Item>, Vec<u128>), ManifestError> {
+        debug_assert!(ids.len() <= BATCH_GET_KEYS);
+        let keys = ids.iter().map(|id| key(*id)).collect();
+        let request = KeysAndAttributes::builder()
+            .set_keys(Some(keys))
+            .consistent_read(false)
+            .build()
+            .map_err(|err| self.build_error("BatchGetItem", err))?;
+        self.count("BatchGetItem");
+        let mut output = self
+            .client
+            .batch_get_item()
+            .request_items(&*self.name, request)
+            .send()
+            .await
+            .map_err(|err| self.sdk_error("BatchGetItem", err))?;
+        let items = output
+            .responses
+            .as_mut()
+            .and_then(|responses| responses.remove(&*self.name))
+            .unwrap_or_default();
+        let unprocessed = output
+            .unprocessed_keys
+            .as_ref()
+            .and_then(|keys| keys.get(&*self.name))
+            .map(|keys| keys.keys().iter().map(|key| self.key_id(key)).collect())
+            .transpose()?
+            .unwrap_or_default();
+        Ok((items, unprocessed))
+    }
+
+    /// The item of `id`, read consistently with [GetItem] (after a failed
+    /// condition: the writer that won is seen).
+    ///
+    /// [GetItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_GetItem.html
+    ///
+    /// # Errors
+    /// [`ManifestError::TableMissing`], [`ManifestError::Dynamo`].
+    pub async fn get_item(&self, id: u128) -> Result<Option<Item>, ManifestError> {
+        self.count("GetItem");
+        let output = self
+            .client
+            .get_item()
+            .table_name(&*self.name)
+            .set_key(Some(key(id)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|err| self.sdk_error("GetItem", err))?;
+        Ok(output.item)
+    }
+
+    /// Writes `item` with [PutItem] if the item in the table is still at
+    /// `read_version` (`None`: absent). One write request unit per KB of
+    /// the larger of the old and the new item, failed conditions included.
+    ///
+    /// [PutItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_PutItem.html
+    ///
+    /// # Errors
+    /// [`ManifestError::TableMissing`], [`ManifestError::Dynamo`].
+    pub async fn put_item(
+        &self,
+        item: Item,
+        read_version: Option<u64>,
+    ) -> Result<Written, ManifestError> {
+        let rendered = Expressions::new(&Update::new(), &condition(read_version));
+        self.count("PutItem");
+        let result = self
+            .client
+            .put_item()
+            .table_name(&*self.name)
+            .set_item(Some(item))
+            .set_condition_expression(rendered.condition)
+            .set_expression_attribute_names(rendered.names)
+            .set_expression_attribute_values(rendered.values)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(Written::Yes),
+            Err(err) if kind(&err) == Some(Kind::ConditionalCheckFailed) => {
+                Ok(Written::ConditionFailed)
+            }
+            Err(err) => Err(self.sdk_error("PutItem", err)),
+        }
+    }
+
+    fn count(&self, operation: &'static str) {
+        self.metrics.event_manifest_request(operation);
+    }
+
+    /// The id of a key DynamoDB handed back.
+    fn key_id(&self, key: &Item) -> Result<u128, ManifestError> {
+        let text = match key.get(attr::EVENT_ID) {
+            Some(AttributeValue::S(text)) => text.as_str(),
+            _ => "",
+        };
+        parse_event_id(text).ok_or_else(|| ManifestError::Malformed {
+            table: self.name.to_string(),
+            event_id: text.to_owned(),
+            reason: "not 32 hex digits".to_owned(),
+        })
+    }
+
+    /// The [`ManifestError`] of a failed call: `TableMissing` for
+    /// `ResourceNotFoundException`, else `Dynamo` — throttled, or
+    /// retriable when DynamoDB did not answer, answered 5xx or 429, or with
+    /// a transient error.
+    fn sdk_error<E: Modeled>(
+        &self,
+        operation: &'static str,
+        err: SdkError<E, HttpResponse>,
+    ) -> ManifestError {
+        let kind = kind(&err);
+        if kind == Some(Kind::ResourceNotFound) {
+            return ManifestError::TableMissing {
+                table: self.name.to_string(),
+            };
+        }
+        let throttled = kind == Some(Kind::Throttled);
+        ManifestError::Dynamo {
+            operation,
+            table: self.name.to_string(),
+            retriable: throttled
+                || kind == Some(Kind::Transient)
+                || is_transport_or_server_failure(&err),
+            throttled,
+            source: Box::new(err),
+        }
+    }
+
+    fn build_error(&self, operation: &'static str, err: BuildError) -> ManifestError {
+        ManifestError::Dynamo {
+            operation,
+            table: self.name.to_string(),
+            retriable: false,
+            throttled: false,
+            source: Box::new(err),
+        }
+    }
+}
+
+/// The key of `id`'s item.
+fn key(id: u128) -> Item {
+    HashMap::from([(attr::EVENT_ID.to_owned(), AttributeValue::S(event_id(id)))])
+}
+
+/// An `eventId` read back: 32 hex digits.
+pub fn parse_event_id(text: &str) -> Option<u128> {
+    let hex = text.len() == 32 && text.bytes().all(|b| b.is_ascii_hexdigit());
+    hex.then(|| u128::from_str_radix(text, 16).ok()).flatten()
+}
+
+/// The condition of a write over the item read at `read_version`.
+fn condition(read_version: Option<u64>) -> Condition {
+    match read_version {
+        Some(version) => {
+            Condition::new().equals(attr::VERSION, AttributeValue::N(version.to_string()))
+        }
+        None => Condition::new().not_exists(attr::EVENT_ID),
+    }
+}
