@@ -1,7 +1,8 @@
 //! The DynamoDB event manifest against the local DynamoDB server: two
-//! workers decide 50,000 user records of two shards concurrently — 45,000
-//! events, 10% of the records duplicates (4,000 producer retries later in
-//! the same shard, 1,000 copies on the other shard) — then rerun some of
+//! workers decide 5,000 user records (or more, see [`thousands`]) of two
+//! shards concurrently — 4,500 events, 10% of the records duplicates (400
+//! producer retries later in the same shard, 100 copies on the other
+//! shard) — then rerun some of
 //! their runs. Exactly one copy of each event is accepted, every other copy
 //! is a duplicate of it, reruns decide as before and write nothing, and the
 //! table holds each event's accepted copy once. Prints events per second
@@ -27,10 +28,35 @@ const SHARD_A: &str = "shardId-000000000000";
 const SHARD_B: &str = "shardId-000000000001";
 /// Records per `decide` call, as one GetRecords response might bring.
 const RUN: usize = 500;
-const EVENTS_A: usize = 40_000;
-const EVENTS_B: usize = 5_000;
-const RETRIES_SAME_SHARD: usize = 4_000;
-const COPIES_OTHER_SHARD: usize = 1_000;
+/// User records decided, in thousands: 5 by default (what CI runs), more
+/// with `SHARDSINK_E2E_MANIFEST_THOUSANDS` (50 for the figure in
+/// docs/OPERATIONS.md). Of each thousand: 800 events on shard A, 100 on
+/// shard B, 80 producer retries in the same shard, 20 copies on the other
+/// shard.
+fn thousands() -> usize {
+    std::env::var("SHARDSINK_E2E_MANIFEST_THOUSANDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(5)
+}
+
+/// How many of each kind of record a run decides.
+struct Sizes {
+    events_a: usize,
+    events_b: usize,
+    retries_same_shard: usize,
+    copies_other_shard: usize,
+}
+
+fn sizes() -> Sizes {
+    let k = thousands();
+    Sizes {
+        events_a: 800 * k,
+        events_b: 100 * k,
+        retries_same_shard: 80 * k,
+        copies_other_shard: 20 * k,
+    }
+}
 const RULE: Rule = Rule {
     window_millis: 3_600_000,
     match_fingerprint: true,
@@ -46,6 +72,7 @@ struct Record {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_workers_decide_every_copy_exactly() {
     let env = require_env!();
+    let sizes = sizes();
     let seed = env::seed("event manifest", None);
     let mut rng = StdRng::seed_from_u64(seed);
     let table = unique_name("manifest");
@@ -57,14 +84,14 @@ async fn two_workers_decide_every_copy_exactly() {
     b.unwrap();
     worker_a.ensure_table().await.unwrap();
 
-    let events: Vec<EventKey> = (0..EVENTS_A + EVENTS_B)
+    let events: Vec<EventKey> = (0..sizes.events_a + sizes.events_b)
         .map(|_| EventKey {
             id: rng.random(),
             fingerprint: rng.random(),
         })
         .collect();
     let (shard_a, shard_b) = records(&events, &mut rng);
-    assert_eq!(shard_a.len() + shard_b.len(), 50_000);
+    assert_eq!(shard_a.len() + shard_b.len(), 1_000 * thousands());
 
     let started = Instant::now();
     let (decided_a, decided_b) = tokio::join!(
@@ -111,7 +138,10 @@ async fn two_workers_decide_every_copy_exactly() {
         }
         accepted.insert(*event, kept[0].clone());
     }
-    assert_eq!(duplicates, RETRIES_SAME_SHARD + COPIES_OTHER_SHARD);
+    assert_eq!(
+        duplicates,
+        sizes.retries_same_shard + sizes.copies_other_shard
+    );
 
     // Reruns (a crash before the batches were written) decide as before
     // and write nothing, with and without a cache.
@@ -181,22 +211,23 @@ async fn two_workers_decide_every_copy_exactly() {
 /// shard's share of the stream. Arrival times grow 10 ms a record from ten
 /// minutes ago: all copies are within the window of each other.
 fn records(events: &[EventKey], rng: &mut StdRng) -> (Vec<Record>, Vec<Record>) {
+    let sizes = sizes();
     // (shard is A, place, event), sorted by place within each shard.
     let mut placed: Vec<(bool, f64, usize)> = Vec::new();
     for event in 0..events.len() {
-        let on_a = event < EVENTS_A;
+        let on_a = event < sizes.events_a;
         let place = if on_a {
             event as f64
         } else {
-            (event - EVENTS_A) as f64 * (EVENTS_A as f64 / EVENTS_B as f64)
+            (event - sizes.events_a) as f64 * (sizes.events_a as f64 / sizes.events_b as f64)
         };
         placed.push((on_a, place, event));
     }
-    for _ in 0..RETRIES_SAME_SHARD {
+    for _ in 0..sizes.retries_same_shard {
         let (on_a, place, event) = placed[rng.random_range(0..events.len())];
         placed.push((on_a, place + rng.random_range(0.5..2_000.0), event));
     }
-    for _ in 0..COPIES_OTHER_SHARD {
+    for _ in 0..sizes.copies_other_shard {
         let (on_a, place, event) = placed[rng.random_range(0..events.len())];
         placed.push((!on_a, place + rng.random_range(-50.0..50.0), event));
     }

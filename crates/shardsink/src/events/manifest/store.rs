@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::{StreamExt as _, TryStreamExt as _, stream};
-use tracing::info;
+use tracing::{info, warn};
 
 use super::cache::ItemCache;
 use super::item::{self, ItemState, decide_in_order, event_id, verdict};
@@ -100,13 +100,32 @@ impl Manifest {
             }
             tokio::time::sleep(TABLE_POLL_INTERVAL).await;
         }
-        match self.table.describe_time_to_live().await? {
+        let ttl = match self.table.describe_time_to_live().await {
+            Err(ManifestError::TtlUnsupported { table }) => {
+                warn!(
+                    table,
+                    "this DynamoDB server has no Time to Live: manifest items never expire"
+                );
+                return Ok(());
+            }
+            ttl => ttl?,
+        };
+        match ttl {
             Some(attribute) if attribute == item::attr::TTL => Ok(()),
             Some(attribute) => Err(ManifestError::TtlOnOtherAttribute {
                 table: self.table.name().to_owned(),
                 attribute,
             }),
-            None => self.table.update_time_to_live().await,
+            None => match self.table.update_time_to_live().await {
+                Err(ManifestError::TtlUnsupported { table }) => {
+                    warn!(
+                        table,
+                        "this DynamoDB server has no Time to Live: manifest items never expire"
+                    );
+                    Ok(())
+                }
+                updated => updated,
+            },
         }
     }
 

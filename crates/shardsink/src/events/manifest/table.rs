@@ -184,6 +184,16 @@ pub enum ManifestError {
         /// How long it was waited for.
         waited: Duration,
     },
+    /// The server does not know Time to Live (`UnknownOperationException`:
+    /// a DynamoDB-compatible server such as dynalite; DynamoDB itself always
+    /// has it). Items never expire there.
+    #[error(
+        "the server of event manifest table {table} has no Time to Live; its items never expire"
+    )]
+    TtlUnsupported {
+        /// The table name.
+        table: String,
+    },
     /// Time to Live is on for another attribute than `ttl`: items would
     /// never expire. An operator must turn it off.
     #[error("event manifest table {table} has Time to Live on attribute {attribute}, not ttl")]
@@ -212,7 +222,9 @@ impl Classify for ManifestError {
                 Failure::Persistent(RetryCause::event_manifest_error)
             }
             // The caller decides: recreate the table, or stop.
-            Self::TableMissing { .. } | Self::TtlOnOtherAttribute { .. } => Failure::Final,
+            Self::TableMissing { .. }
+            | Self::TtlOnOtherAttribute { .. }
+            | Self::TtlUnsupported { .. } => Failure::Final,
         }
     }
 }
@@ -327,13 +339,26 @@ impl ManifestTable {
     /// [`ManifestError::TableMissing`], [`ManifestError::Dynamo`].
     pub async fn describe_time_to_live(&self) -> Result<Option<String>, ManifestError> {
         self.count("DescribeTimeToLive");
-        let output = self
+        let output = match self
             .client
             .describe_time_to_live()
             .table_name(&*self.name)
             .send()
             .await
-            .map_err(|err| self.sdk_error("DescribeTimeToLive", err))?;
+        {
+            Ok(output) => output,
+            // A DynamoDB-compatible server without Time to Live (dynalite):
+            // a common error no operation models.
+            Err(err)
+                if err.as_service_error().and_then(ProvideErrorMetadata::code)
+                    == Some("UnknownOperationException") =>
+            {
+                return Err(ManifestError::TtlUnsupported {
+                    table: self.name.to_string(),
+                });
+            }
+            Err(err) => return Err(self.sdk_error("DescribeTimeToLive", err)),
+        };
         let description = output.time_to_live_description();
         let on = description
             .and_then(|d| d.time_to_live_status())
@@ -386,6 +411,14 @@ impl ManifestTable {
                         .is_some_and(|m| m.to_ascii_lowercase().contains("already enabled")) =>
             {
                 Ok(())
+            }
+            Err(err)
+                if err.as_service_error().and_then(ProvideErrorMetadata::code)
+                    == Some("UnknownOperationException") =>
+            {
+                Err(ManifestError::TtlUnsupported {
+                    table: self.name.to_string(),
+                })
             }
             Err(err) => Err(self.sdk_error("UpdateTimeToLive", err)),
         }
