@@ -6,7 +6,8 @@
 //! and its replay (the object is read back after 412), a second worker that
 //! steals a lease (the loser re-reads its row after a failed condition),
 //! clean stops (heartbeat rows deleted), and a restart after the lease table
-//! was deleted. The test fails if an operation needs an IAM action the policy
+//! was deleted — with event deduplication in a DynamoDB manifest (the table
+//! created, Time to Live turned on, items read and written). The test fails if an operation needs an IAM action the policy
 //! lacks, or if the policy grants an action nothing used.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
@@ -16,7 +17,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use shardsink_e2e::fixtures::delete_lease_table;
-use shardsink_e2e::producer::small_record_specs;
+use shardsink_e2e::producer::{RecordSpec, small_record_specs};
 use shardsink_e2e::{
     Daemon, Finish, Scenario, Versioning, require_env, scaled, stop_gracefully, wait_for_archive,
     wait_until,
@@ -31,6 +32,17 @@ fn iam_action(service: &str, operation: &str) -> String {
         ("s3", "HeadObject") => "s3:GetObject".to_owned(),
         (service, operation) => format!("{service}:{operation}"),
     }
+}
+
+/// `specs` with no two payloads alike (each gets `label` and its index), so that
+/// event deduplication by payload keeps every record in the main prefix,
+/// where the archive is checked.
+fn distinct(mut specs: Vec<RecordSpec>, label: &str) -> Vec<RecordSpec> {
+    for (i, spec) in specs.iter_mut().enumerate() {
+        spec.data
+            .extend_from_slice(format!(" {label} distinct {i}").as_bytes());
+    }
+    specs
 }
 
 fn policy_actions() -> BTreeSet<String> {
@@ -64,11 +76,14 @@ async fn the_iam_policy_grants_exactly_the_operations_used() {
         .settings
         .clone()
         .set("buffer-max-records", "30")
-        .set("record-aws-operations", operations.display().to_string());
+        .set("record-aws-operations", operations.display().to_string())
+        // Event deduplication in the manifest table: its calls too.
+        .set("event-id", "payload")
+        .set("event-dedup-store", "dynamodb");
     let worker_a = base.clone().set("worker-id", "iam-a");
     let worker_b = base.clone().set("worker-id", "iam-b");
     let mut produced = scenario
-        .put(&small_record_specs(200, 2, "iam"))
+        .put(&distinct(small_record_specs(200, 2, "iam"), "first"))
         .await
         .unwrap();
 
@@ -112,13 +127,17 @@ async fn the_iam_policy_grants_exactly_the_operations_used() {
     delete_lease_table(&env, &base.lease_table()).await.unwrap();
     produced.extend(
         scenario
-            .put(&small_record_specs(40, 2, "iam after"))
+            .put(&distinct(small_record_specs(40, 2, "iam after"), "after"))
             .await
             .unwrap(),
     );
     let mut a = Daemon::spawn(&worker_a).unwrap();
     let how = Finish::stopping(&mut a, 60);
     scenario.finish(&mut reader, &produced, how).await;
+
+    delete_lease_table(&env, &format!("{}-events", base.lease_table()))
+        .await
+        .unwrap();
 
     let recorded = std::fs::read_to_string(&operations).unwrap();
     let used: BTreeSet<String> = recorded

@@ -132,6 +132,8 @@ impl ArchiveReader {
         let main_prefix = format!("{}/", self.options.prefix);
         let error_prefix = format!("{}/", self.options.error_prefix);
         let layout_key = format!("{main_prefix}_shardsink.json");
+        // Decisions objects of event deduplication: not batches.
+        let decisions_prefix = format!("{main_prefix}_events/");
         let mut mains = Vec::new();
         let mut errors = Vec::new();
         let mut stray_keys = Vec::new();
@@ -142,6 +144,9 @@ impl ArchiveReader {
             if entry.key == layout_key {
                 let body = get_object(&self.env, &self.bucket, &entry.key).await?;
                 layout_record = body.map(|body| String::from_utf8_lossy(&body).into_owned());
+                continue;
+            }
+            if entry.key.starts_with(&decisions_prefix) {
                 continue;
             }
             let (role, prefix) = if entry.key.starts_with(&main_prefix) {
