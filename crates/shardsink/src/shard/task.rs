@@ -473,7 +473,9 @@ mod tests {
     use crate::ops::metrics::Metrics;
     use crate::output::Output;
     use crate::output::batch::BufferLimits;
+    use crate::output::compression::Compression;
     use crate::output::format::BodyKind;
+    use crate::output::format::Format;
     use crate::output::key::KeyLayout;
     use crate::output::key::object_name;
     use crate::shard::memory::MemoryBudget;
@@ -794,6 +796,24 @@ mod tests {
                 .and_then(|item| item.get("checkpoint"))
                 .and_then(|v| v.as_s().ok())
                 .is_some_and(|c| *c == seq(i))
+        }
+    }
+
+    /// `h` writing in `format` with `compression` under `layout`, errors
+    /// under `{prefix}-errors`.
+    fn writing(h: Harness, format: Format, compression: Compression, layout: KeyLayout) -> Harness {
+        let output = Output {
+            format,
+            compression,
+            error_layout: layout.with_prefix(format!("{}-errors", layout.prefix())),
+            layout,
+        };
+        Harness {
+            ctx: Arc::new(ShardContext {
+                output,
+                ..clone_ctx(&h.ctx)
+            }),
+            ..h
         }
     }
 
