@@ -421,10 +421,12 @@ fn s3_client(bucket: Arc<FakeBucket>) -> aws_sdk_s3::Client {
     });
     let b2 = bucket.clone();
     let get = mock!(Client::get_object).then_compute_response(move |input| {
-        match lock(&b2.objects).get(input.key().unwrap()) {
+        let key = input.key().unwrap();
+        match lock(&b2.objects).get(key) {
             Some(body) => MockResponse::Output(
                 GetObjectOutput::builder()
                     .body(ByteStream::from(body.clone()))
+                    .set_metadata(lock(&b2.metadata).get(key).cloned())
                     .build(),
             ),
             None => MockResponse::Http(s3_error(404, "NoSuchKey")),

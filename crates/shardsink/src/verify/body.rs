@@ -576,6 +576,123 @@ mod tests {
         );
     }
 
+    /// `--deep` on Parquet objects, fetched from S3 with their metadata:
+    /// the daemon's files (without and with a schema) read clean row by
+    /// row; a row outside the key's range, a stored count the rows do not
+    /// match, and a body that is not Parquet are each reported.
+    #[tokio::test]
+    async fn parquet_objects_are_read_row_by_row() {
+        use std::sync::Arc;
+
+        use crate::fake_aws::{self, FakeBucket};
+        use crate::output::format::schema::ParquetSchema;
+        use crate::output::format::{BodyEncoder, BodyKind, MainBody};
+        use crate::output::key::KeyLayout;
+        use crate::read::record::ShardRecord;
+        use crate::verify::test_support::range;
+
+        let file = |format: &Format, payloads: &[(&str, &[u8])]| -> Bytes {
+            let mut encoder = BodyEncoder::new(SHARD, format);
+            for (i, (sequence_number, data)) in payloads.iter().enumerate() {
+                encoder.push(&ShardRecord {
+                    sequence_number: SequenceNumber::parse(sequence_number).unwrap(),
+                    arrival_millis: MINUTE_MILLIS + 1_000 * i as i64,
+                    partition_key: "pk".to_owned(),
+                    data: Bytes::copy_from_slice(data),
+                    user_records: None,
+                });
+            }
+            let bodies = encoder.finish();
+            assert!(bodies.errors.is_empty());
+            let MainBody::Parquet(rows) = bodies.main else {
+                panic!("parquet rows")
+            };
+            Bytes::from(rows.finish(Compression::Zstd(3)).unwrap())
+        };
+        let plain = Format::Parquet { schema: None };
+        let schema = ParquetSchema::from_json(r#"[{"name": "n", "type": "int64"}]"#).unwrap();
+        let typed = Format::Parquet {
+            schema: Some(Arc::new(schema)),
+        };
+        let rows: [(&str, &[u8]); 3] = [("9", b"\x00"), ("10", b"\x01"), ("12", b"")];
+        let typed_rows: [(&str, &[u8]); 2] = [("20", br#"{"n":1}"#), ("21", br#"{"n":2}"#)];
+        let bucket = Arc::new(FakeBucket::default());
+        let put = |first: u64, last: u64, body: &Bytes, format: &Format, records: &str| {
+            let object_range = range(first, last);
+            let minute = crate::output::bucket::Bucket::minute(MINUTE_MILLIS);
+            let kind = BodyKind::PARQUET;
+            let key = KeyLayout::plain("p").object_key(minute, SHARD, &object_range, kind);
+            bucket
+                .objects
+                .lock()
+                .unwrap()
+                .insert(key.clone(), body.clone());
+            bucket.metadata.lock().unwrap().insert(
+                key.clone(),
+                [
+                    (FORMAT_METADATA.to_owned(), format.description()),
+                    (RECORDS_METADATA.to_owned(), records.to_owned()),
+                ]
+                .into(),
+            );
+            ArchivedKey {
+                key,
+                bucket: minute,
+                shard_id: SHARD.to_owned(),
+                range: object_range,
+                body: kind,
+            }
+        };
+        let written = file(&plain, &rows);
+        let objects = [
+            put(9, 12, &written, &plain, "3"),
+            put(20, 21, &file(&typed, &typed_rows), &typed, "2"),
+            put(9, 11, &written, &plain, "3"),
+            put(
+                30,
+                32,
+                &file(&plain, &[("30", b"a"), ("32", b"b")]),
+                &plain,
+                "3",
+            ),
+            put(40, 42, &written.slice(..written.len() - 8), &plain, "3"),
+        ];
+        let clients = fake_aws::clients(Default::default(), bucket, Default::default());
+        let store = ObjectStore::new(clients.s3, "bucket");
+
+        let summary = read_objects(&store, &objects, Role::Main, false).await;
+        let found: Vec<(&str, &str)> = summary
+            .unreadable
+            .iter()
+            .map(|unreadable| (unreadable.key.as_str(), unreadable.reason.as_str()))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                (
+                    objects[2].key.as_str(),
+                    "row 3: sequenceNumber 12 is outside the key's range 9-11"
+                ),
+                (
+                    objects[3].key.as_str(),
+                    "2 records, but x-amz-meta-shardsink-records says 3"
+                ),
+                (
+                    objects[4].key.as_str(),
+                    found.get(2).map_or("", |(_, reason)| reason)
+                ),
+            ]
+        );
+        assert!(
+            found[2].1.starts_with("is not a readable Parquet file"),
+            "{}",
+            found[2].1
+        );
+        // Rows of the clean files, and of the two that read to their end.
+        assert_eq!(summary.lines, 3 + 2 + 3 + 2);
+        assert_eq!(summary.kinesis_records, 3 + 2 + 3 + 2);
+    }
+
     #[test]
     fn an_empty_object_holds_no_record() {
         // Every record of its batch went to the error prefix.
