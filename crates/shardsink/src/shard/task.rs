@@ -458,6 +458,7 @@ fn s3_retry<'a>(
 
 #[cfg(test)]
 mod tests {
+    mod buckets;
     mod formats;
 
     use std::sync::atomic::Ordering;
