@@ -2,7 +2,8 @@
 """Query a shardsink archive with DuckDB, straight from S3, as an analyst would.
 
   query_archive.py --endpoint 127.0.0.1:PORT --bucket B --prefix P \\
-      --format envelope|json|raw|parquet --key-layout plain|hive [--payload-key NAME]
+      --format envelope|json|raw|parquet --key-layout plain|hive \\
+      [--payload-key NAME [--value-member NAME]]
 
 Run it with the Python of a venv that holds the pinned DuckDB packages
 (scripts/test installs them into .local/duckdb/ and exports that venv's python
@@ -32,7 +33,8 @@ and not error objects, which live under `P-errors/`.
             ...).
   parquet   read_parquet('s3://B/P/**/*.parquet'): shard_id, sequence_number,
             sub_sequence_number, approximate_arrival_timestamp, data (the
-            payload is decode(data)).
+            payload is decode(data)); written with a schema, the payload's
+            members are typed columns instead of data.
   raw       read_blob('s3://B/P/**/*.raw*') for the objects and their bytes.
             Raw objects hold no metadata: records are counted by reading them
             with read_json as newline-delimited JSON (decompressed by
@@ -50,6 +52,8 @@ Prints one JSON object on stdout:
                           user's read, view `archive`), normalised (the
                           columns compared, view `records`)
   objects, bytes          objects matched and their total size (read_blob)
+  columns                 the user's read's columns and their types, as
+                          DuckDB gives them ({name: type})
   rows                    rows the read returned (records; raw: payload lines)
   distinctRecords         distinct (shard, sequenceNumber, subSequenceNumber);
                           null for raw
@@ -68,6 +72,9 @@ Prints one JSON object on stdout:
                           (YYYY-MM-DDTHH:MM:SS.mmmZ, UTC; null for raw)
   payloadKeys             with --payload-key NAME: the sorted distinct values
                           of member NAME of the JSON payloads (as text)
+  values                  with --value-member NAME too: {payload key: member
+                          NAME of that payload, as text} (from the typed
+                          column of that name when the read has one)
   extensions              {name: how DuckDB reports it loaded}
 
 An archive with no matching object yet is not an error: objects 0, rows 0.
@@ -194,24 +201,39 @@ def arrival_text(expression: str) -> str:
     return f"strftime(timezone('UTC', CAST({expression} AS TIMESTAMPTZ)), '{ARRIVAL_FORMAT}')"
 
 
+def payload_member(fmt: str, columns: dict[str, str], name: str | None) -> str:
+    """The expression of member NAME of the payload in the user's read of FMT:
+    decoded from the payload bytes (envelope; parquet with a data column), or
+    the read's own column (json, raw read as JSON lines, parquet with typed
+    columns). NULL without NAME."""
+    if name is None:
+        return "NULL"
+    path = quote_literal(f'$."{name}"')
+    if fmt == "envelope":
+        return f"json_extract_string(decode(from_base64(data)), {path})"
+    if fmt == "parquet" and "data" in columns:
+        return f"json_extract_string(decode(data), {path})"
+    return quote_ident(name)
+
+
 def normalised_columns(
-    fmt: str, columns: dict[str, str], metadata: set[str], payload_key: str | None
+    fmt: str,
+    columns: dict[str, str],
+    metadata: set[str],
+    payload_key: str | None,
+    value_member: str | None,
 ) -> str:
     """SELECT list turning the user's read of FMT into shard_id, sequence_number,
-    sub_sequence_number, arrival, payload_key, filename. COLUMNS: the read's
-    columns; METADATA: the members of json's `_kinesis`."""
-    key_path = quote_literal(f'$."{payload_key}"') if payload_key else None
-    member = quote_ident(payload_key) if payload_key else "NULL"
+    sub_sequence_number, arrival, payload_key, value, filename. COLUMNS: the
+    read's columns; METADATA: the members of json's `_kinesis`."""
+    payload = payload_member(fmt, columns, payload_key)
     if fmt == "envelope":
         sub = "subSequenceNumber" if "subSequenceNumber" in columns else "NULL"
-        payload = "decode(from_base64(data))"
-        payload = f"json_extract_string({payload}, {key_path})" if key_path else "NULL"
         select = [
             "shardId",
             "sequenceNumber",
             sub,
             arrival_text("approximateArrivalTimestamp"),
-            payload,
         ]
     elif fmt == "json":
         meta = "_kinesis"
@@ -221,16 +243,13 @@ def normalised_columns(
             f"{meta}.sequenceNumber",
             sub,
             arrival_text(f"{meta}.approximateArrivalTimestamp"),
-            member,
         ]
     elif fmt == "parquet":
-        payload = f"json_extract_string(decode(data), {key_path})" if key_path else "NULL"
         select = [
             "shard_id",
             "sequence_number",
             "sub_sequence_number",
             arrival_text("approximate_arrival_timestamp"),
-            payload,
         ]
     else:  # raw: no metadata in the objects; the shard is in the key.
         select = [
@@ -238,9 +257,9 @@ def normalised_columns(
             "NULL",
             "NULL",
             "NULL",
-            member,
         ]
-    shard, sequence, sub, arrival, payload = select
+    shard, sequence, sub, arrival = select
+    value = payload_member(fmt, columns, value_member)
     return ", ".join(
         [
             f"CAST({shard} AS VARCHAR) AS shard_id",
@@ -248,6 +267,7 @@ def normalised_columns(
             f"CAST({sub} AS BIGINT) AS sub_sequence_number",
             f"CAST({arrival} AS VARCHAR) AS arrival",
             f"CAST({payload} AS VARCHAR) AS payload_key",
+            f"CAST({value} AS VARCHAR) AS value",
             "filename",
         ]
     )
@@ -286,11 +306,15 @@ def query(args: argparse.Namespace) -> dict[str, Any]:
     result["objects"] = objects
     result["bytes"] = int(size)
     if objects == 0:
-        result.update(rows=0, distinctRecords=0 if args.format != "raw" else None, shards={})
+        result.update(
+            rows=0, distinctRecords=0 if args.format != "raw" else None, shards={}, columns={}
+        )
         if hive:
             result.update(partitionColumns=[], partitionTypes={}, partitions=[])
         if args.payload_key:
             result["payloadKeys"] = []
+        if args.value_member:
+            result["values"] = {}
         return result
 
     session.run(f"CREATE VIEW archive AS SELECT * FROM {read}")
@@ -304,7 +328,10 @@ def query(args: argparse.Namespace) -> dict[str, Any]:
     if hive:
         plain_columns = session.columns(reader_call(args.format, source, False))
         partition_columns = [c for c in columns if c not in plain_columns]
-    select = normalised_columns(args.format, columns, metadata, args.payload_key)
+    result["columns"] = columns
+    select = normalised_columns(
+        args.format, columns, metadata, args.payload_key, args.value_member
+    )
     extra = "".join(f", {quote_ident(c)}" for c in partition_columns)
     records_sql = f"SELECT {select}{extra} FROM archive"
     result["queries"]["normalised"] = records_sql
@@ -357,6 +384,11 @@ def query(args: argparse.Namespace) -> dict[str, Any]:
             "SELECT DISTINCT payload_key FROM records WHERE payload_key IS NOT NULL ORDER BY 1"
         )
         result["payloadKeys"] = [row[0] for row in rows]
+    if args.value_member:
+        rows = session.run(
+            "SELECT payload_key, value FROM records WHERE payload_key IS NOT NULL ORDER BY 1"
+        )
+        result["values"] = dict(rows)
     return result
 
 
@@ -374,10 +406,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--format", required=True, choices=("envelope", "json", "raw", "parquet"))
     parser.add_argument("--key-layout", required=True, choices=("plain", "hive"))
     parser.add_argument("--payload-key", help="report the distinct values of this payload member")
+    parser.add_argument(
+        "--value-member", help="with --payload-key: report this member of each payload"
+    )
     args = parser.parse_args(argv)
     name = r"[A-Za-z_][A-Za-z0-9_]*"
-    if args.payload_key is not None and not re.fullmatch(name, args.payload_key):
-        parser.error(f"--payload-key must be a plain member name ({name})")
+    members = (("--payload-key", args.payload_key), ("--value-member", args.value_member))
+    for option, value in members:
+        if value is not None and not re.fullmatch(name, value):
+            parser.error(f"{option} must be a plain member name ({name})")
+    if args.value_member is not None and args.payload_key is None:
+        parser.error("--value-member needs --payload-key")
     args.prefix = args.prefix.rstrip("/")
     return args
 

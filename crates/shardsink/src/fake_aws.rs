@@ -2,7 +2,8 @@
 //! `aws-smithy-mocks` rules so the code under test uses real SDK clients:
 //! - [`FakeStream`] of [`FakeShard`]s: Kinesis shards with scripted records;
 //! - [`FakeBucket`]: S3 objects with `If-None-Match: *` (412), listing with
-//!   prefix and paging, and injectable PUT failures;
+//!   prefix and paging (1,000 keys a page; requests recorded), and
+//!   injectable PUT failures;
 //! - [`FakeTable`]: the lease table's DynamoDB items, from
 //!   `shard_lease::test_util`, which reads back and evaluates the update and
 //!   condition expressions `shard-lease` writes.
@@ -181,6 +182,8 @@ pub struct FakeBucket {
     pub put_attempts: Mutex<Vec<String>>,
     /// The next this-many PUTs fail with 503 SlowDown.
     pub failing_puts: AtomicUsize,
+    /// The prefix of each ListObjectsV2 request, in order.
+    pub lists: Mutex<Vec<String>>,
     /// Called before each PUT is applied, with the key and whether it would
     /// create the object (for invariants).
     #[allow(clippy::type_complexity)]
@@ -438,6 +441,7 @@ fn s3_client(bucket: Arc<FakeBucket>) -> aws_sdk_s3::Client {
     let b3 = bucket.clone();
     let list = mock!(Client::list_objects_v2).then_compute_output(move |input| {
         let prefix = input.prefix().unwrap_or("");
+        lock(&b3.lists).push(prefix.to_owned());
         let after = input.continuation_token().unwrap_or("");
         let objects = lock(&b3.objects);
         let keys: Vec<&String> = objects

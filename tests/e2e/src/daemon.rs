@@ -127,6 +127,69 @@ impl Settings {
             .map(|(flag, value)| (env_var_name(flag), value.clone()))
             .collect()
     }
+
+    /// The variables of the settings `shardsink verify` shares with the
+    /// daemon ([`ARCHIVE_FLAGS`]): verify run with them audits what a
+    /// daemon with these settings writes, in the layout it recorded.
+    pub fn archive_env_vars(&self) -> Vec<(String, String)> {
+        self.values
+            .iter()
+            .filter(|(flag, _)| ARCHIVE_FLAGS.contains(&flag.as_str()))
+            .map(|(flag, value)| (env_var_name(flag), value.clone()))
+            .collect()
+    }
+}
+
+/// The flags `shardsink verify` shares with the daemon: where the archive
+/// is and how to reach it.
+pub const ARCHIVE_FLAGS: [&str; 7] = [
+    "stream",
+    "bucket",
+    "prefix",
+    "error-prefix",
+    "application-name",
+    "lease-table",
+    "s3-force-path-style",
+];
+
+/// The variables [`run_verify`] passes on from this process's environment:
+/// the local servers' endpoints, the credentials and the region.
+const AWS_VARS: [&str; 7] = [
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ENDPOINT_URL_KINESIS",
+    "AWS_ENDPOINT_URL_DYNAMODB",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_REGION",
+];
+
+/// Runs `shardsink verify ARGS` against the local servers (the `AWS_*`
+/// endpoint, credential and region variables of this process, then
+/// `envs`), waits up to 120 s (scaled) and prints what it said.
+///
+/// # Errors
+/// As [`run_to_exit`].
+pub async fn run_verify(args: &[&str], envs: &[(&str, &str)]) -> Result<CapturedRun> {
+    let mut argv = vec!["verify"];
+    argv.extend_from_slice(args);
+    let passed: Vec<(&str, String)> = AWS_VARS
+        .iter()
+        .filter_map(|name| {
+            std::env::var(name)
+                .ok()
+                .filter(|v| !v.is_empty())
+                .map(|v| (*name, v))
+        })
+        .collect();
+    let mut all: Vec<(&str, &str)> = passed.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    all.extend_from_slice(envs);
+    let run = run_to_exit(&argv, &all, crate::scaled(Duration::from_secs(120))).await?;
+    println!(
+        "shardsink {argv:?} exited {}\n--- stdout ---\n{}--- stderr ---\n{}",
+        run.status, run.stdout, run.stderr
+    );
+    Ok(run)
 }
 
 /// `buffer-max-age` → `SHARDSINK_BUFFER_MAX_AGE`.

@@ -170,6 +170,31 @@ pub fn e2e_required() -> bool {
         .is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
 }
 
+/// The profile of the local servers, as `scripts/local-servers env`
+/// exports it (`SHARDSINK_TEST_PROFILE`: `moto` or `localstack`); `None`
+/// for servers started otherwise.
+pub fn profile() -> Option<String> {
+    env_nonempty("SHARDSINK_TEST_PROFILE")
+}
+
+/// `on_localstack` on the LocalStack profile, else `otherwise` (and the
+/// choice is printed): `scripts/test` runs every test on both profiles, so
+/// a test whose setting has two values worth running end to end (a key
+/// layout) takes one on each profile without running twice as often.
+pub fn per_profile<T: std::fmt::Debug>(what: &str, otherwise: T, on_localstack: T) -> T {
+    let profile = profile();
+    let chosen = if profile.as_deref() == Some("localstack") {
+        on_localstack
+    } else {
+        otherwise
+    };
+    println!(
+        "{what}: {chosen:?} on the {} profile",
+        profile.as_deref().unwrap_or("default")
+    );
+    chosen
+}
+
 /// A name for a stream, bucket or table no other test (or earlier run) uses:
 /// `{prefix}-{seconds since epoch, base 36}-{8 random hex digits}`, lowercase
 /// ASCII, so it is valid for S3 buckets (3–63 chars), Kinesis streams and

@@ -4,8 +4,9 @@
 //!
 //! # Layout
 //! - [`env`](mod@env): [`TestEnv`] (clients from the `AWS_ENDPOINT_URL_*` variables),
-//!   [`unique_name`], the skip rule ([`require_env!`]) and repeatable random
-//!   choices ([`env::seed`]).
+//!   [`unique_name`], the skip rule ([`require_env!`]), repeatable random
+//!   choices ([`env::seed`]) and choices per server profile
+//!   ([`env::per_profile`]).
 //! - [`fixtures`]: streams, buckets (optionally versioned), the lease table
 //!   (read rows, delete, empty).
 //! - [`producer`]: `PutRecords` with per-entry retries, the record
@@ -13,7 +14,8 @@
 //!   [`kpl`] builds aggregates independently of the daemon's code;
 //!   [`payloads`]: payloads for the output formats (JSON objects, raw
 //!   bytes, Parquet schema rows), and which of them a format must reject.
-//! - [`daemon`]: starting the binary with [`Settings`], signals, logs.
+//! - [`daemon`]: starting the binary with [`Settings`], signals, logs;
+//!   `shardsink verify` runs ([`daemon::run_verify`]).
 //! - [`archive`]: what the daemon wrote, one concept per module: plain S3
 //!   object calls ([`objects`](archive::objects)), object versions and
 //!   overwritten keys ([`versions`](archive::versions)), key layouts
@@ -35,8 +37,8 @@
 //! - [`wait`]: polling ([`wait_until`], [`wait_for`](wait::wait_for)).
 //! - [`scenario`]: the common test flow: [`Scenario::create`], then
 //!   [`Scenario::finish`] (wait for the archive, stop the daemons, check
-//!   exactly once and nothing overwritten); its resources go when it is
-//!   dropped.
+//!   exactly once and nothing overwritten, and optionally what
+//!   `shardsink verify --deep` says); its resources go when it is dropped.
 //! - [`cleanup`]: deleting a scenario's stream, bucket (every version) and
 //!   lease table, explicitly or on `Drop` (also on panic) from a thread with
 //!   its own runtime.

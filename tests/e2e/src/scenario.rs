@@ -16,7 +16,7 @@ use crate::archive::{
 };
 use crate::check::{RecordId, clean_shutdown_problems, exactly_once_with_rejected};
 use crate::cleanup::{ResourceGuard, Resources};
-use crate::daemon::{Daemon, Settings};
+use crate::daemon::{Daemon, Settings, run_verify};
 use crate::env::{TestEnv, unique_name};
 use crate::fixtures::{
     LeaseRow, ShardInfo, Versioning, create_bucket, create_stream, read_lease_rows,
@@ -161,7 +161,9 @@ impl Scenario {
     ///    ([`Scenario::assert_nothing_overwritten`]) and one version per
     ///    listed key;
     /// 7. with [`Finish::clean_shutdown`], every checkpoint at its shard's
-    ///    last record and no pending batch.
+    ///    last record and no pending batch;
+    /// 8. with [`Finish::verify_deep`], `shardsink verify --deep` finds the
+    ///    archive exact ([`Scenario::assert_verify_deep_exact`]).
     ///
     /// The stream, bucket and table stay until the scenario is dropped, so
     /// the test can go on checking.
@@ -226,6 +228,9 @@ impl Scenario {
         } else {
             None
         };
+        if how.verify_deep {
+            self.assert_verify_deep_exact(&archive).await;
+        }
         Finished {
             archive,
             truth,
@@ -260,6 +265,54 @@ impl Scenario {
         rows
     }
 
+    /// `shardsink verify --deep` on this scenario's archive, with the
+    /// stream (so the gap check runs) and the prefixes and lease table of
+    /// [`Scenario::settings`]: it must exit 0, end with `exact`, and count
+    /// the main objects, error objects and records of `archive` (read
+    /// after the daemons stopped) — every object read in its format and
+    /// key layout, none unreadable, no error object without its main
+    /// object.
+    ///
+    /// # Panics
+    /// When verify cannot run or finds anything else, with what it printed.
+    pub async fn assert_verify_deep_exact(&self, archive: &Archive) {
+        let envs = self.settings.archive_env_vars();
+        let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let run = run_verify(&["--deep"], &envs)
+            .await
+            .unwrap_or_else(|error| panic!("{error:#}"));
+        assert_eq!(
+            run.status.code(),
+            Some(0),
+            "verify --deep must find the archive exact:\n{}",
+            run.stdout
+        );
+        assert_eq!(run.stdout.lines().last(), Some("exact"), "{}", run.stdout);
+        let records = |objects: &[Arc<crate::archive::ArchivedObject>]| -> usize {
+            objects.iter().map(|o| o.records.len()).sum()
+        };
+        let mut expected = vec![
+            format!("objects:      {}\n", archive.objects.len()),
+            format!("records:      {} lines,", records(&archive.objects)),
+            "unreadable:   0\n".to_owned(),
+        ];
+        if !archive.error_objects.is_empty() {
+            expected.push(format!(
+                "error objects: {}, {} records ",
+                archive.error_objects.len(),
+                records(&archive.error_objects)
+            ));
+        }
+        for line in expected {
+            assert!(
+                run.stdout.contains(&line),
+                "{line:?} not in verify's summary:\n{}",
+                run.stdout
+            );
+        }
+        assert!(!run.stdout.contains("has no main object"), "{}", run.stdout);
+    }
+
     /// Deletes the stream, the bucket (every object and version) and the
     /// lease table now (best effort: failures are printed). Dropping the
     /// scenario does the same; after this call it does nothing.
@@ -284,6 +337,7 @@ pub struct Finish<'d> {
     planted: Vec<String>,
     rejected: HashSet<RecordId>,
     formats: Vec<ObjectFormat>,
+    verify_deep: bool,
 }
 
 impl<'d> Finish<'d> {
@@ -306,6 +360,7 @@ impl<'d> Finish<'d> {
             planted: Vec::new(),
             rejected: HashSet::new(),
             formats: Vec::new(),
+            verify_deep: false,
         }
     }
 
@@ -342,6 +397,13 @@ impl<'d> Finish<'d> {
     /// be under the error prefix (without this, nothing may be).
     pub fn rejected(mut self, ids: impl IntoIterator<Item = RecordId>) -> Self {
         self.rejected = ids.into_iter().collect();
+        self
+    }
+
+    /// Also runs `shardsink verify --deep` on the archive at the end
+    /// ([`Scenario::assert_verify_deep_exact`]).
+    pub fn verify_deep(mut self) -> Self {
+        self.verify_deep = true;
         self
     }
 

@@ -12,6 +12,11 @@
 //!   and the restarted daemon must write the same key with the same bytes
 //!   (line 5).
 //! - `after-checkpoint`, `before-pending`: nothing to replay; no duplicate.
+//! - `after-error-put`, in the `json` format with payloads it rejects: the
+//!   batch's error object written, its main object (the commit marker) not.
+//!   The restarted daemon replays the batch — its error object again (412,
+//!   same bytes), then its main object — and every record is once in the
+//!   main prefix or the error prefix.
 //!
 //! The recovery run uses a different `--buffer-max-records`, so a replay
 //! that ignored the lease row's pending batch would write other keys.
@@ -26,10 +31,12 @@ use std::time::Duration;
 use shardsink_e2e::archive::{delete_object, get_object};
 use shardsink_e2e::check::{checkpoint_problems, prefix_problems};
 use shardsink_e2e::fixtures::PendingBatch;
+use shardsink_e2e::payloads::json_payloads;
 use shardsink_e2e::producer::small_record_specs;
 use shardsink_e2e::seq::Seq;
 use shardsink_e2e::{
-    Daemon, Finish, ObjectKey, Scenario, TestEnv, Versioning, require_env, scaled,
+    Archive, ArchiveReader, Daemon, Finish, LeaseRow, ObjectKey, ProducedRecord, Scenario,
+    Settings, TestEnv, Versioning, require_env, scaled,
 };
 
 /// Passes before the failpoint fires.
@@ -57,6 +64,88 @@ async fn crash_after_checkpoint() {
 async fn crash_before_pending() {
     let env = require_env!();
     crash_and_recover(&env, "before-pending").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_after_error_put() {
+    let env = require_env!();
+    let mut scenario = Scenario::create(&env, "fp-after-error-put", 2, Versioning::Enabled)
+        .await
+        .unwrap();
+    scenario.settings = scenario
+        .settings
+        .clone()
+        .set("format", "json")
+        .set("buffer-max-records", "100")
+        .set("buffer-max-age", "2s")
+        .set("compression", "none");
+    let payloads = json_payloads(1_500, 1, "error-put before");
+    let mut produced = scenario.put(&payloads.specs).await.unwrap();
+    let mut rejected = payloads.rejected_ids(&produced);
+
+    // Crash between a batch's two PUTs.
+    let mut reader = scenario.archive_reader();
+    let (rows, archive) = crash_at(
+        &scenario,
+        &scenario.settings,
+        "after-error-put",
+        &produced,
+        &mut reader,
+    )
+    .await;
+    // The batch the crash cut: pending, its error object in S3, its main
+    // object not.
+    let pending: Vec<PendingBatch> = rows.iter().filter_map(|r| r.pending_batch()).collect();
+    let cut: Vec<(&PendingBatch, String)> = pending
+        .iter()
+        .filter(|batch| archive.object(&batch.key).is_none())
+        .filter_map(|batch| {
+            archive
+                .uncommitted_error_objects
+                .iter()
+                .find(|o| {
+                    (o.key.first.as_str(), o.key.last.as_str())
+                        == (batch.first.as_str(), batch.last.as_str())
+                })
+                .map(|o| (batch, o.key.key.clone()))
+        })
+        .collect();
+    assert!(
+        !cut.is_empty(),
+        "a crash after the error object's PUT leaves a pending batch with its error object \
+         and without its main object: pending {pending:#?}, uncommitted error objects {:#?}",
+        archive
+            .uncommitted_error_objects
+            .iter()
+            .map(|o| &o.key.key)
+            .collect::<Vec<_>>()
+    );
+
+    // Recover, with more records, and other batch boundaries.
+    let more = json_payloads(300, 2, "error-put after");
+    let more_produced = scenario.put(&more.specs).await.unwrap();
+    rejected.extend(more.rejected_ids(&more_produced));
+    produced.extend(more_produced);
+    let mut daemon =
+        Daemon::spawn(&scenario.settings.clone().set("buffer-max-records", "70")).unwrap();
+    let how = Finish::stopping(&mut daemon, 90)
+        .clean_shutdown()
+        .verify_deep()
+        .rejected(rejected);
+    let archive = scenario.finish(&mut reader, &produced, how).await.archive;
+    for (batch, error_key) in cut {
+        let main = archive
+            .object(&batch.key)
+            .unwrap_or_else(|| panic!("the cut batch {} was not written", batch.key));
+        assert_eq!(
+            (main.key.first.as_str(), main.key.last.as_str()),
+            (batch.first.as_str(), batch.last.as_str())
+        );
+        assert!(
+            archive.error_objects.iter().any(|o| o.key.key == error_key),
+            "{error_key} is its committed error object"
+        );
+    }
 }
 
 /// A pending batch whose object was written before the crash, with the
@@ -90,42 +179,8 @@ async fn crash_and_recover(env: &TestEnv, failpoint: &str) {
         .set("buffer-max-age", "2s")
         .set("compression", "none");
 
-    // Crash.
-    let mut daemon = Daemon::spawn(
-        &settings
-            .clone()
-            .failpoints(format!("{failpoint}={PASSES}*off->return")),
-    )
-    .unwrap();
-    let status = daemon
-        .wait_exit(scaled(Duration::from_secs(60)))
-        .await
-        .unwrap_or_else(|error| {
-            panic!(
-                "{error:#}: the {failpoint} failpoint never fired — is the binary built with \
-             `--features failpoints`?"
-            )
-        });
-    assert!(
-        !status.success(),
-        "the {failpoint} failpoint must abort the process, but it exited with {status}"
-    );
-    println!("crashed at {failpoint}: {status}");
-
-    // Contract line 3 at the crash.
-    let rows = scenario.lease_rows().await.unwrap();
     let mut reader = scenario.archive_reader();
-    let archive = reader.read().await.unwrap();
-    let problems = checkpoint_problems(&rows, &produced, &archive);
-    assert!(
-        problems.is_empty(),
-        "after the crash at {failpoint}: {problems:#?}"
-    );
-    let gaps = prefix_problems(&produced, &archive);
-    assert!(
-        gaps.is_empty(),
-        "line 4 after the {failpoint} crash: {gaps:#?}"
-    );
+    let (rows, _) = crash_at(&scenario, &settings, failpoint, &produced, &mut reader).await;
     let pending: Vec<PendingBatch> = rows.iter().filter_map(|r| r.pending_batch()).collect();
     println!("pending batches at the crash: {pending:#?}");
     for batch in &pending {
@@ -204,6 +259,53 @@ async fn crash_and_recover(env: &TestEnv, failpoint: &str) {
             bytes.len()
         );
     }
+}
+
+/// Runs the daemon with `settings` until `failpoint` aborts it (the
+/// [`PASSES`]+1st time it is reached), then checks contract lines 3 and 4
+/// on what the crash left: every record at or below a checkpoint is in S3
+/// (in committed batches), and each shard's archive is a gap-free prefix of
+/// `produced`. Returns the lease rows and the archive at the crash.
+async fn crash_at(
+    scenario: &Scenario,
+    settings: &Settings,
+    failpoint: &str,
+    produced: &[ProducedRecord],
+    reader: &mut ArchiveReader,
+) -> (Vec<LeaseRow>, Archive) {
+    let mut daemon = Daemon::spawn(
+        &settings
+            .clone()
+            .failpoints(format!("{failpoint}={PASSES}*off->return")),
+    )
+    .unwrap();
+    let status = daemon
+        .wait_exit(scaled(Duration::from_secs(60)))
+        .await
+        .unwrap_or_else(|error| {
+            panic!(
+                "{error:#}: the {failpoint} failpoint never fired — is the binary built with \
+             `--features failpoints`?"
+            )
+        });
+    assert!(
+        !status.success(),
+        "the {failpoint} failpoint must abort the process, but it exited with {status}"
+    );
+    println!("crashed at {failpoint}: {status}");
+    let rows = scenario.lease_rows().await.unwrap();
+    let archive = reader.read().await.unwrap();
+    let problems = checkpoint_problems(&rows, produced, &archive);
+    assert!(
+        problems.is_empty(),
+        "line 3 after the crash at {failpoint}: {problems:#?}"
+    );
+    let gaps = prefix_problems(produced, &archive);
+    assert!(
+        gaps.is_empty(),
+        "line 4 after the {failpoint} crash: {gaps:#?}"
+    );
+    (rows, archive)
 }
 
 /// The recorded key must be a valid key for the recorded shard and range.

@@ -3,7 +3,14 @@
 //! under the error prefix when the format cannot represent it — across
 //! SIGKILL restarts and lease moves between two workers, and across a
 //! change of `--format` and `--compression` on one prefix; a restart with
-//! another `--key-layout` on a prefix is refused.
+//! another `--key-layout` on a prefix is refused. Each run ends with
+//! `shardsink verify --deep`, which must find the archive exact.
+//!
+//! Every format runs in both key layouts: `scripts/test` runs these tests
+//! on moto and on LocalStack, and each format's test takes the plain
+//! layout on one profile and the Hive layout on the other
+//! ([`per_profile`]). `envelope`, which every other end-to-end test
+//! writes in the plain layout, runs here in the Hive layout.
 //!
 //! Each run: records are put in three phases; worker A takes both shards
 //! and is killed (SIGKILL) and restarted twice, each time after the archive
@@ -19,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use shardsink_e2e::archive::{ObjectFormat, Shape};
 use shardsink_e2e::check::{RecordId, checkpoint_problems, prefix_problems};
+use shardsink_e2e::env::per_profile;
 use shardsink_e2e::fixtures::clear_lease_table;
 use shardsink_e2e::payloads::{
     Payloads, SCHEMA_FILE, json_payloads, raw_payloads, schema_payloads,
@@ -205,6 +213,7 @@ async fn finish(scenario: &Scenario, reader: &mut ArchiveReader, mut run: Run) -
     let how = Finish::stopping(&mut run.survivor, 120)
         .ground_truth()
         .clean_shutdown()
+        .verify_deep()
         .rejected(run.rejected.clone());
     let archive = scenario.finish(reader, &run.produced, how).await.archive;
     let error_records: usize = archive.error_objects.iter().map(|o| o.records.len()).sum();
@@ -217,43 +226,74 @@ async fn finish(scenario: &Scenario, reader: &mut ArchiveReader, mut run: Run) -
 }
 
 /// Every main object's key ends in `main_extension`, every error object's
-/// in `error_extension`, and each key has a path segment starting with
-/// each of `hive` (`"year="`, …).
-fn assert_keys(archive: &Archive, main_extension: &str, error_extension: &str, hive: &[&str]) {
-    for object in &archive.objects {
-        assert!(
-            object.key.key.ends_with(main_extension),
-            "{} is not a {main_extension} object",
-            object.key.key
-        );
+/// in `error_extension`, and every key is in the layout of `settings`:
+/// `{prefix}/{time path}/{shard}/{name}` under the prefix or the error
+/// prefix, the time path `yyyy/MM/dd/HH[/mm]` (plain) or
+/// `year=yyyy/month=MM/day=dd/hour=HH[/minute=mm]` (hive), per minute or
+/// hour.
+fn assert_keys(
+    archive: &Archive,
+    settings: &Settings,
+    main_extension: &str,
+    error_extension: &str,
+) {
+    let hive = settings.get("key-layout") == Some("hive");
+    let mut time_path = vec![("year=", 4), ("month=", 2), ("day=", 2), ("hour=", 2)];
+    if settings.get("time-bucket") != Some("hour") {
+        time_path.push(("minute=", 2));
     }
-    for object in &archive.error_objects {
+    let prefix = settings.prefix();
+    let error_prefix = format!("{prefix}-errors");
+    let objects = archive.objects.iter().map(|o| (o, &prefix, main_extension));
+    let errors = archive
+        .error_objects
+        .iter()
+        .map(|o| (o, &error_prefix, error_extension));
+    for (object, prefix, extension) in objects.chain(errors) {
+        let key = &object.key.key;
         assert!(
-            object.key.key.ends_with(error_extension),
-            "{} is not a {error_extension} error object",
-            object.key.key
+            key.ends_with(extension),
+            "{key} is not a {extension} object"
         );
-    }
-    for object in archive.objects.iter().chain(&archive.error_objects) {
-        for segment in hive {
+        let segments: Vec<&str> = key
+            .strip_prefix(&format!("{prefix}/"))
+            .unwrap_or_else(|| panic!("{key} is not under {prefix}/"))
+            .split('/')
+            .collect();
+        assert_eq!(
+            segments.len(),
+            time_path.len() + 2,
+            "{key}: time path, shard, name"
+        );
+        for ((name, width), segment) in time_path.iter().zip(&segments) {
+            let value = if hive {
+                segment
+                    .strip_prefix(name)
+                    .unwrap_or_else(|| panic!("{key}: {segment} is not {name}…"))
+            } else {
+                segment
+            };
             assert!(
-                object.key.key.contains(&format!("/{segment}")),
-                "{} has no {segment} segment",
-                object.key.key
+                value.len() == *width && value.bytes().all(|b| b.is_ascii_digit()),
+                "{key}: {segment}"
             );
         }
+        assert!(segments[time_path.len()].starts_with("shardId-"), "{key}");
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn json_with_hive_minute_keys_and_rejected_payloads() {
+async fn json_with_minute_keys_and_rejected_payloads() {
     let env = require_env!();
     let mut scenario = Scenario::create(&env, "fmt-json", 2, Versioning::Enabled)
         .await
         .unwrap();
     scenario.settings = base(&scenario)
         .set("format", "json")
-        .set("key-layout", "hive")
+        .set(
+            "key-layout",
+            per_profile("json key layout", "hive", "plain"),
+        )
         .set("time-bucket", "minute");
     let seed = shardsink_e2e::env::seed("formats json payloads", None);
     let phases = [
@@ -271,19 +311,7 @@ async fn json_with_hive_minute_keys_and_rejected_payloads() {
     assert!(run.rejected.len() >= 40, "{} rejected", run.rejected.len());
     let archive = finish(&scenario, &mut reader, run).await;
 
-    assert_keys(
-        &archive,
-        ".jsonl.zst",
-        ".jsonl.zst",
-        &["year=", "month=", "day=", "hour=", "minute="],
-    );
-    let error_prefix = format!("{}-errors/year=", scenario.settings.prefix());
-    assert!(
-        archive
-            .error_objects
-            .iter()
-            .all(|o| o.key.key.starts_with(&error_prefix))
-    );
+    assert_keys(&archive, &scenario.settings, ".jsonl.zst", ".jsonl.zst");
     // Each kind of rejection, with its reason.
     let messages: BTreeSet<&str> = archive
         .records()
@@ -298,7 +326,7 @@ async fn json_with_hive_minute_keys_and_rejected_payloads() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn raw_with_a_record_separator_and_plain_hour_keys() {
+async fn raw_with_a_record_separator_and_hour_keys() {
     let env = require_env!();
     let mut scenario = Scenario::create(&env, "fmt-raw", 2, Versioning::Enabled)
         .await
@@ -307,7 +335,7 @@ async fn raw_with_a_record_separator_and_plain_hour_keys() {
         .set("format", "raw")
         .set("record-delimiter", "\\x1e")
         .set("compression", "gzip")
-        .set("key-layout", "plain")
+        .set("key-layout", per_profile("raw key layout", "plain", "hive"))
         .set("time-bucket", "hour");
     let seed = shardsink_e2e::env::seed("formats raw payloads", None);
     let phases = [
@@ -323,25 +351,25 @@ async fn raw_with_a_record_separator_and_plain_hour_keys() {
     )
     .await;
     let archive = finish(&scenario, &mut reader, run).await;
-    assert_keys(&archive, ".raw.gz", ".jsonl.gz", &[]);
+    assert_keys(&archive, &scenario.settings, ".raw.gz", ".jsonl.gz");
     assert!(archive.error_objects.is_empty());
     for object in &archive.objects {
-        // prefix / yyyy / MM / dd / HH / shard / name
-        let segments = object.key.key.split('/').count();
-        assert_eq!(segments, 7, "{} is not an hour key", object.key.key);
         assert_eq!(object.key.shape, Shape::Raw);
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn parquet_with_hive_hour_keys() {
+async fn parquet_with_hour_keys() {
     let env = require_env!();
     let mut scenario = Scenario::create(&env, "fmt-parquet", 2, Versioning::Enabled)
         .await
         .unwrap();
     scenario.settings = base(&scenario)
         .set("format", "parquet")
-        .set("key-layout", "hive")
+        .set(
+            "key-layout",
+            per_profile("parquet key layout", "hive", "plain"),
+        )
         .set("time-bucket", "hour");
     let seed = shardsink_e2e::env::seed("formats parquet payloads", None);
     // Any bytes fit the data column: payloads the json format would reject
@@ -364,24 +392,12 @@ async fn parquet_with_hive_hour_keys() {
     )
     .await;
     let archive = finish(&scenario, &mut reader, run).await;
-    assert_keys(
-        &archive,
-        ".parquet",
-        ".jsonl.zst",
-        &["year=", "month=", "day=", "hour="],
-    );
+    assert_keys(&archive, &scenario.settings, ".parquet", ".jsonl.zst");
     assert!(archive.error_objects.is_empty());
-    assert!(
-        archive
-            .objects
-            .iter()
-            .all(|o| !o.key.key.contains("/minute=")),
-        "hour keys have no minute"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn parquet_with_a_schema_and_plain_minute_keys() {
+async fn parquet_with_a_schema_and_minute_keys() {
     let env = require_env!();
     let mut scenario = Scenario::create(&env, "fmt-schema", 2, Versioning::Enabled)
         .await
@@ -392,7 +408,11 @@ async fn parquet_with_a_schema_and_plain_minute_keys() {
     scenario.settings = base(&scenario)
         .set("format", "parquet")
         .set("parquet-schema", schema_path.to_str().unwrap())
-        .set("compression", "gzip");
+        .set("compression", "gzip")
+        .set(
+            "key-layout",
+            per_profile("schema key layout", "plain", "hive"),
+        );
     let seed = shardsink_e2e::env::seed("formats schema payloads", None);
     let phases = [
         schema_payloads(150, seed, "schema-1"),
@@ -409,7 +429,7 @@ async fn parquet_with_a_schema_and_plain_minute_keys() {
     assert!(run.rejected.len() >= 40, "{} rejected", run.rejected.len());
     let archive = finish(&scenario, &mut reader, run).await;
     // Parquet keys name no codec; their error objects are zstd.
-    assert_keys(&archive, ".parquet", ".jsonl.zst", &[]);
+    assert_keys(&archive, &scenario.settings, ".parquet", ".jsonl.zst");
     assert!(!archive.error_objects.is_empty());
     let messages: BTreeSet<&str> = archive
         .records()
@@ -481,6 +501,7 @@ async fn format_and_compression_change_between_runs() {
     let how = Finish::stopping(&mut daemon, 90)
         .ground_truth()
         .clean_shutdown()
+        .verify_deep()
         .rejected(rejected)
         .formats(vec![
             ObjectFormat::of_settings(&first),
@@ -510,11 +531,12 @@ async fn format_and_compression_change_between_runs() {
     assert_eq!(after.error_objects.len(), before.error_objects.len());
 }
 
-/// A prefix keeps the key layout it was first written with: a restart with
-/// another `--key-layout` (or `--time-bucket`) exits with code 2 and one
-/// line naming the setting, and writes nothing.
+/// `envelope` in the Hive layout, per hour, across a SIGKILL restart; then
+/// the prefix keeps that layout: a restart with another `--key-layout` (or
+/// `--time-bucket`) exits with code 2 and one line naming the setting, and
+/// writes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn another_key_layout_on_the_prefix_is_refused() {
+async fn envelope_with_hive_hour_keys_then_another_layout_is_refused() {
     let env = require_env!();
     let mut scenario = Scenario::create(&env, "fmt-layout", 2, Versioning::Enabled)
         .await
@@ -522,14 +544,27 @@ async fn another_key_layout_on_the_prefix_is_refused() {
     scenario.settings = base(&scenario)
         .set("key-layout", "hive")
         .set("time-bucket", "hour");
-    let produced = scenario
-        .put(&raw_payloads(60, 1, "layout", b'\n').specs)
+    let mut produced = scenario
+        .put(&raw_payloads(100, 1, "layout", b'\n').specs)
         .await
         .unwrap();
     let mut reader = scenario.archive_reader();
     let mut daemon = Daemon::spawn(&scenario.settings).unwrap();
-    let how = Finish::stopping(&mut daemon, 90);
+    wait_for_growth(&mut reader, &mut daemon, 0).await;
+    daemon.kill().unwrap();
+    check_frozen(&scenario, &mut reader, &produced, "the kill").await;
+    produced.extend(
+        scenario
+            .put(&raw_payloads(60, 2, "layout-2", b'\n').specs)
+            .await
+            .unwrap(),
+    );
+    let mut daemon = Daemon::spawn(&scenario.settings).unwrap();
+    let how = Finish::stopping(&mut daemon, 90)
+        .clean_shutdown()
+        .verify_deep();
     let before = scenario.finish(&mut reader, &produced, how).await.archive;
+    assert_keys(&before, &scenario.settings, ".jsonl.zst", ".jsonl.zst");
 
     for (flag, settings) in [
         (

@@ -8,13 +8,19 @@
 //! record is there, then SIGTERM and a clean shutdown), and DuckDB must
 //! return every record once: its row count, its distinct (shard, sequence
 //! number) pairs and each shard's sorted sequence numbers match what was
-//! produced, and so do the payloads it decodes (their `id` members). With
-//! `--key-layout hive`, DuckDB's `hive_partitioning` must add exactly the
-//! partition columns (year, month, day, hour, and minute with
+//! produced, and so do the payloads it decodes (their `id` and `n`
+//! members). With `--key-layout hive`, DuckDB's `hive_partitioning` must add
+//! exactly the partition columns (year, month, day, hour, and minute with
 //! `--time-bucket minute`), with the values of each object's key and of its
 //! records' arrival times. Raw objects carry no metadata: there DuckDB
 //! reads the payload lines (by shard, from the keys) and, uncompressed, the
-//! object bytes must be the payloads plus their delimiters.
+//! object bytes must be the payloads plus their delimiters. Parquet written
+//! with a schema file has the payload's members as typed columns, and
+//! DuckDB must read them with those types.
+//!
+//! Every format runs in both key layouts at no extra cost: `scripts/test`
+//! runs these tests on moto and on LocalStack, and each case takes the
+//! plain layout on one profile and the Hive layout on the other.
 //!
 //! DuckDB is the Python of a venv with the pinned packages, named by
 //! `SHARDSINK_E2E_DUCKDB_PYTHON` (`scripts/test` installs it into
@@ -31,6 +37,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail};
 use serde::Deserialize;
 use shardsink_e2e::check::clean_shutdown_problems;
+use shardsink_e2e::env::per_profile;
 use shardsink_e2e::env::{REQUIRED_VAR, e2e_required};
 use shardsink_e2e::{
     Daemon, ProducedRecord, RecordSpec, Scenario, TestEnv, Versioning, require_env, scaled,
@@ -46,6 +53,9 @@ const RECORDS: usize = 300;
 const SHARDS: i32 = 2;
 /// The payload member that tells records apart.
 const PAYLOAD_KEY: &str = "id";
+/// The payload member whose value DuckDB reports per record: the record's
+/// index.
+const VALUE_MEMBER: &str = "n";
 
 /// One combination of the daemon's output settings.
 #[derive(Clone, Copy, Debug)]
@@ -57,64 +67,82 @@ struct Case {
     time_bucket: &'static str,
     /// `None`: the daemon's default (zstd).
     compression: Option<&'static str>,
+    /// `parquet` with [`SCHEMA`]: the payload's members as typed columns.
+    schema: bool,
 }
 
+/// The Parquet schema of the payloads [`json_records`] writes.
+const SCHEMA: &str = r#"[
+  {"name": "id", "type": "string"},
+  {"name": "n", "type": "int64"},
+  {"name": "text", "type": "string"},
+  {"name": "nested", "type": "json"}
+]"#;
+
+// Each format in both key layouts: `scripts/test` runs these on moto and on
+// LocalStack, and each case takes one layout on each profile.
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn envelope_plain_minute_zstd() {
+async fn envelope_minute_zstd() {
     run_case(Case {
         name: "qe-envelope",
         format: "envelope",
-        key_layout: "plain",
+        key_layout: per_profile("envelope key layout", "plain", "hive"),
         time_bucket: "minute",
         compression: Some("zstd"),
+        schema: false,
     })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn json_hive_minute_gzip() {
+async fn json_minute_gzip() {
     run_case(Case {
         name: "qe-json",
         format: "json",
-        key_layout: "hive",
+        key_layout: per_profile("json key layout", "hive", "plain"),
         time_bucket: "minute",
         compression: Some("gzip"),
+        schema: false,
     })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn parquet_hive_hour_zstd() {
+async fn parquet_hour_zstd() {
     run_case(Case {
-        name: "qe-parquet-hive",
+        name: "qe-parquet",
         format: "parquet",
-        key_layout: "hive",
+        key_layout: per_profile("parquet key layout", "hive", "plain"),
         time_bucket: "hour",
         compression: None,
+        schema: false,
     })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn parquet_plain_minute_gzip() {
+async fn parquet_with_a_schema_minute_gzip() {
     run_case(Case {
-        name: "qe-parquet-plain",
+        name: "qe-schema",
         format: "parquet",
-        key_layout: "plain",
+        key_layout: per_profile("schema key layout", "plain", "hive"),
         time_bucket: "minute",
         compression: Some("gzip"),
+        schema: true,
     })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn raw_hive_minute_uncompressed() {
+async fn raw_minute_uncompressed() {
     run_case(Case {
         name: "qe-raw",
         format: "raw",
-        key_layout: "hive",
+        key_layout: per_profile("raw key layout", "hive", "plain"),
         time_bucket: "minute",
         compression: Some("none"),
+        schema: false,
     })
     .await;
 }
@@ -141,6 +169,12 @@ async fn run_case(case: Case) {
         .set("buffer-max-age", "1s");
     if let Some(compression) = case.compression {
         settings = settings.set("compression", compression);
+    }
+    if case.schema {
+        let path = shardsink_e2e::daemon::log_dir(&scenario.stream).join("schema.json");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, SCHEMA).unwrap();
+        settings = settings.set("parquet-schema", path.to_str().unwrap());
     }
     let duckdb = DuckDb {
         python,
@@ -283,6 +317,8 @@ impl DuckDb {
             self.key_layout,
             "--payload-key",
             PAYLOAD_KEY,
+            "--value-member",
+            VALUE_MEMBER,
         ]);
         let output = tokio::task::spawn_blocking(move || command.output())
             .await
@@ -366,6 +402,10 @@ struct QueryResult {
     #[serde(default)]
     partitions: Option<Vec<Partition>>,
     payload_keys: Vec<String>,
+    /// [`VALUE_MEMBER`] of each payload, by [`PAYLOAD_KEY`], as text.
+    values: BTreeMap<String, Option<String>>,
+    /// The read's columns and their DuckDB types.
+    columns: BTreeMap<String, String>,
     extensions: BTreeMap<String, String>,
     queries: BTreeMap<String, String>,
 }
@@ -477,6 +517,21 @@ fn check_result(case: &Case, produced: &[ProducedRecord], result: &QueryResult) 
         ids.difference(&seen).take(10).collect::<Vec<_>>(),
         seen.difference(&ids).take(10).collect::<Vec<_>>()
     );
+    let wrong: Vec<(String, &Option<String>)> = (0..produced.len())
+        .map(|i| (payload_id(case.name, i), i))
+        .filter_map(|(id, i)| {
+            let value = result.values.get(&id).unwrap_or(&None);
+            (value.as_deref() != Some(i.to_string().as_str())).then_some((id, value))
+        })
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{case:?}: member {VALUE_MEMBER} of the payloads DuckDB read: {:?}",
+        &wrong[..wrong.len().min(10)]
+    );
+    if case.schema {
+        check_typed_columns(case, result);
+    }
 
     if case.key_layout == "hive" {
         check_partitions(case, produced.len() as u64, result);
@@ -487,6 +542,35 @@ fn check_result(case: &Case, produced: &[ProducedRecord], result: &QueryResult) 
         );
     }
 }
+
+/// Parquet with [`SCHEMA`]: DuckDB reads the payload's members as columns
+/// of the schema's types (`json` as text), beside the metadata columns,
+/// and no `data` column.
+fn check_typed_columns(case: &Case, result: &QueryResult) {
+    let types: BTreeMap<&str, &str> = result
+        .columns
+        .iter()
+        .map(|(name, data_type)| (name.as_str(), data_type.as_str()))
+        .filter(|(name, _)| !HIVE_COLUMNS.contains(name))
+        .collect();
+    let expected: BTreeMap<&str, &str> = [
+        ("shard_id", "VARCHAR"),
+        ("sequence_number", "VARCHAR"),
+        ("sub_sequence_number", "BIGINT"),
+        ("partition_key", "VARCHAR"),
+        ("approximate_arrival_timestamp", "TIMESTAMP WITH TIME ZONE"),
+        ("id", "VARCHAR"),
+        ("n", "BIGINT"),
+        ("text", "VARCHAR"),
+        ("nested", "VARCHAR"),
+        ("filename", "VARCHAR"),
+    ]
+    .into();
+    assert_eq!(types, expected, "{case:?}: the columns DuckDB read");
+}
+
+/// Partition columns a hive read adds.
+const HIVE_COLUMNS: [&str; 5] = ["year", "month", "day", "hour", "minute"];
 
 /// Hive layout: exactly the expected partition columns, and per object the
 /// values of its key and of its records' arrival times.

@@ -15,27 +15,14 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use shardsink_e2e::archive::{ArchivedObject, Compression, delete_object, get_object, put_object};
-use shardsink_e2e::daemon::{CapturedRun, run_to_exit};
+use shardsink_e2e::daemon::{CapturedRun, run_verify};
 use shardsink_e2e::producer::small_record_specs;
-use shardsink_e2e::{Archive, Daemon, Finish, Scenario, Versioning, require_env, scaled};
+use shardsink_e2e::{Archive, Daemon, Finish, Scenario, Versioning, require_env};
 
 /// Records per test: a few objects per shard with the small buffers below.
 const RECORDS: usize = 240;
-
-/// Variables `verify` needs to reach the local servers; `run_to_exit` points
-/// every endpoint at a closed port unless told otherwise.
-const PASSED_THROUGH: [&str; 7] = [
-    "AWS_ENDPOINT_URL",
-    "AWS_ENDPOINT_URL_S3",
-    "AWS_ENDPOINT_URL_KINESIS",
-    "AWS_ENDPOINT_URL_DYNAMODB",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_REGION",
-];
 
 /// A stream of two shards archived exactly once by one daemon run (SIGTERM
 /// at the end), several objects per shard.
@@ -69,27 +56,9 @@ async fn archived(env: &shardsink_e2e::TestEnv, name: &str) -> (Scenario, Archiv
 
 /// Runs `shardsink verify ARGS` against the local servers.
 async fn verify(args: &[&str]) -> CapturedRun {
-    let mut argv = vec!["verify"];
-    argv.extend_from_slice(args);
-    let passed: Vec<(&str, String)> = PASSED_THROUGH
-        .iter()
-        .filter_map(|name| {
-            std::env::var(name)
-                .ok()
-                .filter(|v| !v.is_empty())
-                .map(|v| (*name, v))
-        })
-        .collect();
-    let mut envs: Vec<(&str, &str)> = passed.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    envs.push(("SHARDSINK_S3_FORCE_PATH_STYLE", "true"));
-    let run = run_to_exit(&argv, &envs, scaled(Duration::from_secs(120)))
+    run_verify(args, &[("SHARDSINK_S3_FORCE_PATH_STYLE", "true")])
         .await
-        .unwrap();
-    println!(
-        "shardsink {argv:?} exited {}\n--- stdout ---\n{}--- stderr ---\n{}",
-        run.status, run.stdout, run.stderr
-    );
-    run
+        .unwrap()
 }
 
 fn exit_code(run: &CapturedRun) -> Option<i32> {

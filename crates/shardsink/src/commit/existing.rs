@@ -3,8 +3,10 @@
 //!
 //! - JSON Lines and raw bodies are streamed, decompressed and compared line
 //!   by line, so neither the object nor its decompressed copy is ever held
-//!   whole. Envelope lines that differ in bytes may still hold the same
-//!   records (an older shardsink may have encoded them differently).
+//!   whole. Envelope lines (and error objects' lines) that differ in bytes
+//!   may still hold the same records (an older shardsink may have encoded
+//!   them differently); `json` lines and raw payloads are compared byte for
+//!   byte.
 //! - Parquet files are compared row by row, whatever their row groups, page
 //!   compression or writer. A Parquet file is read from its footer, so the
 //!   object is held whole while it is compared: it is counted against the
@@ -20,18 +22,17 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use bytes::Bytes;
 use serde_json::Value;
 use tokio_util::io::SyncIoBridge;
 use tracing::warn;
 
-use bytes::Bytes;
-
-use super::body::{FORMAT_METADATA, ObjectBody, RECORDS_METADATA};
+use super::body::{ERRORS_FORMAT, FORMAT_METADATA, ObjectBody, RECORDS_METADATA};
 use crate::aws::{BoxError, ObjectStore, S3Error};
 use crate::config::CompressionCodec;
 use crate::output::compression;
-use crate::output::format::BodyShape;
 use crate::output::format::parquet::same_rows;
+use crate::output::format::{BodyShape, Format};
 use crate::shard::memory::{MemoryBudget, Reservation};
 
 /// Whether the existing object `key` holds the same records as `body`.
@@ -148,7 +149,7 @@ async fn compare_streamed(
 ) -> Result<Comparison, S3Error> {
     let stream = store.get_stream(key).await?.into_async_read();
     let expected = body.plain.clone();
-    let (codec, records_in_lines) = (body.kind.codec, body.kind.shape == BodyShape::JsonLines);
+    let (codec, records_in_lines) = (body.kind.codec, is_envelope_lines(body));
     let compared = tokio::task::spawn_blocking(move || {
         let source = TrackedRead::new(SyncIoBridge::new(stream));
         let read_failed = source.failed.clone();
@@ -173,6 +174,15 @@ async fn compare_streamed(
         }
         Err(join_error) => Err(retriable(Box::new(join_error))),
     }
+}
+
+/// Whether `body` is envelope lines (the `envelope` format, or an error
+/// object), whose records may be encoded in other bytes (an older
+/// shardsink's). A `json` line is the payload itself, compared as it is:
+/// its members may well be named `sequenceNumber` and `data`.
+fn is_envelope_lines(body: &ObjectBody) -> bool {
+    body.kind.shape == BodyShape::JsonLines
+        && (body.format == ERRORS_FORMAT || body.format == Format::Envelope.description())
 }
 
 /// Reading the existing object failed after its response began: retriable.

@@ -14,6 +14,9 @@
 //! row that recorded the batch is gone (a lost lease table). The shard task
 //! rebuilds exactly that batch when it reaches its first record, so its
 //! records land once, in the same two objects ([`Dedup::uncommitted_at`]).
+//! Only batches from the first record asked about on are ever reached, so
+//! that listing stops early as the main one does: a re-read bucket costs
+//! one LIST request a prefix when its newest page reaches that record.
 //!
 //! Once a batch is written with nothing excluded since the previous one, dedup
 //! turns off for the shard: a shard's batches are written in sequence order,
@@ -156,19 +159,22 @@ impl Dedup {
                 None => Vec::new(),
                 Some(error_layout) => {
                     let prefix = error_layout.shard_bucket_prefix(bucket, &self.shard_id);
-                    // Every error object of the bucket: none is below 0.
-                    let everything = SequenceNumber::from(0u64);
+                    // Only error objects whose first record is
+                    // `sequence_number` or later can mark an uncommitted
+                    // batch (below): they all end there or later, so the
+                    // listing stops early as the main one does.
                     let errors = Retry::new("dedup listing")
                         .metrics(&self.metrics)
                         .until(stop)
-                        .run(|| list_written(&self.store, &prefix, &everything))
+                        .run(|| list_written(&self.store, &prefix, sequence_number))
                         .await?;
                     self.metrics.dedup_list_requests.inc_by(errors.requests);
                     errors
                         .ranges
                         .into_iter()
                         // The main listing may stop before ranges below
-                        // `sequence_number`, which are never asked about.
+                        // `sequence_number`, which are never asked about;
+                        // so may this one.
                         .filter(|(_, range)| {
                             range.first() >= sequence_number
                                 && !listing.written.contains(range.first())
@@ -426,6 +432,104 @@ mod tests {
         assert!(!dedup.is_enabled(), "a clean batch turns it off");
         assert!(!is_written(&mut dedup, 15).await);
         assert_eq!(list.num_calls(), 1, "no listing once off");
+    }
+
+    /// After a restart the shard re-reads from its checkpoint, just past
+    /// the newest batches of an hour that holds 1,500 (two pages of keys
+    /// under the main prefix and two under the error prefix, every batch
+    /// with an error object). Dedup lists each prefix once and stops after
+    /// the newest page: two LIST requests for the bucket — and still finds
+    /// the uncommitted batch at the top. Asked about an older record, it
+    /// reads the second pages too.
+    #[tokio::test]
+    async fn an_hour_is_listed_in_two_requests_with_its_error_objects() {
+        use crate::config::{KeyStyle, TimeBucket};
+        use crate::fake_aws::{self, FakeBucket};
+
+        const BATCHES: u64 = 1_500;
+        let shard = "shardId-000000000000";
+        let layout = KeyLayout::new("p", KeyStyle::Plain, TimeBucket::Hour);
+        let error_layout = layout.with_prefix("p-errors");
+        let hour = layout.bucket_of(1_795_238_823_045);
+        let bucket = Arc::new(FakeBucket::default());
+        let batch = |i: u64| range(10 * i, 10 * i + 9);
+        {
+            let mut objects = bucket.objects.lock().unwrap();
+            let kind = BodyKind::lines(CompressionCodec::Zstd);
+            for i in 1..=BATCHES {
+                // The newest batch's main object was never written.
+                if i < BATCHES {
+                    objects.insert(
+                        layout.object_key(hour, shard, &batch(i), kind),
+                        Default::default(),
+                    );
+                }
+                objects.insert(
+                    error_layout.object_key(hour, shard, &batch(i), kind),
+                    Default::default(),
+                );
+            }
+        }
+        let clients = fake_aws::clients(Default::default(), bucket.clone(), Default::default());
+        let metrics = Arc::new(Metrics::new());
+        let mut dedup = Dedup::new(store(clients.s3), layout.clone(), shard, metrics.clone())
+            .with_error_layout(error_layout.clone());
+        let running = CancellationToken::new();
+        let main_prefix = layout.shard_bucket_prefix(hour, shard);
+        let error_prefix = error_layout.shard_bucket_prefix(hour, shard);
+
+        let restart_at = batch(BATCHES - 5).first().clone();
+        assert!(dedup.is_written(hour, &restart_at, &running).await.unwrap());
+        assert_eq!(
+            *bucket.lists.lock().unwrap(),
+            [main_prefix.clone(), error_prefix.clone()],
+            "one page of each prefix"
+        );
+        assert_eq!(metrics.dedup_list_requests.get(), 2);
+        assert!(
+            metrics
+                .encode()
+                .contains("shardsink_dedup_list_requests_total 2\n"),
+            "{}",
+            metrics.encode()
+        );
+        let newest = batch(BATCHES);
+        assert!(
+            !dedup
+                .is_written(hour, newest.first(), &running)
+                .await
+                .unwrap()
+        );
+        assert_eq!(
+            dedup
+                .uncommitted_at(newest.first())
+                .map(|batch| batch.range),
+            Some(newest.clone())
+        );
+        assert_eq!(dedup.uncommitted_at(&restart_at), None, "committed");
+        assert_eq!(bucket.lists.lock().unwrap().len(), 2, "listed once");
+
+        // From an older record, on the second pages.
+        dedup.enable();
+        bucket.lists.lock().unwrap().clear();
+        let older = batch(100).first().clone();
+        assert!(dedup.is_written(hour, &older, &running).await.unwrap());
+        assert_eq!(
+            *bucket.lists.lock().unwrap(),
+            [
+                main_prefix.clone(),
+                main_prefix,
+                error_prefix.clone(),
+                error_prefix
+            ]
+        );
+        assert_eq!(metrics.dedup_list_requests.get(), 6);
+        assert_eq!(
+            dedup
+                .uncommitted_at(newest.first())
+                .map(|batch| batch.range),
+            Some(newest)
+        );
     }
 
     #[test]

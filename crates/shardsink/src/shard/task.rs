@@ -601,6 +601,7 @@ fn s3_retry<'a>(
 
 #[cfg(test)]
 mod tests {
+    mod buckets;
     mod events;
     mod formats;
 
@@ -617,7 +618,9 @@ mod tests {
     use crate::ops::metrics::Metrics;
     use crate::output::Output;
     use crate::output::batch::BufferLimits;
+    use crate::output::compression::Compression;
     use crate::output::format::BodyKind;
+    use crate::output::format::Format;
     use crate::output::key::KeyLayout;
     use crate::output::key::object_name;
     use crate::shard::memory::MemoryBudget;
@@ -939,6 +942,23 @@ mod tests {
                 .and_then(|item| item.get("checkpoint"))
                 .and_then(|v| v.as_s().ok())
                 .is_some_and(|c| *c == seq(i))
+        }
+    }
+
+    /// `h` writing in `format` with `compression` under `layout`, errors
+    /// under `{prefix}-errors`.
+    fn writing(h: Harness, format: Format, compression: Compression, layout: KeyLayout) -> Harness {
+        let (errors, duplicates) = (
+            format!("{}-errors", layout.prefix()),
+            format!("{}-duplicates", layout.prefix()),
+        );
+        let output = Output::new(layout, errors, duplicates, format).with_compression(compression);
+        Harness {
+            ctx: Arc::new(ShardContext {
+                output,
+                ..clone_ctx(&h.ctx)
+            }),
+            ..h
         }
     }
 

@@ -1,9 +1,9 @@
 //! The audit: the checks in order, from a [`Plan`] to an [`Audit`].
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::args::Plan;
-use super::body::{Role, read_objects};
+use super::body::{EndsInErrors, Role, read_objects};
 use super::gap_markers::read_markers;
 use super::keys::{Classified, classify, list_keys, read_layout};
 use super::overlaps::overlaps;
@@ -55,8 +55,18 @@ pub(super) async fn audit(plan: &Plan, clients: &AwsClients, tty: bool) -> anyho
     let retention_gaps = read_markers(&store, gap_markers).await;
 
     let deep = if plan.deep {
-        let mut deep = read_objects(&store, &objects, Role::Main, tty).await;
-        let errors = read_objects(&store, &error_objects, Role::Errors, tty).await;
+        // Error objects first: a main object's end records may be rejected
+        // records, in its batch's error object.
+        let (errors, ends) =
+            read_objects(&store, &error_objects, Role::Errors, &HashMap::new(), tty).await;
+        let mut in_errors: EndsInErrors<'_> = HashMap::new();
+        for (error, ends) in error_objects.iter().zip(ends) {
+            let held = in_errors
+                .entry((error.shard_id.as_str(), &error.range))
+                .or_default();
+            *held = *held | ends;
+        }
+        let (mut deep, _) = read_objects(&store, &objects, Role::Main, &in_errors, tty).await;
         deep.error_records = errors.lines;
         deep.unreadable.extend(errors.unreadable);
         Some(deep)

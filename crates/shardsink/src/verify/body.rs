@@ -11,7 +11,7 @@ use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use chrono::DateTime;
 use futures::StreamExt as _;
-use sequence_range::SequenceNumber;
+use sequence_range::{SequenceNumber, SequenceRange};
 
 use super::keys::ArchivedKey;
 use super::progress::Phase;
@@ -57,10 +57,33 @@ struct BodyCheck {
     lines: u64,
     /// Distinct sequence numbers among them (Kinesis records).
     kinesis_records: u64,
+    /// Which of its key's end records it holds, when its records have
+    /// identities (`None`: an empty object, raw payloads, `json` lines
+    /// without metadata).
+    ends: Option<Ends>,
     /// The first problem found.
     first_problem: Option<String>,
     /// How many problems were found.
     problems: u64,
+}
+
+/// Which of its key's end records — the records of the key's first and
+/// last sequence numbers — an object holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Ends {
+    pub(super) first: bool,
+    pub(super) last: bool,
+}
+
+impl std::ops::BitOr for Ends {
+    type Output = Self;
+
+    fn bitor(self, other: Self) -> Self {
+        Self {
+            first: self.first || other.first,
+            last: self.last || other.last,
+        }
+    }
 }
 
 impl BodyCheck {
@@ -86,11 +109,10 @@ impl BodyCheck {
 /// found (at least one a record: a payload may hold the delimiter itself).
 fn check_object(
     object: &ArchivedKey,
-    role: Role,
     body: &[u8],
     metadata: &HashMap<String, String>,
 ) -> BodyCheck {
-    let mut check = check_body(object, role, body);
+    let mut check = check_body(object, body);
     let Some(stored) = metadata.get(RECORDS_METADATA) else {
         return check;
     };
@@ -146,7 +168,8 @@ fn check_object(
 /// Which objects are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Role {
-    /// A batch's main objects: every record of the range, or none.
+    /// A batch's main objects: every record of the range but those its
+    /// error object holds.
     Main,
     /// Error objects: some records of the range.
     Errors,
@@ -167,7 +190,7 @@ struct Row {
 /// Checks an object's body against its key (check 3 of the `verify` module
 /// documentation): JSON Lines (envelope lines, or `json` lines with their
 /// metadata member), Parquet rows; raw payloads are only decompressed.
-fn check_body(object: &ArchivedKey, role: Role, body: &[u8]) -> BodyCheck {
+fn check_body(object: &ArchivedKey, body: &[u8]) -> BodyCheck {
     let mut check = BodyCheck::default();
     let rows = match object.body.shape {
         BodyShape::Parquet => match row_identities(Bytes::copy_from_slice(body)) {
@@ -263,17 +286,33 @@ fn check_body(object: &ArchivedKey, role: Role, body: &[u8]) -> BodyCheck {
         check.lines = seen.len() as u64;
     }
     check.kinesis_records = records.len() as u64;
-    // A batch whose every record the format rejected has an empty main
-    // object (its records are in the error object); an error object holds
-    // only its batch's rejected records.
-    if with_identity && role == Role::Main {
-        for (end, name) in [(&first, "first"), (&last, "last")] {
-            if !records.contains(end.as_str()) {
-                check.problem(|| format!("no record has the key's {name} sequence number {end}"));
-            }
-        }
+    if with_identity {
+        check.ends = Some(Ends {
+            first: records.contains(first.as_str()),
+            last: records.contains(last.as_str()),
+        });
     }
     check
+}
+
+/// A main object whose records have identities must hold its key's first
+/// and last records, unless the batch's error object holds them
+/// (`in_errors`: the format rejected them). A batch whose every record was
+/// rejected has an empty main object, with no identities to check; an
+/// error object holds only its batch's rejected records.
+fn check_ends(check: &mut BodyCheck, object: &ArchivedKey, in_errors: Ends) {
+    let Some(ends) = check.ends else {
+        return;
+    };
+    let held = ends | in_errors;
+    for (held, end, name) in [
+        (held.first, object.range.first(), "first"),
+        (held.last, object.range.last(), "last"),
+    ] {
+        if !held {
+            check.problem(|| format!("no record has the key's {name} sequence number {end}"));
+        }
+    }
 }
 
 /// The rows of JSON Lines: envelope lines (checked field by field, data
@@ -374,13 +413,20 @@ pub(super) struct DeepSummary {
     pub(super) unreadable: Vec<Unreadable>,
 }
 
-/// `--deep`: fetches and checks every object, a few at a time.
+/// The end records error objects hold, by batch (shard and range).
+pub(super) type EndsInErrors<'a> = HashMap<(&'a str, &'a SequenceRange), Ends>;
+
+/// `--deep`: fetches and checks every object, a few at a time. Main
+/// objects' end records may be in their batch's error object
+/// (`in_errors`, from the error objects read first). Returns the summary
+/// and, per object, the end records it holds.
 pub(super) async fn read_objects(
     store: &ObjectStore,
     objects: &[ArchivedKey],
     role: Role,
+    in_errors: &EndsInErrors<'_>,
     tty: bool,
-) -> DeepSummary {
+) -> (DeepSummary, Vec<Ends>) {
     let total = objects.len() as u64;
     let phase = Phase::start(tty, Some(total), "reading objects");
     let done = AtomicU64::new(0);
@@ -388,11 +434,19 @@ pub(super) async fn read_objects(
         .map(|(index, object)| {
             let (phase, done) = (&phase, &done);
             async move {
+                let ends_in_errors = in_errors
+                    .get(&(object.shard_id.as_str(), &object.range))
+                    .copied()
+                    .unwrap_or_default();
                 let check = match get_object(store, &object.key).await {
                     Ok((body, metadata)) => {
                         let object = object.clone();
                         tokio::task::spawn_blocking(move || {
-                            check_object(&object, role, &body, &metadata)
+                            let mut check = check_object(&object, &body, &metadata);
+                            if role == Role::Main {
+                                check_ends(&mut check, &object, ends_in_errors);
+                            }
+                            check
                         })
                         .await
                         .unwrap_or_else(|err| {
@@ -411,7 +465,9 @@ pub(super) async fn read_objects(
         .await;
     checks.sort_by_key(|(index, _)| *index);
     let mut summary = DeepSummary::default();
+    let mut ends = Vec::with_capacity(checks.len());
     for (index, check) in checks {
+        ends.push(check.ends.unwrap_or_default());
         summary.lines += check.lines;
         summary.kinesis_records += check.kinesis_records;
         if let Some(reason) = check.first_problem {
@@ -427,7 +483,7 @@ pub(super) async fn read_objects(
         summary.lines,
         summary.unreadable.len()
     )));
-    summary
+    (summary, ends)
 }
 
 /// GetObject with retries of transient failures.
@@ -485,12 +541,16 @@ mod tests {
             Compression::Zstd(3),
         ] {
             let object = object_in(SHARD, MINUTE_MILLIS, 9, 12, compression.codec());
-            let check = check_body(&object, Role::Main, &compression.compress(&lines).unwrap());
+            let check = check_body(&object, &compression.compress(&lines).unwrap());
             assert_eq!(
                 check,
                 BodyCheck {
                     lines: 3,
                     kinesis_records: 3,
+                    ends: Some(Ends {
+                        first: true,
+                        last: true
+                    }),
                     first_problem: None,
                     problems: 0
                 },
@@ -504,7 +564,6 @@ mod tests {
         let object = object(7, 7);
         let check = check_body(
             &object,
-            Role::Main,
             &body(&[
                 line(SHARD, "7", Some(0), IN_MINUTE),
                 line(SHARD, "7", Some(1), IN_MINUTE),
@@ -532,57 +591,198 @@ mod tests {
         ]);
         let object = object(1, 2);
         assert_eq!(
-            check_object(&object, Role::Main, &lines, &stored("envelope", 2)).problems,
+            check_object(&object, &lines, &stored("envelope", 2)).problems,
             0
         );
         assert_eq!(
-            check_object(&object, Role::Main, &lines, &stored("envelope", 3))
+            check_object(&object, &lines, &stored("envelope", 3))
                 .first_problem
                 .as_deref(),
             Some("2 records, but x-amz-meta-shardsink-records says 3")
         );
-        assert_eq!(
-            check_object(&object, Role::Main, &lines, &HashMap::new()).problems,
-            0
-        );
+        assert_eq!(check_object(&object, &lines, &HashMap::new()).problems, 0);
     }
 
     #[test]
     fn raw_objects_are_checked_against_their_stored_count() {
         let mut raw = object(1, 2);
         raw.body = crate::output::format::BodyKind::raw(CompressionCodec::None);
-        let check = check_object(
-            &raw,
-            Role::Main,
-            b"a\x1eb\x1e",
-            &stored("raw;delimiter=1e", 2),
-        );
+        let check = check_object(&raw, b"a\x1eb\x1e", &stored("raw;delimiter=1e", 2));
         assert_eq!((check.lines, check.problems), (2, 0));
         for (body, records) in [(&b"a\x1eb"[..], 2), (b"a\x1e", 2), (b"", 1)] {
             assert_eq!(
-                check_object(&raw, Role::Main, body, &stored("raw;delimiter=1e", records)).problems,
+                check_object(&raw, body, &stored("raw;delimiter=1e", records)).problems,
                 1,
                 "{body:?}"
             );
         }
         // Without a delimiter only an empty object can hold no record.
         assert_eq!(
-            check_object(&raw, Role::Main, b"ab", &stored("raw;delimiter=", 2)).problems,
+            check_object(&raw, b"ab", &stored("raw;delimiter=", 2)).problems,
             0
         );
         assert_eq!(
-            check_object(&raw, Role::Main, b"ab", &stored("raw;delimiter=", 0)).problems,
+            check_object(&raw, b"ab", &stored("raw;delimiter=", 0)).problems,
             1
         );
+    }
+
+    /// `--deep` on Parquet objects, fetched from S3 with their metadata:
+    /// the daemon's files (without and with a schema) read clean row by
+    /// row; a row outside the key's range, a stored count the rows do not
+    /// match, and a body that is not Parquet are each reported.
+    #[tokio::test]
+    async fn parquet_objects_are_read_row_by_row() {
+        use std::sync::Arc;
+
+        use crate::fake_aws::{self, FakeBucket};
+        use crate::output::format::schema::ParquetSchema;
+        use crate::output::format::{BodyEncoder, BodyKind, MainBody};
+        use crate::output::key::KeyLayout;
+        use crate::read::record::ShardRecord;
+        use crate::verify::test_support::range;
+
+        let file = |format: &Format, payloads: &[(&str, &[u8])]| -> Bytes {
+            let mut encoder = BodyEncoder::new(SHARD, format);
+            for (i, (sequence_number, data)) in payloads.iter().enumerate() {
+                encoder.push(
+                    &ShardRecord {
+                        sequence_number: SequenceNumber::parse(sequence_number).unwrap(),
+                        arrival_millis: MINUTE_MILLIS + 1_000 * i as i64,
+                        partition_key: "pk".to_owned(),
+                        data: Bytes::copy_from_slice(data),
+                        user_records: None,
+                    },
+                    None,
+                );
+            }
+            let bodies = encoder.finish();
+            assert!(bodies.errors.is_empty());
+            let MainBody::Parquet(rows) = bodies.main else {
+                panic!("parquet rows")
+            };
+            Bytes::from(rows.finish(Compression::Zstd(3)).unwrap())
+        };
+        let plain = Format::Parquet { schema: None };
+        let schema = ParquetSchema::from_json(r#"[{"name": "n", "type": "int64"}]"#).unwrap();
+        let typed = Format::Parquet {
+            schema: Some(Arc::new(schema)),
+        };
+        let rows: [(&str, &[u8]); 3] = [("9", b"\x00"), ("10", b"\x01"), ("12", b"")];
+        let typed_rows: [(&str, &[u8]); 2] = [("20", br#"{"n":1}"#), ("21", br#"{"n":2}"#)];
+        let bucket = Arc::new(FakeBucket::default());
+        let put = |first: u64, last: u64, body: &Bytes, format: &Format, records: &str| {
+            let object_range = range(first, last);
+            let minute = crate::output::bucket::Bucket::minute(MINUTE_MILLIS);
+            let kind = BodyKind::PARQUET;
+            let key = KeyLayout::plain("p").object_key(minute, SHARD, &object_range, kind);
+            bucket
+                .objects
+                .lock()
+                .unwrap()
+                .insert(key.clone(), body.clone());
+            bucket.metadata.lock().unwrap().insert(
+                key.clone(),
+                [
+                    (FORMAT_METADATA.to_owned(), format.description()),
+                    (RECORDS_METADATA.to_owned(), records.to_owned()),
+                ]
+                .into(),
+            );
+            ArchivedKey {
+                key,
+                bucket: minute,
+                shard_id: SHARD.to_owned(),
+                range: object_range,
+                body: kind,
+            }
+        };
+        let written = file(&plain, &rows);
+        let objects = [
+            put(9, 12, &written, &plain, "3"),
+            put(20, 21, &file(&typed, &typed_rows), &typed, "2"),
+            put(9, 11, &written, &plain, "3"),
+            put(
+                30,
+                32,
+                &file(&plain, &[("30", b"a"), ("32", b"b")]),
+                &plain,
+                "3",
+            ),
+            put(40, 42, &written.slice(..written.len() - 8), &plain, "3"),
+        ];
+        let clients = fake_aws::clients(Default::default(), bucket, Default::default());
+        let store = ObjectStore::new(clients.s3, "bucket");
+
+        let (summary, _) = read_objects(&store, &objects, Role::Main, &HashMap::new(), false).await;
+        let found: Vec<(&str, &str)> = summary
+            .unreadable
+            .iter()
+            .map(|unreadable| (unreadable.key.as_str(), unreadable.reason.as_str()))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                (
+                    objects[2].key.as_str(),
+                    "row 3: sequenceNumber 12 is outside the key's range 9-11"
+                ),
+                (
+                    objects[3].key.as_str(),
+                    "2 records, but x-amz-meta-shardsink-records says 3"
+                ),
+                (
+                    objects[4].key.as_str(),
+                    found.get(2).map_or("", |(_, reason)| reason)
+                ),
+            ]
+        );
+        assert!(
+            found[2].1.starts_with("is not a readable Parquet file"),
+            "{}",
+            found[2].1
+        );
+        // Rows of the clean files, and of the two that read to their end.
+        assert_eq!(summary.lines, 3 + 2 + 3 + 2);
+        assert_eq!(summary.kinesis_records, 3 + 2 + 3 + 2);
+    }
+
+    /// A batch whose first and last records were rejected: its main
+    /// object holds neither, its error object both.
+    #[test]
+    fn end_records_may_be_in_the_error_object() {
+        let object = object(1, 3);
+        let middle = body(&[line(SHARD, "2", None, IN_MINUTE)]);
+        let checked = |in_errors: Ends| {
+            let mut check = check_body(&object, &middle);
+            check_ends(&mut check, &object, in_errors);
+            check
+        };
+        let both = Ends {
+            first: true,
+            last: true,
+        };
+        assert_eq!(checked(both).problems, 0);
+        let first_only = Ends {
+            first: true,
+            last: false,
+        };
+        assert_eq!(
+            checked(first_only).first_problem.as_deref(),
+            Some("no record has the key's last sequence number 3")
+        );
+        assert_eq!(checked(Ends::default()).problems, 2);
+        let errors = body(&[
+            line(SHARD, "1", None, IN_MINUTE),
+            line(SHARD, "3", None, IN_MINUTE),
+        ]);
+        assert_eq!(check_body(&object, &errors).ends, Some(both));
     }
 
     #[test]
     fn an_empty_object_holds_no_record() {
         // Every record of its batch went to the error prefix.
-        assert_eq!(
-            check_body(&object(1, 2), Role::Main, b""),
-            BodyCheck::default()
-        );
+        assert_eq!(check_body(&object(1, 2), b""), BodyCheck::default());
     }
 
     #[test]
@@ -592,26 +792,18 @@ mod tests {
                 "{{\"order\":1,\"m\":{{\"shardId\":\"{SHARD}\",\"sequenceNumber\":\"{seq}\",\"partitionKey\":\"k\",\"approximateArrivalTimestamp\":\"{IN_MINUTE}\"}}}}\n"
             )
         };
-        let check = check_body(
-            &object(1, 2),
-            Role::Main,
-            &body(&[metadata("1"), metadata("2")]),
-        );
+        let check = check_body(&object(1, 2), &body(&[metadata("1"), metadata("2")]));
         assert_eq!(
             (check.lines, check.kinesis_records, check.problems),
             (2, 2, 0)
         );
-        let check = check_body(
-            &object(1, 2),
-            Role::Main,
-            &body(&[metadata("1"), metadata("3")]),
-        );
+        let check = check_body(&object(1, 2), &body(&[metadata("1"), metadata("3")]));
         assert_eq!(
             check.first_problem.as_deref(),
             Some("line 2: sequenceNumber 3 is outside the key's range 1-2")
         );
         // Without metadata, lines are counted.
-        let check = check_body(&object(1, 2), Role::Main, b"{\"a\":1}\n{\"a\":2}\n");
+        let check = check_body(&object(1, 2), b"{\"a\":1}\n{\"a\":2}\n");
         assert_eq!(
             (check.lines, check.kinesis_records, check.problems),
             (2, 0, 0)
@@ -689,7 +881,8 @@ mod tests {
             ),
         ];
         for (object, body, expected) in cases {
-            let check = check_body(&object, Role::Main, &body);
+            let mut check = check_body(&object, &body);
+            check_ends(&mut check, &object, Ends::default());
             let problem = check.first_problem.unwrap_or_default();
             assert!(
                 problem.starts_with(expected),

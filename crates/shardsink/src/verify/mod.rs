@@ -30,9 +30,11 @@
 //!    `data` in base64) or a `json` line not a JSON object, a record's
 //!    `shardId` is not the key's, its `sequenceNumber` is outside the key's
 //!    range, its arrival time is outside the key's minute or hour, a
-//!    (`sequenceNumber`, `subSequenceNumber`) pair repeats, no record carries
-//!    the key's `first` or `last` (unless the object holds none: every record
-//!    of its batch was rejected to the error prefix), or the count stored
+//!    (`sequenceNumber`, `subSequenceNumber`) pair repeats, neither the
+//!    object nor its batch's error object holds the key's `first` or `last`
+//!    record (a rejected record is in the error object; an object that holds
+//!    no record — every record of its batch rejected — is not checked for
+//!    them), or the count stored
 //!    with the object (`x-amz-meta-shardsink-records`) differs from the
 //!    records found (raw payloads: from the delimiters found). `json` lines
 //!    without a metadata member and raw payloads are counted, with no

@@ -12,8 +12,7 @@
 //! timestamp's `yyyy-MM-ddTHH:mm:` once per minute, and base64 goes directly
 //! into the buffer, so a record costs about what `serde_json` alone would.
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
 use chrono::{DateTime, Datelike, Timelike};
 
 use crate::output::view::UserRecordView;
@@ -142,8 +141,32 @@ fn push_data(out: &mut Vec<u8>, data: &[u8]) {
         0,
     );
     // The buffer was sized with the engine's own length formula.
-    let written = STANDARD.encode_slice(data, &mut out[start..]).unwrap_or(0);
+    let written = base64_engine()
+        .encode_slice(data, &mut out[start..])
+        .unwrap_or(0);
     out.truncate(start + written);
+}
+
+/// Standard base64 with padding — the bytes of
+/// `base64::engine::general_purpose::STANDARD` — encoded with AVX2 or NEON
+/// when the CPU has them (detected once). Base64 is most of an envelope
+/// line's cost: the vector engine takes a 1 KiB payload several times
+/// faster than the scalar one.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn base64_engine() -> &'static impl Engine {
+    use std::sync::LazyLock;
+
+    use base64::engine::Simd;
+    use base64::engine::general_purpose::PAD;
+
+    static SIMD: LazyLock<Simd> = LazyLock::new(|| Simd::standard(PAD));
+    &*SIMD
+}
+
+/// Standard base64 with padding (no vector engine for this target).
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn base64_engine() -> &'static impl Engine {
+    &base64::engine::general_purpose::STANDARD
 }
 
 /// `yyyy-MM-ddTHH:mm:` of a minute since the epoch.
@@ -198,6 +221,7 @@ fn push_seconds_millis(out: &mut Vec<u8>, millis_in_minute: i64) {
 
 #[cfg(test)]
 mod tests {
+    use base64::engine::general_purpose::STANDARD;
     use bytes::Bytes;
     use proptest::prelude::*;
     use serde_json::Value;
@@ -334,6 +358,16 @@ mod tests {
             let ts = chrono::DateTime::parse_from_rfc3339(value["approximateArrivalTimestamp"].as_str().unwrap()).unwrap();
             prop_assert_eq!(ts.timestamp_millis(), millis);
             prop_assert_eq!(value.get("subSequenceNumber").and_then(Value::as_u64), sub);
+        }
+
+        /// The vector engine writes exactly the scalar engine's bytes, for
+        /// every length (whole vector blocks, and the scalar tail).
+        #[test]
+        fn base64_is_the_standard_encoding(data in prop::collection::vec(any::<u8>(), 0..3_000)) {
+            let mut out = b"x".to_vec();
+            push_data(&mut out, &data);
+            let expected = format!(r#"x","data":"{}"#, STANDARD.encode(&data));
+            prop_assert_eq!(String::from_utf8(out).unwrap(), expected);
         }
     }
 }

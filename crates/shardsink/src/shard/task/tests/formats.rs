@@ -1,34 +1,29 @@
 //! The shard task with each output format: what reaches S3, the error
 //! prefix, and replays across a change of format.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use sequence_range::SequenceNumber;
 use shard_lease::{Checkpoint, PendingBatch};
 
-use super::{Harness, PAST, SHARD, clone_ctx, harness, seq};
+use super::{Harness, PAST, SHARD, harness, seq, writing};
 use crate::config::CompressionCodec;
-use crate::output::Output;
 use crate::output::compression::{Compression, decompress};
 use crate::output::format::parquet::row_identities;
-use crate::output::format::{BodyKind, Format};
+use crate::output::format::{Bodies, BodyEncoder, BodyKind, Format, MainBody};
 use crate::output::key::KeyLayout;
-use crate::shard::context::ShardContext;
+use crate::read::record::ShardRecord;
+use crate::shard::context::ShardExit;
 use crate::shard::error::ShardError;
 
 /// A harness whose batches are written in `format`, uncompressed.
 fn with_format(format: Format) -> Harness {
-    let h = harness(1_000);
-    let output = Output::new(KeyLayout::plain("p"), "p-errors", "p-duplicates", format)
-        .with_compression(Compression::None);
-    Harness {
-        ctx: Arc::new(ShardContext {
-            output,
-            ..clone_ctx(&h.ctx)
-        }),
-        ..h
-    }
+    with_output(format, Compression::None)
+}
+
+/// A harness whose batches are written in `format` with `compression`,
+/// under plain keys per minute.
+fn with_output(format: Format, compression: Compression) -> Harness {
+    writing(harness(1_000), format, compression, KeyLayout::plain("p"))
 }
 
 fn json() -> Format {
@@ -324,22 +319,30 @@ async fn a_replay_after_a_change_of_format_leaves_rejected_records_where_they_ar
     );
 }
 
-/// The encoded error lines `json()` writes for `records` of the shard.
-fn error_lines(records: &[(u64, &'static [u8])]) -> Bytes {
-    let mut encoder = crate::output::format::BodyEncoder::new(SHARD, &json());
-    for (i, data) in records {
-        encoder.push(
-            &crate::read::record::ShardRecord {
-                sequence_number: SequenceNumber::parse(&seq(*i)).unwrap(),
-                arrival_millis: PAST + 1_000 * *i as i64,
-                partition_key: format!("pk-{}", seq(*i)),
-                data: Bytes::from_static(data),
-                user_records: None,
-            },
-            None,
-        );
+/// The shard's record `i` with payload `data`, as the fake shard serves
+/// it.
+fn record(i: u64, data: &[u8]) -> ShardRecord {
+    ShardRecord {
+        sequence_number: SequenceNumber::parse(&seq(i)).unwrap(),
+        arrival_millis: PAST + 1_000 * i as i64,
+        partition_key: format!("pk-{}", seq(i)),
+        data: Bytes::copy_from_slice(data),
+        user_records: None,
     }
-    Bytes::from(encoder.finish().errors)
+}
+
+/// The bodies `format` encodes `records` (number, payload) into.
+fn encode(format: &Format, records: &[(u64, &[u8])]) -> Bodies {
+    let mut encoder = BodyEncoder::new(SHARD, format);
+    for (i, data) in records {
+        encoder.push(&record(*i, data), None);
+    }
+    encoder.finish()
+}
+
+/// The encoded error lines `json()` writes for `records` of the shard.
+fn error_lines(records: &[(u64, &[u8])]) -> Bytes {
+    Bytes::from(encode(&json(), records).errors)
 }
 
 /// A batch's error object is in S3 but not its main object, and the lease
@@ -387,4 +390,254 @@ async fn an_uncommitted_batch_is_rebuilt_into_the_same_objects() {
     let mut expected = vec![main, next, errors, key("p-errors", 4, 5, lines)];
     expected.sort();
     assert_eq!(keys, expected, "one error object per batch, nothing else");
+}
+
+/// What became of a batch whose key was already taken.
+struct Met {
+    h: Harness,
+    /// The batch's key.
+    key: String,
+    /// What was at the key before the task wrote.
+    existing: Bytes,
+    exit: Result<ShardExit, ShardError>,
+}
+
+impl Met {
+    /// The task took the object for its batch: left it as it was,
+    /// counted the batch as already present, and checkpointed it.
+    async fn assert_accepted(&self) {
+        assert!(
+            matches!(self.exit, Ok(ShardExit::Shutdown)),
+            "{:?}",
+            self.exit
+        );
+        self.assert_untouched();
+        assert_eq!(
+            self.h
+                .ctx
+                .metrics
+                .batches(crate::ops::metrics::Outcome::already_present),
+            1
+        );
+        assert_eq!(
+            self.h.row().await.checkpoint,
+            Checkpoint::SequenceNumber(SequenceNumber::parse(&seq(3)).unwrap())
+        );
+    }
+
+    /// The task stopped on the object: left it as it was, and neither
+    /// checkpointed the batch nor dropped it from the lease row.
+    async fn assert_conflict(&self) {
+        assert!(
+            matches!(&self.exit, Err(ShardError::ObjectConflict { key, .. }) if *key == self.key),
+            "{:?}",
+            self.exit
+        );
+        self.assert_untouched();
+        let row = self.h.row().await;
+        assert_eq!(row.checkpoint, Checkpoint::TrimHorizon);
+        assert_eq!(
+            row.pending_batch.map(|pending| pending.key),
+            Some(self.key.clone())
+        );
+    }
+
+    fn assert_untouched(&self) {
+        assert_eq!(
+            object(&self.h, &self.key),
+            Some(self.existing.clone()),
+            "never overwritten"
+        );
+        let attempts = self.h.bucket.put_attempts.lock().unwrap().clone();
+        assert_eq!(
+            attempts,
+            std::slice::from_ref(&self.key),
+            "one PUT, answered 412"
+        );
+    }
+}
+
+/// Runs the shard task in `format` with `compression` over records 1 to 3
+/// (`payloads`), one batch. `existing` lands at the batch's key, with the
+/// metadata the task writes (this format, three records), just before the
+/// task's PUT — after dedup listed the bucket — so the PUT meets 412 and
+/// only the comparison of `existing` with the batch decides.
+async fn meet_existing(
+    format: Format,
+    compression: Compression,
+    payloads: [&[u8]; 3],
+    existing: Bytes,
+) -> Met {
+    let h = with_output(format.clone(), compression);
+    for (i, data) in (1..).zip(payloads) {
+        h.shard.push(&seq(i), PAST + 1_000 * i as i64, data);
+    }
+    let key = key("p", 1, 3, format.body_kind(compression.codec()));
+    let metadata: std::collections::HashMap<String, String> = [
+        ("shardsink-format".to_owned(), format.description()),
+        ("shardsink-records".to_owned(), "3".to_owned()),
+    ]
+    .into();
+    let (bucket, at, body) = (h.bucket.clone(), key.clone(), existing.clone());
+    *h.bucket.on_put.lock().unwrap() = Some(Box::new(move |put: &str, creates: bool| {
+        if put == at && creates {
+            bucket
+                .objects
+                .lock()
+                .unwrap()
+                .insert(at.clone(), body.clone());
+            bucket
+                .metadata
+                .lock()
+                .unwrap()
+                .insert(at.clone(), metadata.clone());
+        }
+    }));
+    let lease = h.lease(Checkpoint::TrimHorizon, None).await;
+    let exit = h.run_until(lease, |h| h.row_checkpoint_is(3)).await;
+    Met {
+        h,
+        key,
+        existing,
+        exit,
+    }
+}
+
+/// `payloads` as records 1 to 3, with their numbers.
+fn numbered(payloads: [&[u8]; 3]) -> [(u64, &[u8]); 3] {
+    [(1, payloads[0]), (2, payloads[1]), (3, payloads[2])]
+}
+
+/// The main body `format` writes for records 1 to 3 (`payloads`),
+/// compressed with `compression` — for Parquet, pages compressed with it.
+fn main_body(format: &Format, payloads: [&[u8]; 3], compression: Compression) -> Bytes {
+    let bodies = encode(format, &numbered(payloads));
+    assert!(bodies.errors.is_empty(), "every record fits the format");
+    Bytes::from(match bodies.main {
+        MainBody::Bytes(plain) => compression.compress(&plain).unwrap(),
+        MainBody::Parquet(rows) => rows.finish(compression).unwrap(),
+    })
+}
+
+/// Payloads of a few hundred bytes, so that compression levels differ.
+fn long_payload(n: u32, text: &str) -> Vec<u8> {
+    format!(
+        r#"{{"sequenceNumber":"{n}","data":"{text}","note":"{}"}}"#,
+        "all work and no play ".repeat(12)
+    )
+    .into_bytes()
+}
+
+fn long_payloads() -> [Vec<u8>; 3] {
+    [
+        long_payload(1, "a"),
+        long_payload(2, "b"),
+        long_payload(3, "c"),
+    ]
+}
+
+/// The batch's lines or payloads, compressed at another level than the
+/// task's (`ours`): other bytes, the same records — taken for the batch.
+async fn assert_recompressed_is_the_batch(format: Format, ours: Compression, theirs: Compression) {
+    let [a, b, c] = long_payloads();
+    let payloads: [&[u8]; 3] = [&a, &b, &c];
+    let existing = main_body(&format, payloads, theirs);
+    assert_ne!(existing, main_body(&format, payloads, ours), "other bytes");
+    meet_existing(format, ours, payloads, existing)
+        .await
+        .assert_accepted()
+        .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn json_the_same_lines_compressed_otherwise_are_the_batch() {
+    assert_recompressed_is_the_batch(json(), Compression::Zstd(3), Compression::Zstd(19)).await;
+}
+
+/// The payloads hold members named `sequenceNumber` and `data`, as
+/// envelope lines do: a `json` line is compared as it is, never taken for
+/// an envelope record with those members.
+#[tokio::test(start_paused = true)]
+async fn json_other_payloads_are_a_conflict() {
+    let [a, b, c] = long_payloads();
+    let payloads: [&[u8]; 3] = [&a, &b, &c];
+    let other = String::from_utf8(b.clone())
+        .unwrap()
+        .replace("all work", "some work");
+    let existing = main_body(&json(), [&a, other.as_bytes(), &c], Compression::Zstd(3));
+    meet_existing(json(), Compression::Zstd(3), payloads, existing)
+        .await
+        .assert_conflict()
+        .await;
+}
+
+fn raw() -> Format {
+    Format::Raw {
+        delimiter: b"\x1e".to_vec(),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn raw_the_same_payloads_compressed_otherwise_are_the_batch() {
+    assert_recompressed_is_the_batch(raw(), Compression::Gzip(6), Compression::Gzip(1)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn raw_other_payloads_are_a_conflict() {
+    let payloads: [&[u8]; 3] = [b"p1", b"p2", b"p3"];
+    let existing = main_body(&raw(), [b"p1", b"p2", b"p4"], Compression::Gzip(6));
+    meet_existing(raw(), Compression::Gzip(6), payloads, existing)
+        .await
+        .assert_conflict()
+        .await;
+}
+
+/// `file`'s rows written again with gzip pages and one row per row group.
+fn rewritten(file: Bytes) -> Bytes {
+    use parquet::arrow::ArrowWriter;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use parquet::basic::{Compression as PageCompression, GzipLevel};
+    use parquet::file::properties::WriterProperties;
+
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
+    let properties = WriterProperties::builder()
+        .set_compression(PageCompression::GZIP(GzipLevel::default()))
+        .set_max_row_group_row_count(Some(1))
+        .build();
+    let mut writer =
+        ArrowWriter::try_new(Vec::new(), reader.schema().clone(), Some(properties)).unwrap();
+    for batch in reader.build().unwrap() {
+        writer.write(&batch.unwrap()).unwrap();
+    }
+    Bytes::from(writer.into_inner().unwrap())
+}
+
+fn parquet() -> Format {
+    Format::Parquet { schema: None }
+}
+
+#[tokio::test(start_paused = true)]
+async fn parquet_the_same_rows_in_other_row_groups_and_pages_are_the_batch() {
+    let payloads: [&[u8]; 3] = [b"\x00one", b"\x01two", b"\x02three"];
+    let ours = main_body(&parquet(), payloads, Compression::Zstd(3));
+    let existing = rewritten(ours.clone());
+    assert_ne!(existing, ours, "other bytes");
+    meet_existing(parquet(), Compression::Zstd(3), payloads, existing)
+        .await
+        .assert_accepted()
+        .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn parquet_other_rows_are_a_conflict() {
+    let payloads: [&[u8]; 3] = [b"\x00one", b"\x01two", b"\x02three"];
+    let existing = main_body(
+        &parquet(),
+        [b"\x00one", b"\x01TWO", b"\x02three"],
+        Compression::Zstd(3),
+    );
+    meet_existing(parquet(), Compression::Zstd(3), payloads, existing)
+        .await
+        .assert_conflict()
+        .await;
 }
