@@ -296,6 +296,27 @@ impl ObjectStore {
         Ok((length, output.body))
     }
 
+    /// The whole body of `key` and its user metadata, or `None` when there
+    /// is no such object ([GetObject] answering 404 `NoSuchKey`).
+    ///
+    /// [GetObject]: https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetObject.html
+    ///
+    /// # Errors
+    /// [`S3Error`] for any other failure.
+    pub async fn get_if_exists_with_metadata(
+        &self,
+        key: &str,
+    ) -> Result<Option<(Bytes, HashMap<String, String>)>, S3Error> {
+        match self.get_object(key).await {
+            Ok(output) => {
+                let metadata = output.metadata.clone().unwrap_or_default();
+                Ok(Some((self.collect(key, output.body).await?, metadata)))
+            }
+            Err(err) if is_missing_object(&err) => Ok(None),
+            Err(err) => Err(self.error("GetObject", key, err)),
+        }
+    }
+
     /// The body of `key` as a stream ([GetObject]): read it a buffer at a
     /// time instead of holding the whole object.
     ///

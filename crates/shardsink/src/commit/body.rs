@@ -30,6 +30,12 @@ pub const DUPLICATES_FORMAT: &str = "duplicates";
 /// object as the error object was written for.
 pub const MAIN_FORMAT_METADATA: &str = "shardsink-main-format";
 
+/// User metadata name of decisions objects
+/// (`x-amz-meta-shardsink-main-extension`): their batch's main key
+/// extension (shape and codec), so that an uncommitted batch found by its
+/// decisions object is rebuilt under the main key it was meant for.
+pub const MAIN_EXTENSION_METADATA: &str = "shardsink-main-extension";
+
 /// One object body, ready to PUT.
 #[derive(Debug, Clone)]
 pub struct ObjectBody {
@@ -47,6 +53,8 @@ pub struct ObjectBody {
     /// [`MAIN_FORMAT_METADATA`], for an error, duplicates or decisions
     /// object.
     pub main_format: Option<String>,
+    /// [`MAIN_EXTENSION_METADATA`], for a decisions object.
+    pub main_extension: Option<&'static str>,
     /// The budget a check of an object already at the key counts what it
     /// holds of that object against (see [`with_budget`](Self::with_budget));
     /// `None` until set.
@@ -62,6 +70,9 @@ impl ObjectBody {
         ];
         if let Some(main) = &self.main_format {
             metadata.push((MAIN_FORMAT_METADATA, main.clone()));
+        }
+        if let Some(extension) = self.main_extension {
+            metadata.push((MAIN_EXTENSION_METADATA, extension.to_owned()));
         }
         metadata
     }
@@ -194,6 +205,7 @@ pub fn encode(
         records: bodies.main_records,
         format: format.description(),
         main_format: None,
+        main_extension: None,
         budget: None,
     };
     let side = |lines: Vec<u8>, records: usize, format: &str| -> std::io::Result<ObjectBody> {
@@ -206,6 +218,7 @@ pub fn encode(
             records,
             format: format.to_owned(),
             main_format: Some(main.format.clone()),
+            main_extension: None,
             budget: None,
         })
     };
@@ -233,6 +246,7 @@ pub fn encode(
                 records: user_records,
                 format: events.unwrap_or_default().to_owned(),
                 main_format: Some(main.format.clone()),
+                main_extension: Some(kind.extension()),
                 budget: None,
             })
         }

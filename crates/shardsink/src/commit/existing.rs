@@ -374,6 +374,7 @@ mod tests {
             records: 51,
             format: "parquet".to_owned(),
             main_format: None,
+            main_extension: None,
             budget: None,
         }
         .with_budget(&budget);

@@ -15,6 +15,7 @@
 //! the lease next replays exactly that batch — same key, same bytes — before
 //! anything else ([`BatchWriter::replay`]).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,7 +36,7 @@ use crate::output::batch::{Batch, FlushReason};
 use crate::output::compression::Compression;
 use crate::output::format::{BodyKind, Format};
 use crate::output::key::parse_object_name;
-use crate::shard::dedup::Uncommitted;
+use crate::shard::dedup::{Side, Uncommitted};
 use crate::shard::error::ShardError;
 use crate::shard::replay::{ReplayDecisions, recorded_kind};
 
@@ -282,13 +283,25 @@ impl BatchWriter {
         &self,
         key: &str,
     ) -> Result<Option<Vec<RecordedDecision>>, ShardError> {
-        let body = Retry::new("GetObject")
+        Ok(self
+            .read_decisions_with_metadata(key)
+            .await?
+            .map(|(recorded, _)| recorded))
+    }
+
+    /// [`read_decisions`](Self::read_decisions), with the object's user
+    /// metadata.
+    async fn read_decisions_with_metadata(
+        &self,
+        key: &str,
+    ) -> Result<Option<(Vec<RecordedDecision>, HashMap<String, String>)>, ShardError> {
+        let found = Retry::new("GetObject")
             .metrics(&self.metrics)
             .until(self.lease.lost())
-            .run(|| self.store.get_if_exists(key))
+            .run(|| self.store.get_if_exists_with_metadata(key))
             .await
             .map_err(|stopped| ShardError::from_s3_stop(self.shard_id(), stopped))?;
-        let Some(body) = body else {
+        let Some((body, metadata)) = found else {
             return Ok(None);
         };
         let corrupt = |message: String| {
@@ -302,7 +315,7 @@ impl BatchWriter {
             crate::output::compression::decompress(body::DECISIONS_COMPRESSION.codec(), &body)
                 .map_err(|err| corrupt(err.to_string()))?;
         decisions::parse(self.shard_id(), &plain)
-            .map(Some)
+            .map(|recorded| Some((recorded, metadata)))
             .map_err(corrupt)
     }
 
@@ -324,23 +337,29 @@ impl BatchWriter {
             .await
     }
 
-    /// The pending batch and format of an uncommitted batch found in S3:
-    /// its main key is the one its error object was written beside (same
-    /// time path, shard and range; the body kind of the main format the
-    /// error object records, at the error key's codec).
+    /// The pending batch and plan of an uncommitted batch found in S3: its
+    /// main key is the one its error or decisions object was written beside
+    /// (same time path, shard and range; the body kind of the main format
+    /// that object records — for an error object at its own codec, for a
+    /// decisions object the main extension it records). A decisions object's
+    /// decisions are adopted.
     ///
     /// # Errors
-    /// [`ShardError`] when the lease is lost while HeadObject is retried.
+    /// [`ShardError`] when the lease is lost while S3 is retried, or when a
+    /// decisions object does not parse.
     pub async fn uncommitted_batch(
         &self,
         batch: &Uncommitted,
-    ) -> Result<(PendingBatch, Format), ShardError> {
-        let error_codec = parse_object_name(batch.error_key.rsplit('/').next().unwrap_or_default())
-            .map_or(self.output.compression.codec(), |name| name.body.codec);
-        let metadata = self.head_metadata(&batch.error_key).await?;
-        let written_for = metadata
-            .as_ref()
-            .and_then(|metadata| metadata.get(body::MAIN_FORMAT_METADATA));
+    ) -> Result<(PendingBatch, ReplayPlan), ShardError> {
+        let (metadata, recorded) = match batch.side {
+            Side::Errors => (self.head_metadata(&batch.key).await?, Vec::new()),
+            Side::Decisions => match self.read_decisions_with_metadata(&batch.key).await? {
+                Some((recorded, metadata)) => (Some(metadata), recorded),
+                None => (None, Vec::new()),
+            },
+        };
+        let metadata = metadata.unwrap_or_default();
+        let written_for = metadata.get(body::MAIN_FORMAT_METADATA);
         let shape = written_for
             .and_then(|text| Format::shape_of_description(text))
             .unwrap_or_else(|| self.output.format.shape());
@@ -349,7 +368,18 @@ impl BatchWriter {
         let format = written_for
             .and_then(|text| Format::from_description(text))
             .unwrap_or_else(|| self.output.format.for_shape(shape));
-        let kind = format.body_kind(error_codec);
+        let kind = match batch.side {
+            Side::Errors => {
+                let codec = parse_object_name(batch.key.rsplit('/').next().unwrap_or_default())
+                    .map_or(self.output.compression.codec(), |name| name.body.codec);
+                format.body_kind(codec)
+            }
+            Side::Decisions => metadata
+                .get(body::MAIN_EXTENSION_METADATA)
+                .and_then(|extension| BodyKind::from_extension(extension))
+                .filter(|kind| kind.shape == format.shape())
+                .unwrap_or_else(|| format.body_kind(self.output.compression.codec())),
+        };
         let pending = PendingBatch {
             key: self
                 .output
@@ -358,7 +388,18 @@ impl BatchWriter {
             first: batch.range.first().clone(),
             last: batch.range.last().clone(),
         };
-        Ok((pending, format))
+        let decisions = match recorded.is_empty() {
+            true => ReplayDecisions::None,
+            false => ReplayDecisions::adopted(&recorded),
+        };
+        Ok((
+            pending,
+            ReplayPlan {
+                format,
+                decisions,
+                recorded,
+            },
+        ))
     }
 
     /// Writes an uncommitted batch found in S3, rebuilt: records it in the

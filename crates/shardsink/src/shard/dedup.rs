@@ -8,12 +8,14 @@
 //! the newest-first key order only lets the listing stop early.
 //!
 //! When the format can reject records, the shard's prefix of the same
-//! bucket under the error prefix is listed too: an error object whose
-//! batch's first record is not in the main listing is *uncommitted* — its
-//! main object (the batch's commit marker) was never written, and the lease
-//! row that recorded the batch is gone (a lost lease table). The shard task
-//! rebuilds exactly that batch when it reaches its first record, so its
-//! records land once, in the same two objects ([`Dedup::uncommitted_at`]).
+//! bucket under the error prefix is listed too, and with event
+//! deduplication its decisions objects' prefix: an error or decisions
+//! object whose batch's first record is not in the main listing is
+//! *uncommitted* — its main object (the batch's commit marker) was never
+//! written, and the lease row that recorded the batch is gone (a lost lease
+//! table). The shard task rebuilds exactly that batch when it reaches its
+//! first record — from its decisions object when there is one — so its
+//! records land once, in the same objects ([`Dedup::uncommitted_at`]).
 //! Only batches from the first record asked about on are ever reached, so
 //! that listing stops early as the main one does: a re-read bucket costs
 //! one LIST request a prefix when its newest page reaches that record.
@@ -32,17 +34,21 @@ use tracing::{debug, warn};
 
 use crate::aws::retry::{Retry, Stopped};
 use crate::aws::{ObjectStore, S3Error};
+use crate::events::decisions::parse_decisions_name;
 use crate::ops::metrics::Metrics;
 use crate::output::bucket::Bucket;
-use crate::output::key::{KeyLayout, parse_object_name};
+use crate::output::key::{KeyLayout, KeyParseError, parse_object_name};
 
 /// Dedup state of one shard, with what it needs to list the shard's objects.
 #[derive(Debug)]
 pub struct Dedup {
     store: ObjectStore,
     layout: KeyLayout,
-    /// The error prefix's layout, when the format can reject records.
-    error_layout: Option<KeyLayout>,
+    /// The layouts of the objects a batch writes before its main object
+    /// that are listed for uncommitted batches: the error prefix's, when the
+    /// format can reject records, and the decisions objects', with event
+    /// deduplication.
+    side_layouts: Vec<(Side, KeyLayout)>,
     shard_id: String,
     metrics: Arc<Metrics>,
     enabled: bool,
@@ -53,15 +59,29 @@ pub struct Dedup {
     excluded_since_write: bool,
 }
 
-/// A batch whose error object is in S3 and whose main object is not.
+/// A batch whose error object or decisions object is in S3 and whose main
+/// object is not.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Uncommitted {
-    /// The error object's key.
-    pub error_key: String,
+    /// Which of the batch's objects was found.
+    pub side: Side,
+    /// That object's key.
+    pub key: String,
     /// The batch's time bucket.
     pub bucket: Bucket,
     /// The batch's range.
     pub range: SequenceRange,
+}
+
+/// An object a batch writes before its main object, which marks the batch
+/// uncommitted when the main object is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Side {
+    /// Its decisions object (event deduplication), written first: it says
+    /// where each record goes.
+    Decisions,
+    /// Its error object.
+    Errors,
 }
 
 /// What a listing found.
@@ -89,7 +109,7 @@ impl Dedup {
         Self {
             store,
             layout,
-            error_layout: None,
+            side_layouts: Vec::new(),
             shard_id: shard_id.into(),
             metrics,
             enabled: true,
@@ -101,7 +121,14 @@ impl Dedup {
     /// Also lists the shard's error objects under `error_layout`, to find
     /// uncommitted batches.
     pub fn with_error_layout(mut self, error_layout: KeyLayout) -> Self {
-        self.error_layout = Some(error_layout);
+        self.side_layouts.push((Side::Errors, error_layout));
+        self
+    }
+
+    /// Also lists the shard's decisions objects under `decisions_layout`,
+    /// to find uncommitted batches (with event deduplication).
+    pub fn with_decisions_layout(mut self, decisions_layout: KeyLayout) -> Self {
+        self.side_layouts.push((Side::Decisions, decisions_layout));
         self
     }
 
@@ -155,43 +182,54 @@ impl Dedup {
                 requests = listing.requests,
                 "dedup listed bucket"
             );
-            let uncommitted = match &self.error_layout {
-                None => Vec::new(),
-                Some(error_layout) => {
-                    let prefix = error_layout.shard_bucket_prefix(bucket, &self.shard_id);
-                    // Only error objects whose first record is
-                    // `sequence_number` or later can mark an uncommitted
-                    // batch (below): they all end there or later, so the
-                    // listing stops early as the main one does.
-                    let errors = Retry::new("dedup listing")
-                        .metrics(&self.metrics)
-                        .until(stop)
-                        .run(|| list_written(&self.store, &prefix, sequence_number))
-                        .await?;
-                    self.metrics.dedup_list_requests.inc_by(errors.requests);
-                    errors
+            let mut uncommitted: Vec<Uncommitted> = Vec::new();
+            for (side, layout) in &self.side_layouts {
+                let prefix = layout.shard_bucket_prefix(bucket, &self.shard_id);
+                // Only objects whose batch's first record is
+                // `sequence_number` or later can mark an uncommitted batch
+                // (below): they all end there or later, so the listing stops
+                // early as the main one does.
+                let parse = side.name_parser();
+                let found = Retry::new("dedup listing")
+                    .metrics(&self.metrics)
+                    .until(stop)
+                    .run(|| list_ranges(&self.store, &prefix, sequence_number, parse))
+                    .await?;
+                self.metrics.dedup_list_requests.inc_by(found.requests);
+                uncommitted.extend(
+                    found
                         .ranges
                         .into_iter()
                         // The main listing may stop before ranges below
-                        // `sequence_number`, which are never asked about;
-                        // so may this one.
+                        // `sequence_number`, which are never asked about; so
+                        // may this one.
                         .filter(|(_, range)| {
                             range.first() >= sequence_number
                                 && !listing.written.contains(range.first())
                         })
-                        .map(|(error_key, range)| Uncommitted {
-                            error_key,
+                        .map(|(key, range)| Uncommitted {
+                            side: *side,
+                            key,
                             bucket,
                             range,
-                        })
-                        .collect()
-                }
-            };
+                        }),
+                );
+            }
+            // A batch with both: its decisions object says where every
+            // record goes.
+            uncommitted.sort_by(|a, b| {
+                (a.range.first(), a.range.last(), a.side).cmp(&(
+                    b.range.first(),
+                    b.range.last(),
+                    b.side,
+                ))
+            });
+            uncommitted.dedup_by(|later, earlier| later.range == earlier.range);
             for batch in &uncommitted {
                 warn!(
                     shard_id = self.shard_id,
-                    error_key = batch.error_key,
-                    "error object without its main object: the batch is rebuilt when its first record is read"
+                    key = batch.key,
+                    "object of a batch without its main object: the batch is rebuilt when its first record is read"
                 );
             }
             self.loaded = Some((bucket, listing.written, uncommitted));
@@ -248,6 +286,34 @@ pub async fn list_written(
     prefix: &str,
     from: &SequenceNumber,
 ) -> Result<Listing, S3Error> {
+    list_ranges(store, prefix, from, batch_range).await
+}
+
+/// The range a batch object's name says.
+fn batch_range(name: &str) -> Result<SequenceRange, KeyParseError> {
+    parse_object_name(name).map(|object| object.range)
+}
+
+impl Side {
+    /// How the names of these objects are parsed.
+    fn name_parser(self) -> fn(&str) -> Result<SequenceRange, KeyParseError> {
+        match self {
+            Self::Errors => batch_range,
+            Self::Decisions => parse_decisions_name,
+        }
+    }
+}
+
+/// [`list_written`] for objects whose names `parse` reads.
+///
+/// # Errors
+/// [`S3Error`] from ListObjectsV2.
+pub async fn list_ranges(
+    store: &ObjectStore,
+    prefix: &str,
+    from: &SequenceNumber,
+    parse: fn(&str) -> Result<SequenceRange, KeyParseError>,
+) -> Result<Listing, S3Error> {
     let mut listing = Listing::default();
     let mut continuation = None;
     let mut previous_key: Option<String> = None;
@@ -261,14 +327,14 @@ pub async fn list_written(
                 ordered &= *previous < key;
             }
             let name = key.strip_prefix(prefix).unwrap_or(&key);
-            match parse_object_name(name) {
-                Ok(object) => {
-                    below_from |= object.range.last() < from;
+            match parse(name) {
+                Ok(range) => {
+                    below_from |= range.last() < from;
                     // Overlapping ranges (which shardsink never writes) break
                     // the "older keys end earlier" reasoning: read them all.
-                    ordered &= !listing.written.overlaps(&object.range);
-                    listing.written.insert(object.range.clone());
-                    listing.ranges.push((key.clone(), object.range));
+                    ordered &= !listing.written.overlaps(&range);
+                    listing.written.insert(range.clone());
+                    listing.ranges.push((key.clone(), range));
                 }
                 Err(error) => {
                     listing.foreign_keys += 1;

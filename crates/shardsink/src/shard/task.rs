@@ -112,6 +112,9 @@ impl ShardTask {
         if ctx.output.format.can_reject() {
             dedup = dedup.with_error_layout(ctx.output.error_layout.clone());
         }
+        if ctx.events.is_some() {
+            dedup = dedup.with_decisions_layout(ctx.output.decisions_layout.clone());
+        }
         Self {
             shard_id: lease.shard_id().to_owned(),
             ctx,

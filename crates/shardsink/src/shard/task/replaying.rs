@@ -1,6 +1,6 @@
 //! Rebuilding a batch exactly: the pending batch recorded in the lease row
-//! (C6), or an uncommitted batch found in S3 — an error object whose main
-//! object was never written, and whose lease row is gone.
+//! (C6), or an uncommitted batch found in S3 — an error or decisions object
+//! whose main object was never written, and whose lease row is gone.
 
 use tracing::{error, info, warn};
 
@@ -9,7 +9,7 @@ use crate::aws::PutOutcome;
 use crate::output::batch::FlushReason;
 use crate::read::record::ShardRecord;
 use crate::shard::error::ShardError;
-use crate::shard::replay::{Replay, ReplayDecisions, Step};
+use crate::shard::replay::{Replay, Step};
 
 impl ShardTask {
     /// Feeds `record` to the replay in progress. Returns whether the record
@@ -90,13 +90,14 @@ impl ShardTask {
         if let Some(batch) = self.batch.take() {
             self.write(batch, FlushReason::Gap).await?;
         }
-        let (pending, format) = self.writer.uncommitted_batch(&uncommitted).await?;
+        let (pending, plan) = self.writer.uncommitted_batch(&uncommitted).await?;
         warn!(
             key = %pending.key,
-            error_key = uncommitted.error_key,
-            "rebuilding an uncommitted batch: its error object is in S3, its main object is not"
+            found = uncommitted.key,
+            "rebuilding an uncommitted batch: an object written before its main object is in S3, its main object is not"
         );
-        self.replay = Some(Replay::uncommitted(pending, format, ReplayDecisions::None));
+        self.adopt(&plan.recorded).await?;
+        self.replay = Some(Replay::uncommitted(pending, plan.format, plan.decisions));
         self.feed_replay(record).await
     }
 }

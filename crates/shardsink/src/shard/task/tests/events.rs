@@ -388,3 +388,64 @@ async fn a_lost_local_store_is_rebuilt_from_the_archive() {
         "the copy accepted before the disk was lost is known again"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_whose_decisions_object_lost_its_lease_row_is_rebuilt_as_decided() {
+    let h = with_events();
+    push(&h, &["a", "b", "a"]);
+    let (main, duplicates, decisions) = keys(&h, 1, 3);
+    // A first attempt decided record 2 a duplicate of record 1 (with other
+    // settings), wrote the decisions and duplicates objects, and crashed
+    // before the main object; then the lease table was lost.
+    let records = h.shard_records();
+    let of = crate::events::rule::CopyRef {
+        shard_id: Arc::from(SHARD),
+        sequence_number: SequenceNumber::parse(&seq(1)).unwrap(),
+        sub_sequence_number: None,
+    };
+    let (mut lines, mut dup_lines) = (Vec::new(), Vec::new());
+    let mut encoder = crate::output::format::envelope::LineEncoder::new(SHARD);
+    for (n, user) in records.iter().flat_map(|r| r.views(SHARD)).enumerate() {
+        let decision = if n == 1 {
+            encoder.encode_duplicate(&user, &of, &mut dup_lines);
+            crate::events::rule::Decision::Duplicate { of: of.clone() }
+        } else {
+            crate::events::rule::Decision::Keep(Outcome::Unique)
+        };
+        let key = EventIdSource::Payload.key(&user, true);
+        decisions::encode_line(
+            &user,
+            &decisions::UserDecision { key, decision },
+            &mut lines,
+        );
+    }
+    let extension = LINES.extension();
+    {
+        let mut objects = h.bucket.objects.lock().unwrap();
+        objects.insert(
+            decisions.clone(),
+            Bytes::from(Compression::Zstd(3).compress(&lines).unwrap()),
+        );
+        objects.insert(duplicates.clone(), Bytes::from(dup_lines.clone()));
+        h.bucket.metadata.lock().unwrap().insert(
+            decisions.clone(),
+            [
+                ("shardsink-main-format".to_owned(), "envelope".to_owned()),
+                ("shardsink-main-extension".to_owned(), extension.to_owned()),
+            ]
+            .into(),
+        );
+    }
+    let lease = h.lease(Checkpoint::TrimHorizon, None).await;
+    h.run_until(lease, |h| object(h, &main).is_some())
+        .await
+        .unwrap();
+    assert_eq!(
+        sequence_numbers(&object(&h, &main).unwrap()),
+        [1, 3].map(seq),
+        "the batch is rebuilt as its decisions object says"
+    );
+    assert_eq!(object(&h, &duplicates).unwrap(), Bytes::from(dup_lines));
+    let objects = h.bucket.objects.lock().unwrap().len();
+    assert_eq!(objects, 3, "no other object");
+}
