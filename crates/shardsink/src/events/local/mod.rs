@@ -9,8 +9,9 @@
 //! - `options`: [`LocalOptions`] and the memory budget;
 //! - `error`: [`LocalStoreError`];
 //! - `codec`: the byte layout of keys and values;
-//! - `expiry`: per-shard horizons and the compaction filter that drops
-//!   copies below them.
+//! - `tenants`: the short numbers that prefix a shard's keys, and the
+//!   shards' horizons;
+//! - `expiry`: the compaction filter that drops copies below the horizons.
 
 mod codec;
 mod error;
@@ -18,12 +19,16 @@ mod expiry;
 mod options;
 mod shards;
 mod store;
+mod tenants;
 
 // Unused until the shard task decides events.
 #[allow(unused_imports)]
 pub use self::{
     error::LocalStoreError,
-    options::{DEFAULT_CACHE_BYTES, DEFAULT_MEMTABLE_BYTES, FORGET_AFTER, LocalOptions},
+    options::{
+        DEFAULT_CACHE_BYTES, DEFAULT_MEMTABLE_BYTES, DEFAULT_WORKER_THREADS, FORGET_AFTER,
+        LocalOptions,
+    },
     shards::Watermark,
     store::LocalStore,
 };
