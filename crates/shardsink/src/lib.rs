@@ -53,10 +53,15 @@ pub use worker::{Summary, run};
 /// What the benchmarks in `benches/` measure; not an API.
 #[doc(hidden)]
 pub mod bench {
+    pub use crate::events::id::EventIdSource;
+    pub use crate::events::local::{LocalOptions, LocalStore};
+    pub use crate::events::rule::{CopyRef, Decision, Rule};
+    pub use crate::events::store::{Candidate, Lineage};
     pub use crate::output::batch::Batch;
     pub use crate::output::bucket::Bucket;
     pub use crate::output::compression::Compression;
     pub use crate::output::format::{Format, MainBody};
+    pub use crate::output::view::UserRecordView;
     pub use crate::read::record::ShardRecord;
     pub use crate::shard::memory::MemoryBudget;
 }
