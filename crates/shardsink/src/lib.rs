@@ -76,6 +76,8 @@ pub use worker::{Summary, run};
 pub mod bench {
     pub use sequence_range::SequenceNumber;
 
+    pub use crate::events::id::EventIdSource;
+    pub use crate::events::local::{LocalOptions, LocalStore};
     pub use crate::events::manifest::{Manifest, ManifestError};
     pub use crate::events::rule::{AcceptedCopy, CopyRef, Decision, EventKey, Outcome, Rule};
     pub use crate::events::store::{Candidate, Lineage};
@@ -84,6 +86,7 @@ pub mod bench {
     pub use crate::output::bucket::Bucket;
     pub use crate::output::compression::Compression;
     pub use crate::output::format::{Format, MainBody};
+    pub use crate::output::view::UserRecordView;
     pub use crate::read::record::ShardRecord;
     pub use crate::shard::memory::MemoryBudget;
 }

@@ -1,10 +1,10 @@
 //! Byte layout of the local store's two keyspaces.
 //!
-//! `copies`: key `{shard id}\0{id}` — the shard's id (Kinesis shard ids
-//! never hold a NUL), a 0 byte and the event id hash as 16 big-endian bytes
-//! — so a shard's keys are one contiguous range and the shard is read back
-//! from the key's end. Value: a format byte ([`COPIES_FORMAT`]) and the
-//! accepted copies of that id under that shard, each as
+//! `copies`: key `{tenant}{id}` — the shard's tenant number (see
+//! `tenants`) as 4 big-endian bytes and the event id hash as 16 big-endian
+//! bytes, 20 bytes in all — so a shard's keys are one contiguous range.
+//! Value: a format byte ([`COPIES_FORMAT`]) and the accepted copies of that
+//! id under that shard, each as
 //!
 //! | bytes | field |
 //! |---|---|
@@ -21,7 +21,7 @@
 //! `shards`: key `{tag}{shard id}`, one tag per fact of a shard (see
 //! [`Tag`]); watermark values are a 4-byte little-endian length, the
 //! settings' text and the sequence number's text; times are 8-byte
-//! big-endian `i64` ms.
+//! big-endian `i64` ms; tenants 4-byte big-endian `u32`.
 
 use std::sync::Arc;
 
@@ -32,40 +32,38 @@ use crate::events::rule::{AcceptedCopy, CopyRef};
 /// The first byte of every `copies` value: the layout above.
 pub const COPIES_FORMAT: u8 = 1;
 
-/// Bytes after the shard id in a `copies` key: the 0 byte and the id.
-const ID_SUFFIX: usize = 1 + 16;
+/// Length of a `copies` key: tenant and id.
+pub const COPIES_KEY_LEN: usize = 4 + 16;
 
 /// A value that does not decode: the store's files were changed by
 /// something else, or a later format was written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Corrupt;
 
-/// Writes the `copies` key of `id` under `shard_id` into `out`.
-pub fn copies_key(out: &mut Vec<u8>, shard_id: &str, id: u128) {
-    out.clear();
-    out.extend_from_slice(shard_id.as_bytes());
-    out.push(0);
-    out.extend_from_slice(&id.to_be_bytes());
+/// The `copies` key of `id` under `tenant`.
+pub fn copies_key(tenant: u32, id: u128) -> [u8; COPIES_KEY_LEN] {
+    let mut key = [0; COPIES_KEY_LEN];
+    let (prefix, rest) = key.split_at_mut(4);
+    prefix.copy_from_slice(&tenant.to_be_bytes());
+    rest.copy_from_slice(&id.to_be_bytes());
+    key
 }
 
-/// The shard id bytes of a `copies` key; `None` when it is not one.
-pub fn key_shard(key: &[u8]) -> Option<&[u8]> {
-    let split = key.len().checked_sub(ID_SUFFIX)?;
-    let (shard, suffix) = key.split_at(split);
-    (suffix.first() == Some(&0)).then_some(shard)
-}
-
-/// A readable rendering of a `copies` key for error messages:
-/// `{shard id}/{id as 32 hex digits}`.
-pub fn describe_copies_key(key: &[u8]) -> String {
-    match key_shard(key) {
-        Some(shard) => {
-            let id = key.get(shard.len() + 1..).unwrap_or_default();
-            let hex: String = id.iter().map(|byte| format!("{byte:02x}")).collect();
-            format!("{}/{hex}", String::from_utf8_lossy(shard))
-        }
-        None => format!("{:?}", String::from_utf8_lossy(key)),
+/// The tenant of a `copies` key; `None` when it is not one.
+pub fn key_tenant(key: &[u8]) -> Option<u32> {
+    if key.len() != COPIES_KEY_LEN {
+        return None;
     }
+    key.first_chunk::<4>()
+        .map(|tenant| u32::from_be_bytes(*tenant))
+}
+
+/// A readable rendering of a `copies` key of `shard_id` for error
+/// messages: `{shard id}/{id as 32 hex digits}`.
+pub fn describe_copies_key(key: &[u8], shard_id: &str) -> String {
+    let id = key.get(4..).unwrap_or_default();
+    let hex: String = id.iter().map(|byte| format!("{byte:02x}")).collect();
+    format!("{shard_id}/{hex}")
 }
 
 /// Encodes `copies` as a `copies` value into `out` (cleared first).
@@ -217,15 +215,23 @@ pub enum Tag {
     /// When the shard was last written, by the wall clock (`i64` ms since
     /// the epoch).
     Touched = b't',
+    /// The shard's tenant: the prefix of its `copies` keys (`u32`).
+    Tenant = b'n',
 }
 
 impl Tag {
     /// The tag a key starts with.
     pub fn of_key(key: &[u8]) -> Option<(Self, &[u8])> {
         let (&tag, shard) = key.split_first()?;
-        let tag = [Self::Watermark, Self::Ended, Self::Horizon, Self::Touched]
-            .into_iter()
-            .find(|known| *known as u8 == tag)?;
+        let tag = [
+            Self::Watermark,
+            Self::Ended,
+            Self::Horizon,
+            Self::Touched,
+            Self::Tenant,
+        ]
+        .into_iter()
+        .find(|known| *known as u8 == tag)?;
         Some((tag, shard))
     }
 }
@@ -275,6 +281,19 @@ pub fn encode_time(millis: i64) -> [u8; 8] {
     millis.to_be_bytes()
 }
 
+/// A tenant value.
+pub fn encode_tenant(tenant: u32) -> [u8; 4] {
+    tenant.to_be_bytes()
+}
+
+/// Decodes a tenant value.
+///
+/// # Errors
+/// [`Corrupt`] unless it is 4 bytes.
+pub fn decode_tenant(value: &[u8]) -> Result<u32, Corrupt> {
+    Ok(u32::from_be_bytes(value.try_into().map_err(|_| Corrupt)?))
+}
+
 /// Decodes an `i64` value.
 ///
 /// # Errors
@@ -319,15 +338,16 @@ mod tests {
     }
 
     #[test]
-    fn keys_name_their_shard() {
-        let mut key = Vec::new();
-        copies_key(&mut key, "shardId-000000000002", 0xab);
-        assert_eq!(key_shard(&key), Some(&b"shardId-000000000002"[..]));
+    fn keys_name_their_tenant() {
+        let key = copies_key(7, 0xab);
+        assert_eq!(key.len(), 20, "kept inline by fjall");
+        assert_eq!(key_tenant(&key), Some(7));
         assert_eq!(
-            describe_copies_key(&key),
+            describe_copies_key(&key, "shardId-000000000002"),
             format!("shardId-000000000002/{:032x}", 0xab)
         );
-        assert_eq!(key_shard(b"short"), None);
+        assert_eq!(key_tenant(b"short"), None);
+        assert_eq!(decode_tenant(&encode_tenant(9)), Ok(9));
         assert_eq!(
             Tag::of_key(&shard_key(Tag::Horizon, "s")),
             Some((Tag::Horizon, &b"s"[..]))

@@ -9,8 +9,9 @@
 //! - `options`: [`LocalOptions`] and the memory budget;
 //! - `error`: [`LocalStoreError`];
 //! - `codec`: the byte layout of keys and values;
-//! - `expiry`: per-shard horizons and the compaction filter that drops
-//!   copies below them.
+//! - `tenants`: the short numbers that prefix a shard's keys, and the
+//!   shards' horizons;
+//! - `expiry`: the compaction filter that drops copies below the horizons.
 
 mod codec;
 mod error;
@@ -18,6 +19,7 @@ mod expiry;
 mod options;
 mod shards;
 mod store;
+mod tenants;
 
 pub use self::{
     error::LocalStoreError, options::LocalOptions, shards::Watermark, store::LocalStore,

@@ -12,6 +12,13 @@ pub const DEFAULT_MEMTABLE_BYTES: u64 = 16 * 1024 * 1024;
 /// the store opens: 7 days.
 pub const FORGET_AFTER: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
+/// Default number of fjall's background threads: 3. fjall keeps its first
+/// worker for flushes and has it hand compaction requests back to the queue
+/// while another worker compacts, which turns it into a busy loop when
+/// there is no third worker to take them (fjall 3.1, `worker_pool.rs`); a
+/// single worker can block on its own full queue. Three avoid both.
+pub const DEFAULT_WORKER_THREADS: usize = 3;
+
 /// Settings of a [`LocalStore`](super::LocalStore).
 ///
 /// # Memory
@@ -39,6 +46,9 @@ pub struct LocalOptions {
     /// watermark and ended mark removed, copies dropped by compaction.
     /// Default 7 days (`FORGET_AFTER`).
     pub forget_after: Duration,
+    /// fjall's background threads (flushes and compactions), at least 1.
+    /// Default 3 (`DEFAULT_WORKER_THREADS`).
+    pub worker_threads: usize,
 }
 
 impl Default for LocalOptions {
@@ -47,6 +57,7 @@ impl Default for LocalOptions {
             cache_bytes: DEFAULT_CACHE_BYTES,
             memtable_bytes: DEFAULT_MEMTABLE_BYTES,
             forget_after: FORGET_AFTER,
+            worker_threads: DEFAULT_WORKER_THREADS,
         }
     }
 }

@@ -9,8 +9,8 @@ use sequence_range::SequenceNumber;
 
 use super::codec::{self, Tag};
 use super::error::LocalStoreError;
-use super::expiry::FORGOTTEN;
 use super::store::{Inner, LocalStore};
+use super::tenants::FORGOTTEN;
 
 /// How far a shard has been decided here, and with which settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,10 +111,13 @@ impl LocalStore {
     ) -> Result<(), LocalStoreError> {
         let inner = &*self.inner;
         let _lock = inner.lock(shard_id);
+        let tenant = inner.tenant(shard_id)?;
         if inner
+            .tenants
+            .read()
             .horizons
-            .get(shard_id)
-            .is_some_and(|current| current >= arrival_millis)
+            .get(&tenant)
+            .is_some_and(|current| *current >= arrival_millis)
         {
             return Ok(());
         }
@@ -125,7 +128,11 @@ impl LocalStore {
                 codec::encode_time(arrival_millis),
             )
             .map_err(|source| inner.storage(source))?;
-        inner.horizons.set(shard_id, arrival_millis);
+        inner
+            .tenants
+            .write()
+            .horizons
+            .insert(tenant, arrival_millis);
         Ok(())
     }
 
@@ -133,19 +140,11 @@ impl LocalStore {
     /// when it was forgotten.
     #[cfg(test)]
     pub fn horizon(&self, shard_id: &str) -> Option<i64> {
-        self.inner.horizons.get(shard_id)
+        self.inner.tenants.horizon(shard_id)
     }
 }
 
 impl Inner {
-    /// The horizon that applies to a write of `shard_id`: none for a
-    /// forgotten shard, which the write brings back ([`touch`](Self::touch)).
-    pub(super) fn live_horizon(&self, shard_id: &str) -> Option<i64> {
-        self.horizons
-            .get(shard_id)
-            .filter(|horizon| *horizon != FORGOTTEN)
-    }
-
     /// Adds to `batch` that `shard_id` is written now, and brings a
     /// forgotten shard back (its horizon removed, so that compaction keeps
     /// its new copies; copies from before it was forgotten that compaction
@@ -156,15 +155,19 @@ impl Inner {
             codec::shard_key(Tag::Touched, shard_id),
             codec::encode_time(chrono::Utc::now().timestamp_millis()),
         );
-        if self.horizons.get(shard_id) == Some(FORGOTTEN) {
+        let mut map = self.tenants.write();
+        let Some(tenant) = map.by_shard.get(shard_id).copied() else {
+            return;
+        };
+        if map.horizons.get(&tenant) == Some(&FORGOTTEN) {
             // Removed from memory before the batch commits: a compaction
             // starting in between must not drop the new copies.
-            self.horizons.remove(shard_id);
+            map.horizons.remove(&tenant);
             batch.remove(&self.shards, codec::shard_key(Tag::Horizon, shard_id));
         }
     }
 
-    /// Loads the horizons, and forgets the shards not written for
+    /// Loads the tenants and horizons, and forgets the shards not written for
     /// `forget_after`: watermark, ended mark and written time removed,
     /// horizon set to [`FORGOTTEN`] so compaction drops their copies.
     pub(super) fn load_shards(&self, forget_after: Duration) -> Result<(), LocalStoreError> {
@@ -173,6 +176,8 @@ impl Inner {
             .timestamp_millis()
             .saturating_sub(forget_after);
         let mut stale = Vec::new();
+        let mut horizons = Vec::new();
+        let mut map = self.tenants.write();
         for item in self.shards.iter() {
             let (key, value) = item.into_inner().map_err(|source| self.storage(source))?;
             let Some((tag, shard)) = Tag::of_key(&key) else {
@@ -183,7 +188,13 @@ impl Inner {
                 Tag::Horizon => {
                     let horizon =
                         codec::decode_time(&value).map_err(|_| self.corrupt_shard_key(&key))?;
-                    self.horizons.set(shard, horizon);
+                    horizons.push((shard.to_owned(), horizon));
+                }
+                Tag::Tenant => {
+                    let tenant =
+                        codec::decode_tenant(&value).map_err(|_| self.corrupt_shard_key(&key))?;
+                    map.by_shard.insert(Box::from(shard), tenant);
+                    map.next = map.next.max(tenant.saturating_add(1));
                 }
                 Tag::Touched => {
                     let touched =
@@ -195,6 +206,11 @@ impl Inner {
                 Tag::Watermark | Tag::Ended => {}
             }
         }
+        for (shard, horizon) in horizons {
+            if let Some(tenant) = map.by_shard.get(&*shard).copied() {
+                map.horizons.insert(tenant, horizon);
+            }
+        }
         if stale.is_empty() {
             return Ok(());
         }
@@ -203,12 +219,15 @@ impl Inner {
             for tag in [Tag::Watermark, Tag::Ended, Tag::Touched] {
                 batch.remove(&self.shards, codec::shard_key(tag, shard));
             }
-            batch.insert(
-                &self.shards,
-                codec::shard_key(Tag::Horizon, shard),
-                codec::encode_time(FORGOTTEN),
-            );
-            self.horizons.set(shard, FORGOTTEN);
+            // A shard without a tenant has no copies to drop.
+            if let Some(tenant) = map.by_shard.get(&**shard).copied() {
+                batch.insert(
+                    &self.shards,
+                    codec::shard_key(Tag::Horizon, shard),
+                    codec::encode_time(FORGOTTEN),
+                );
+                map.horizons.insert(tenant, FORGOTTEN);
+            }
         }
         batch.commit().map_err(|source| self.storage(source))?;
         tracing::info!(

@@ -3,8 +3,9 @@
 //! `fjall` crate docs, <https://docs.rs/fjall/3>) under one directory.
 //!
 //! Two keyspaces (fjall's column families), laid out in `codec`:
-//! `copies` (one key per shard and event id; point reads, answered by the
-//! Bloom filters when the id is new) and `shards` (a few keys per shard).
+//! `copies` (one key per shard's tenant and event id; point reads, answered
+//! by the Bloom filters when the id is new) and `shards` (a few keys per
+//! shard).
 //! The store is a cache: a shard it does not know, or knows only up to an
 //! older watermark, is rebuilt by the caller from the archive with
 //! [`LocalStore::insert`].
@@ -14,14 +15,17 @@ use std::collections::hash_map::Entry;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use fjall::compaction::Leveled;
+use fjall::config::CompressionPolicy;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, OwnedWriteBatch, PersistMode};
 use sequence_range::SequenceNumber;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::codec::{self, Tag};
 use super::error::LocalStoreError;
-use super::expiry::Horizons;
+use super::expiry;
 use super::options::LocalOptions;
+use super::tenants::{FORGOTTEN, Tenants};
 use crate::events::rule::{AcceptedCopy, CopyRef, Decision, EventKey, Rule};
 use crate::events::store::{Candidate, Lineage, precedes_in_shard};
 
@@ -61,8 +65,8 @@ pub(super) struct Inner {
     copies: Keyspace,
     /// The `shards` keyspace.
     pub(super) shards: Keyspace,
-    /// The shards' horizons, shared with the compaction filter.
-    pub(super) horizons: Horizons,
+    /// The shards' tenants and horizons, shared with the compaction filter.
+    pub(super) tenants: Tenants,
     stripes: Vec<Mutex<()>>,
 }
 
@@ -96,10 +100,11 @@ impl LocalStore {
                 source,
             },
         };
-        let horizons = Horizons::default();
-        let factory = horizons.factory();
+        let tenants = Tenants::default();
+        let factory = expiry::factory(&tenants);
         let db = Database::builder(dir)
             .cache_size(options.cache_bytes)
+            .worker_threads(options.worker_threads.max(1))
             .with_compaction_filter_factories(Arc::new(move |keyspace: &str| {
                 (keyspace == COPIES).then(|| Arc::clone(&factory))
             }))
@@ -113,6 +118,17 @@ impl LocalStore {
                 KeyspaceCreateOptions::default()
                     .expect_point_read_hits(false)
                     .max_memtable_size(options.memtable_bytes)
+                    // Ids are hashes: blocks barely compress.
+                    .data_block_compression_policy(CompressionPolicy::disabled())
+                    // Random keys overlap all of level 1, so each merge of
+                    // level 0 rewrites it: merge 8 flushed tables at a time
+                    // rather than 4, into tables of 32 MiB (level 1 stays
+                    // 8 × 32 MiB).
+                    .compaction_strategy(Arc::new(
+                        Leveled::default()
+                            .with_l0_threshold(8)
+                            .with_table_target_size(32 * 1024 * 1024),
+                    ))
             })
             .map_err(open_error)?;
         let shards = db
@@ -125,7 +141,7 @@ impl LocalStore {
             db,
             copies,
             shards,
-            horizons,
+            tenants,
             stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
         };
         inner.load_shards(options.forget_after)?;
@@ -169,18 +185,31 @@ impl LocalStore {
         let inner = &*self.inner;
         let own = &lineage.shard_id;
         let _lock = inner.lock(own);
-        let shards: Vec<&Arc<str>> = std::iter::once(own).chain(&lineage.ancestors).collect();
+        let own_tenant = inner.tenant(own)?;
+        // The shards whose copies count, and their tenants (an ancestor
+        // without one has no copies here).
+        let shards: Vec<(&Arc<str>, Option<u32>)> = std::iter::once((own, Some(own_tenant)))
+            .chain(
+                lineage
+                    .ancestors
+                    .iter()
+                    .map(|ancestor| (ancestor, inner.tenants.get(ancestor))),
+            )
+            .collect();
         let mut slots: HashMap<(u128, usize), Slot> =
             HashMap::with_capacity(candidates.len() * shards.len());
-        let mut key = Vec::with_capacity(own.len() + 17);
         let mut decisions = Vec::with_capacity(candidates.len());
         for candidate in candidates {
             debug_assert_eq!(candidate.copy.shard_id, *own, "a copy of another shard");
             let id = candidate.key.id;
-            for (index, shard) in shards.iter().enumerate() {
+            for (index, (shard, tenant)) in shards.iter().enumerate() {
                 if let Entry::Vacant(vacant) = slots.entry((id, index)) {
-                    codec::copies_key(&mut key, shard, id);
-                    let copies = inner.read_copies(&key, shard)?;
+                    let copies = match tenant {
+                        Some(tenant) => {
+                            inner.read_copies(&codec::copies_key(*tenant, id), shard)?
+                        }
+                        None => Vec::new(),
+                    };
                     vacant.insert(Slot {
                         stored: copies.len(),
                         copies,
@@ -213,14 +242,14 @@ impl LocalStore {
         }
 
         let mut batch = inner.batch();
-        let horizon = inner.live_horizon(own);
+        let horizon = inner.live_horizon(own_tenant);
         let mut value = Vec::new();
         for ((id, index), slot) in &slots {
             if !slot.dirty {
                 continue;
             }
             debug_assert_eq!(*index, 0, "only the shard's own keys are written");
-            codec::copies_key(&mut key, own, *id);
+            let key = codec::copies_key(own_tenant, *id);
             inner.put_copies(&mut batch, &key, &slot.copies, horizon, &mut value);
         }
         batch.insert(
@@ -248,15 +277,20 @@ impl LocalStore {
         shards.sort();
         shards.dedup();
         let _locks = inner.lock_all(shards.iter().map(|shard| &***shard));
-        let mut slots: HashMap<Vec<u8>, (&Arc<str>, Slot)> = HashMap::with_capacity(copies.len());
-        let mut key = Vec::new();
+        let mut tenants: HashMap<&str, u32> = HashMap::with_capacity(shards.len());
+        for shard in &shards {
+            tenants.insert(shard, inner.tenant(shard)?);
+        }
+        let mut slots: HashMap<(u32, u128), (&Arc<str>, Slot)> =
+            HashMap::with_capacity(copies.len());
         for (event, copy) in copies {
             let shard = &copy.copy.shard_id;
-            codec::copies_key(&mut key, shard, event.id);
-            let (_, slot) = match slots.entry(key.clone()) {
+            // Invariant: every copy's shard got its tenant above.
+            let tenant = tenants[&**shard];
+            let (_, slot) = match slots.entry((tenant, event.id)) {
                 Entry::Occupied(occupied) => occupied.into_mut(),
                 Entry::Vacant(vacant) => {
-                    let stored = inner.read_copies(&key, shard)?;
+                    let stored = inner.read_copies(&codec::copies_key(tenant, event.id), shard)?;
                     vacant.insert((
                         shard,
                         Slot {
@@ -278,10 +312,11 @@ impl LocalStore {
         }
         let mut batch = inner.batch();
         let mut value = Vec::new();
-        for (key, (shard, slot)) in &slots {
+        for ((tenant, id), (_, slot)) in &slots {
             if slot.dirty {
-                let horizon = inner.live_horizon(shard);
-                inner.put_copies(&mut batch, key, &slot.copies, horizon, &mut value);
+                let key = codec::copies_key(*tenant, *id);
+                let horizon = inner.live_horizon(*tenant);
+                inner.put_copies(&mut batch, &key, &slot.copies, horizon, &mut value);
             }
         }
         for shard in shards {
@@ -334,6 +369,47 @@ impl Inner {
         }
     }
 
+    /// The tenant of `shard_id`, given out (and recorded) when it has none
+    /// yet.
+    ///
+    /// # Errors
+    /// [`LocalStoreError::Storage`] when recording a new tenant fails.
+    pub(super) fn tenant(&self, shard_id: &str) -> Result<u32, LocalStoreError> {
+        if let Some(tenant) = self.tenants.get(shard_id) {
+            return Ok(tenant);
+        }
+        let mut map = self.tenants.write();
+        if let Some(tenant) = map.by_shard.get(shard_id) {
+            return Ok(*tenant);
+        }
+        let tenant = map.next;
+        // Recorded before any copy is written under it (the journal keeps
+        // the order), and before it is used.
+        self.shards
+            .insert(
+                codec::shard_key(Tag::Tenant, shard_id),
+                codec::encode_tenant(tenant),
+            )
+            .map_err(|source| self.storage(source))?;
+        map.by_shard.insert(Box::from(shard_id), tenant);
+        // Four billion shards are out of reach; should it happen, the last
+        // tenant would be shared, mixing those shards' copies.
+        map.next = tenant.saturating_add(1);
+        Ok(tenant)
+    }
+
+    /// The horizon that applies to a write under `tenant`: none for a
+    /// forgotten shard, which the write brings back
+    /// ([`touch`](Self::touch)).
+    pub(super) fn live_horizon(&self, tenant: u32) -> Option<i64> {
+        self.tenants
+            .read()
+            .horizons
+            .get(&tenant)
+            .copied()
+            .filter(|horizon| *horizon != FORGOTTEN)
+    }
+
     /// The copies stored under `key` of `shard_id`.
     fn read_copies(
         &self,
@@ -349,7 +425,7 @@ impl Inner {
             Some(value) => {
                 codec::decode_copies(&value, shard_id).map_err(|_| LocalStoreError::Corrupt {
                     path: self.path.clone(),
-                    key: codec::describe_copies_key(key),
+                    key: codec::describe_copies_key(key, shard_id),
                 })
             }
         }
@@ -367,7 +443,7 @@ impl Inner {
     ) {
         let mut kept = copies
             .iter()
-            .filter(|copy| Horizons::keeps(horizon, copy.arrival_millis))
+            .filter(|copy| Tenants::keeps(horizon, copy.arrival_millis))
             .peekable();
         if kept.peek().is_none() {
             batch.remove(&self.copies, key);
@@ -402,7 +478,6 @@ mod tests {
 
     use super::*;
     use crate::events::local::Watermark;
-    use crate::events::local::expiry::FORGOTTEN;
     use crate::events::rule::Outcome;
 
     const W: i64 = 1_000;
@@ -647,9 +722,7 @@ mod tests {
             second
         );
         // Nothing was stored twice: event 1 has its two accepted copies.
-        let mut key = Vec::new();
-        codec::copies_key(&mut key, shard, a[0].key.id);
-        assert_eq!(store.inner.read_copies(&key, shard).unwrap().len(), 2);
+        assert_eq!(store.stored(shard, a[0].key.id).len(), 2);
     }
 
     #[test]
@@ -695,12 +768,7 @@ mod tests {
         );
         assert!(!store.is_ended("shardId-000000000004", SETTINGS).unwrap());
         for (event, copy) in &copies {
-            let mut key = Vec::new();
-            codec::copies_key(&mut key, &shard, event.id);
-            assert_eq!(
-                store.inner.read_copies(&key, &shard).unwrap(),
-                vec![copy.clone()]
-            );
+            assert_eq!(store.stored(&shard, event.id), vec![copy.clone()]);
         }
         // A record of a child finds the inserted copy of its parent.
         let child = Lineage {
@@ -724,8 +792,8 @@ mod tests {
         let store = open(&dir);
         let lineage = Lineage::root("shardId-000000000000");
         let run = [candidate(&lineage.shard_id, (1, 0, 0), 1, None)];
-        let mut key = Vec::new();
-        codec::copies_key(&mut key, &lineage.shard_id, run[0].key.id);
+        let tenant = store.inner.tenant(&lineage.shard_id).unwrap();
+        let key = codec::copies_key(tenant, run[0].key.id);
         store.inner.copies.insert(key, [9_u8]).unwrap();
         let error = store
             .decide(&lineage, &rule(true), SETTINGS, &run, &through(&run))
@@ -744,9 +812,12 @@ mod tests {
         }
 
         fn stored(&self, shard: &Arc<str>, id: u128) -> Vec<AcceptedCopy> {
-            let mut key = Vec::new();
-            codec::copies_key(&mut key, shard, id);
-            self.inner.read_copies(&key, shard).unwrap()
+            let Some(tenant) = self.inner.tenants.get(shard) else {
+                return Vec::new();
+            };
+            self.inner
+                .read_copies(&codec::copies_key(tenant, id), shard)
+                .unwrap()
         }
     }
 

@@ -1,0 +1,325 @@
+//! The local event store deciding runs of 500 user records against 10
+//! million keys already stored: event ids are 36-byte UUID texts (the
+//! partition key, hashed by `EventIdSource::PartitionKey` with XXH3), one
+//! record in ten repeats an event of the last thousand (a producer's retry:
+//! a duplicate), the rest are new; one shard, 1 ms between arrivals, a 1 h
+//! window.
+//!
+//! The 10-million-key store is built once (by deciding the same stream) in
+//! `target/bench-data/` and copied to a scratch directory for each run, so
+//! every run starts from the same state. Two figures:
+//! - criterion's `decide 500`: the calling thread, wall time, fjall's
+//!   flushes and compactions running on other cores;
+//! - `decisions per CPU-second`: the whole process's CPU time (calling
+//!   thread and fjall's background threads) over one million decisions —
+//!   the per-core throughput.
+//!
+//! It also prints the process's resident memory with the store open (to
+//! compare with `LocalOptions`' budget) and the store's size on disk.
+//!
+//! On a 2-core machine shared with other builds: 100,000 to 145,000
+//! decisions per CPU-second, about 1 GiB on disk for 10 million keys,
+//! about 155 MiB resident; the aim is 500,000. About half of the CPU is
+//! fjall's compactions (random ids rewrite level 1 on every level-0
+//! merge), the rest mostly memtable skip-list searches and Bloom filter
+//! probes, one per table, of the lookups.
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use sequence_range::SequenceNumber;
+use shardsink::bench::{
+    Candidate, CopyRef, EventIdSource, Lineage, LocalOptions, LocalStore, Rule, UserRecordView,
+};
+
+const SHARD: &str = "shardId-000000000000";
+const SETTINGS: &str = "events;id=partition-key;fingerprint=payload";
+/// Distinct events in the prepared store.
+const KEYS: u64 = 10_000_000;
+const RUN: usize = 500;
+/// 2026-11-21T05:27:00Z.
+const FIRST_ARRIVAL: i64 = 1_795_238_820_000;
+/// Bump when the store's layout or options change: the prepared store is
+/// rebuilt under a new name.
+const PREPARED: &str = "event-store-10m-v3";
+
+/// A stream of user records: mostly new events, some retried.
+struct Stream {
+    lineage: Lineage,
+    /// Records so far.
+    records: u64,
+    /// Distinct events so far.
+    events: u64,
+    rng: u64,
+}
+
+impl Stream {
+    fn new() -> Self {
+        Self {
+            lineage: Lineage::root(SHARD),
+            records: 0,
+            events: 0,
+            rng: 0x2545_f491_4f6c_dd1d,
+        }
+    }
+
+    fn random(&mut self) -> u64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng
+    }
+
+    fn run(&mut self, len: usize) -> Vec<Candidate> {
+        (0..len).map(|_| self.record()).collect()
+    }
+
+    fn record(&mut self) -> Candidate {
+        let roll = self.random();
+        let event = if roll.is_multiple_of(10) && self.events > 1_000 {
+            self.events - 1 - (roll >> 8) % 1_000
+        } else {
+            self.events += 1;
+            self.events - 1
+        };
+        self.records += 1;
+        let id = uuid(event);
+        let payload = format!(r#"{{"id":"{id}","event":{event},"kind":"click"}}"#);
+        let sequence = format!(
+            "4959033827149025660855969253836157109592{:016}",
+            self.records
+        );
+        let arrival_millis = FIRST_ARRIVAL + self.records as i64;
+        let view = UserRecordView {
+            shard_id: SHARD,
+            sequence_number: &sequence,
+            sub_sequence_number: None,
+            partition_key: &id,
+            arrival_millis,
+            data: payload.as_bytes(),
+        };
+        let key = EventIdSource::PartitionKey.key(&view, true).unwrap();
+        Candidate {
+            key,
+            copy: CopyRef {
+                shard_id: Arc::clone(&self.lineage.shard_id),
+                sequence_number: SequenceNumber::parse(&sequence).unwrap(),
+                sub_sequence_number: None,
+            },
+            arrival_millis,
+        }
+    }
+}
+
+/// Decides one run of `lineage`'s records.
+fn decide(store: &LocalStore, lineage: &Lineage, run: &[Candidate]) {
+    let rule = Rule {
+        window_millis: 3_600_000,
+        match_fingerprint: true,
+    };
+    let through = &run.last().unwrap().copy.sequence_number;
+    black_box(
+        store
+            .decide(lineage, &rule, SETTINGS, run, through)
+            .unwrap(),
+    );
+}
+
+/// A version 4 UUID's text for event `n` (36 bytes).
+fn uuid(n: u64) -> String {
+    let a = splitmix(n);
+    let b = splitmix(n ^ 0x5851_f42d_4c95_7f2d);
+    format!(
+        "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xfff,
+        0x8000 | (b >> 48) & 0x3fff,
+        b & 0xffff_ffff_ffff
+    )
+}
+
+fn splitmix(n: u64) -> u64 {
+    let mut z = n.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"))
+        .join("bench-data")
+}
+
+/// The prepared store's directory and the stream's position after it,
+/// building it when missing.
+fn prepared() -> (PathBuf, Stream) {
+    let dir = target_dir().join(PREPARED);
+    let done = target_dir().join(format!("{PREPARED}.done"));
+    let mut stream = Stream::new();
+    if let Ok(text) = std::fs::read_to_string(&done) {
+        let numbers: Vec<u64> = text
+            .split_whitespace()
+            .map(|n| n.parse().unwrap())
+            .collect();
+        (stream.records, stream.events, stream.rng) = (numbers[0], numbers[1], numbers[2]);
+        return (dir, stream);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!("building {} ({KEYS} keys), once", dir.display());
+    let started = Instant::now();
+    let store = LocalStore::open(&dir, LocalOptions::default()).unwrap();
+    while stream.events < KEYS {
+        let run = stream.run(5_000);
+        decide(&store, &stream.lineage, &run);
+        if stream.records % 1_000_000 < 5_000 {
+            eprintln!(
+                "  {} records, {} keys, {:.0?}",
+                stream.records,
+                stream.events,
+                started.elapsed()
+            );
+        }
+    }
+    drop(store);
+    std::fs::write(
+        &done,
+        format!("{} {} {}", stream.records, stream.events, stream.rng),
+    )
+    .unwrap();
+    eprintln!(
+        "built in {:.0?}, {} MiB on disk",
+        started.elapsed(),
+        disk_bytes(&dir) >> 20
+    );
+    (dir, stream)
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+fn disk_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            if entry.file_type().unwrap().is_dir() {
+                disk_bytes(&entry.path())
+            } else {
+                entry.metadata().unwrap().len()
+            }
+        })
+        .sum()
+}
+
+/// User plus system CPU time of the whole process (Linux `/proc`).
+fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // utime and stime, fields 14 and 15 of proc(5), in clock ticks (1/100 s).
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    Duration::from_millis(ticks * 10)
+}
+
+/// The process's resident memory, from `/proc/self/status`.
+fn resident_mib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status
+        .lines()
+        .find(|line| line.starts_with("VmRSS:"))
+        .unwrap();
+    line.split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        >> 10
+}
+
+/// Decides `runs` and returns (wall time, process CPU time), waiting for
+/// the background work they caused to settle.
+fn timed(store: &LocalStore, lineage: &Lineage, runs: &[Vec<Candidate>]) -> (Duration, Duration) {
+    let cpu = process_cpu();
+    let started = Instant::now();
+    for run in runs {
+        decide(store, lineage, run);
+    }
+    let wall = started.elapsed();
+    // Flushes and compactions the writes started: wait until the process
+    // idles (less than 20 ms of CPU in 500 ms).
+    let mut last = process_cpu();
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = process_cpu();
+        if now - last < Duration::from_millis(20) {
+            break;
+        }
+        last = now;
+    }
+    (wall, last - cpu)
+}
+
+fn bench(c: &mut Criterion) {
+    let (prepared, mut stream) = prepared();
+    let scratch = target_dir().join("event-store-scratch");
+    let _ = std::fs::remove_dir_all(&scratch);
+    copy_dir(&prepared, &scratch);
+    eprintln!(
+        "prepared store: {} MiB on disk, {} records, {} keys",
+        disk_bytes(&prepared) >> 20,
+        stream.records,
+        stream.events
+    );
+    let store = LocalStore::open(&scratch, LocalOptions::default()).unwrap();
+
+    let mut group = c.benchmark_group("local event store, 10M keys");
+    group.throughput(Throughput::Elements(RUN as u64));
+    group.sample_size(20);
+    let lineage = stream.lineage.clone();
+    group.bench_function("decide 500", |b| {
+        b.iter_batched(
+            || stream.run(RUN),
+            |run| decide(&store, &lineage, &run),
+            BatchSize::SmallInput,
+        )
+    });
+    group.finish();
+    // Before the runs below are generated: the store's memory, the
+    // benchmark's own being small.
+    eprintln!("resident memory: {} MiB", resident_mib());
+
+    let runs: Vec<Vec<Candidate>> = (0..2_000).map(|_| stream.run(RUN)).collect();
+    let (wall, cpu) = timed(&store, &lineage, &runs);
+    let decisions = (runs.len() * RUN) as f64;
+    eprintln!(
+        "1M decisions: {:.0}/s on the calling thread, {:.0} per CPU-second of the process",
+        decisions / wall.as_secs_f64(),
+        decisions / cpu.as_secs_f64(),
+    );
+    eprintln!(
+        "store after the benchmark: {} MiB on disk",
+        disk_bytes(&scratch) >> 20
+    );
+    drop(store);
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
