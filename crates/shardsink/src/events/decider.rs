@@ -269,9 +269,16 @@ impl ShardEvents {
                 .as_ref()
                 .is_some_and(|w| w.settings == description && w.through >= *placed)
         });
+        // Every copy that can precede the first record: back to the
+        // horizon, and forward past its arrival — records of one PutRecords
+        // call share a millisecond, and arrival times within a shard may go
+        // back a little. Copies that do not precede it are ignored by the
+        // store's rule, so reading too far forward costs only the reading.
         let window = (
             first_arrival.saturating_sub(self.runtime.settings.rule.horizon_millis()),
-            first_arrival,
+            first_arrival
+                .saturating_add(HORIZON_SLACK_MILLIS)
+                .saturating_add(1),
         );
         let mut behind: Vec<Arc<str>> = Vec::new();
         if !current {

@@ -37,7 +37,8 @@ pub struct Rebuilt {
 }
 
 /// Reads the accepted copies of `shard_id` that arrived in
-/// `[from_millis, to_millis)` from its decisions objects under `output`'s
+/// `[from_millis, to_millis)` (ms since the epoch) from its decisions
+/// objects under `output`'s
 /// layout, for settings `description`. Listings and reads are retried
 /// until they succeed or `stop` is cancelled.
 ///
