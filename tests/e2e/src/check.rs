@@ -1,5 +1,8 @@
 //! The exactly-once check: what was produced against what is in S3, record
-//! by record, plus the arrival-time and checkpoint checks.
+//! by record, plus the arrival-time and checkpoint checks; with event
+//! deduplication, [`events`] checks each event once.
+
+pub mod events;
 
 use std::collections::BTreeMap;
 use std::collections::{HashMap, HashSet};
@@ -289,7 +292,8 @@ pub fn exactly_once_with_rejected(
 /// object — with its fields, and nothing else is archived. A kept record
 /// (main or error prefix) is under the error prefix exactly when it is in
 /// `rejected` (the format cannot represent it); a duplicate's place is the
-/// duplicates prefix whatever its payload).
+/// duplicates prefix whatever its payload (whether it is a duplicate of the
+/// right copy is for [`events::each_event_once`]).
 ///
 /// # Panics
 /// As [`exactly_once`].
