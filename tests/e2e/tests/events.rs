@@ -151,8 +151,8 @@ fn assert_each_event_exactly_once(report: &EventReport, produced: &[ProducedReco
     // decides the next record; the window must hold every accepted copy
     // that precedes that record, also one that arrived in the same
     // millisecond (a PutRecords call split by the batch boundary). An event
-    // "kept twice within the window … (0 ms apart)" in consecutive batches
-    // of a shard that moved is a rebuild that left such a copy out.
+    // kept twice in consecutive batches of a shard whose window was rebuilt
+    // between them is a rebuild that left such a copy out.
     report.assert_ok();
     assert_eq!(
         report.kept_with_id, report.events,
