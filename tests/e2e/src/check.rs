@@ -1,5 +1,8 @@
 //! The exactly-once check: what was produced against what is in S3, record
-//! by record, plus the arrival-time and checkpoint checks.
+//! by record, plus the arrival-time and checkpoint checks; with event
+//! deduplication, [`events`] checks each event once.
+
+pub mod events;
 
 use std::collections::BTreeMap;
 use std::collections::{HashMap, HashSet};
@@ -110,7 +113,8 @@ pub struct Mismatch {
 
 /// The outcome of [`exactly_once`]: empty problem lists mean every
 /// produced record is in exactly one object, with the right fields, under
-/// the right prefix (main or error), and the output follows the format.
+/// the right prefix (main, error, or with event deduplication duplicates),
+/// and the output follows the format.
 #[derive(Clone, Debug, Default)]
 pub struct Report {
     /// How many user records were produced.
@@ -128,7 +132,8 @@ pub struct Report {
     /// Archived with a wrong `data`, `partitionKey` or `shardId`.
     pub mismatched: Vec<Mismatch>,
     /// Archived under the error prefix although the format can represent
-    /// it, or in a main object although it cannot (field `prefix`).
+    /// it, in a main object although it cannot, or under the duplicates
+    /// prefix when no duplicate is expected (field `prefix`).
     pub misplaced: Vec<Mismatch>,
     /// Archived with a wrong `approximateArrivalTimestamp` (filled by
     /// [`Report::check_arrival_times`]).
@@ -230,13 +235,14 @@ impl Report {
         println!("exact: {}", self.summary());
     }
 
-    /// Adds an arrival-time mismatch for every archived line whose
+    /// Adds an arrival-time mismatch for every placed line (kept or
+    /// duplicate) whose
     /// `approximateArrivalTimestamp` is not the ground truth's
     /// `ApproximateArrivalTimestamp` of its Kinesis record, truncated to
     /// milliseconds. Lines whose record is not in the stream are left to
     /// the other checks.
     pub fn check_arrival_times(&mut self, archive: &Archive, truth: &GroundTruth) {
-        for record in archive.records() {
+        for record in archive.placed_records() {
             let Some(expected) = truth.get(&record.shard_id, &record.sequence_number) else {
                 continue;
             };
@@ -257,7 +263,8 @@ impl Report {
 /// Compares `produced` (every user record put into the stream) with the
 /// archive: each must be in exactly one object, with the same data,
 /// partition key and shard; nothing else may be there; nothing may be under
-/// the error prefix; and the archive's format problems count too.
+/// the error prefix or the duplicates prefix; and the archive's format
+/// problems count too.
 ///
 /// # Panics
 /// When `produced` holds the same record twice (a harness bug).
@@ -267,7 +274,8 @@ pub fn exactly_once(produced: &[ProducedRecord], archive: &Archive) -> Report {
 
 /// [`exactly_once`] over the main and the error prefix together: the
 /// records of `rejected` (those the format cannot represent) must be in an
-/// error object, every other one in a main object.
+/// error object, every other one in a main object; none may be under the
+/// duplicates prefix.
 ///
 /// # Panics
 /// As [`exactly_once`].
@@ -275,6 +283,44 @@ pub fn exactly_once_with_rejected(
     produced: &[ProducedRecord],
     archive: &Archive,
     rejected: &HashSet<RecordId>,
+) -> Report {
+    placement_report(produced, archive, rejected, Duplicates::NotExpected)
+}
+
+/// Statement E1 of event deduplication: every produced user record is in
+/// exactly one place — a main object, an error object or a duplicates
+/// object — with its fields, and nothing else is archived. A kept record
+/// (main or error prefix) is under the error prefix exactly when it is in
+/// `rejected` (the format cannot represent it); a duplicate's place is the
+/// duplicates prefix whatever its payload (whether it is a duplicate of the
+/// right copy is for [`events::each_event_once`]).
+///
+/// # Panics
+/// As [`exactly_once`].
+pub fn each_record_in_one_place(
+    produced: &[ProducedRecord],
+    archive: &Archive,
+    rejected: &HashSet<RecordId>,
+) -> Report {
+    placement_report(produced, archive, rejected, Duplicates::Expected)
+}
+
+/// Whether records may be under the duplicates prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Duplicates {
+    /// No event deduplication: none may.
+    NotExpected,
+    /// Event deduplication: duplicates are placed there.
+    Expected,
+}
+
+/// [`exactly_once_with_rejected`] and [`each_record_in_one_place`]: every
+/// placed record of the archive against `produced`.
+fn placement_report(
+    produced: &[ProducedRecord],
+    archive: &Archive,
+    rejected: &HashSet<RecordId>,
+    duplicates: Duplicates,
 ) -> Report {
     let mut expected: HashMap<RecordId, &ProducedRecord> = HashMap::with_capacity(produced.len());
     for record in produced {
@@ -286,7 +332,7 @@ pub fn exactly_once_with_rejected(
         );
     }
     let mut found: HashMap<RecordId, Vec<&ArchivedRecord>> = HashMap::with_capacity(produced.len());
-    for record in archive.records() {
+    for record in archive.placed_records() {
         found
             .entry(RecordId::of_archived(record))
             .or_default()
@@ -295,7 +341,7 @@ pub fn exactly_once_with_rejected(
 
     let mut report = Report {
         expected_records: produced.len(),
-        archived_records: archive.record_count(),
+        archived_records: archive.placed_count(),
         objects: archive.object_count(),
         archive_problems: archive.problems(),
         ..Report::default()
@@ -316,6 +362,18 @@ pub fn exactly_once_with_rejected(
         }
         for copy in copies {
             compare_fields(&mut report, &id, record, copy);
+            if let Some(of) = &copy.duplicate_of {
+                if duplicates == Duplicates::NotExpected {
+                    report.misplaced.push(Mismatch {
+                        id: id.clone(),
+                        location: copy.location(),
+                        field: "prefix",
+                        expected: "main or error prefix (no event deduplication)".to_owned(),
+                        actual: format!("duplicates prefix (a duplicate of {of})"),
+                    });
+                }
+                continue;
+            }
             let expected_error = rejected.contains(&id);
             if expected_error != copy.error_message.is_some() {
                 let name = |error: bool| if error { "error prefix" } else { "main prefix" };
@@ -491,7 +549,8 @@ pub fn describe_bytes(data: &[u8]) -> String {
 }
 
 /// Contract line 3 at one instant: every produced record at or below its
-/// shard's checkpoint must be in the archive. Read the lease rows first,
+/// shard's checkpoint must be in the archive (kept, or placed under the
+/// duplicates prefix). Read the lease rows first,
 /// then the archive and the produced list, so nothing checkpointed later is
 /// held against an older archive. Returns problems as messages.
 pub fn checkpoint_problems(
@@ -499,7 +558,10 @@ pub fn checkpoint_problems(
     produced: &[ProducedRecord],
     archive: &Archive,
 ) -> Vec<String> {
-    let archived: HashSet<RecordId> = archive.records().map(RecordId::of_archived).collect();
+    let archived: HashSet<RecordId> = archive
+        .placed_records()
+        .map(RecordId::of_archived)
+        .collect();
     let mut problems = Vec::new();
     for row in rows {
         let Some(checkpoint) = row.checkpoint_sequence_number() else {
@@ -532,14 +594,18 @@ pub fn checkpoint_problems(
 
 /// Contract line 4 (batches of a shard written in sequence order, one after
 /// the other), checked on a frozen archive — right after a SIGKILL, when
-/// nothing more can land: for every shard, the archived records must be all
-/// of the shard's produced records up to the newest archived one. A batch
+/// nothing more can land: for every shard, the archived records (kept or
+/// duplicates) must be all of the shard's produced records up to the newest
+/// archived one. A batch
 /// written before an earlier one, or two written at once, leaves a gap.
 ///
 /// Only records that `produced` knows are considered, so a producer still
 /// running does not matter. Returns one line per gap.
 pub fn prefix_problems(produced: &[ProducedRecord], archive: &Archive) -> Vec<String> {
-    let archived: HashSet<RecordId> = archive.records().map(RecordId::of_archived).collect();
+    let archived: HashSet<RecordId> = archive
+        .placed_records()
+        .map(RecordId::of_archived)
+        .collect();
     let mut by_shard: BTreeMap<&str, Vec<(Seq, &ProducedRecord)>> = BTreeMap::new();
     for record in produced {
         if let Ok(seq) = Seq::parse(&record.sequence_number) {
@@ -667,6 +733,7 @@ mod tests {
                     data: data.to_vec(),
                     payload: PayloadForm::Bytes,
                     error_message: None,
+                    duplicate_of: None,
                 })
                 .collect(),
             key,

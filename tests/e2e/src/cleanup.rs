@@ -1,6 +1,6 @@
 //! Deleting what a [`Scenario`](crate::Scenario) created — its stream, its
-//! bucket with every object, version and delete marker, and its lease table
-//! — explicitly ([`ResourceGuard::cleanup`]) or when the guard is dropped,
+//! bucket with every object, version and delete marker, its lease table and
+//! the event manifest table a daemon may have created — explicitly ([`ResourceGuard::cleanup`]) or when the guard is dropped,
 //! which also happens when a test panics. Daemon logs are files under
 //! `<target>/e2e-logs` and are never touched.
 //!
@@ -35,7 +35,7 @@ use crate::env::{TestEnv, env_nonempty};
 use crate::fixtures::{delete_lease_table, delete_stream};
 use crate::wait::scaled;
 
-/// Set to `1` to keep every scenario's stream, bucket and lease table (to
+/// Set to `1` to keep every scenario's stream, bucket and tables (to
 /// inspect them after a run); their names are printed instead.
 pub const KEEP_VAR: &str = "SHARDSINK_E2E_KEEP_RESOURCES";
 
@@ -53,11 +53,14 @@ pub struct Resources {
     pub bucket: String,
     /// The DynamoDB lease table.
     pub lease_table: String,
+    /// The DynamoDB event manifest table, which a daemon with
+    /// `--event-dedup-store dynamodb` creates.
+    pub manifest_table: String,
 }
 
 impl Resources {
-    /// Deletes the stream, the bucket (every version first) and the lease
-    /// table; what does not exist is skipped. Every deletion is tried;
+    /// Deletes the stream, the bucket (every version first), the lease
+    /// table and the manifest table; what does not exist is skipped. Every deletion is tried;
     /// returns what was deleted, as text.
     ///
     /// # Errors
@@ -77,16 +80,18 @@ impl Resources {
             Ok(None) => {}
             Err(error) => failed.push(format!("{error:#}")),
         }
-        match delete_lease_table(env, &self.lease_table).await {
-            Ok(true) => deleted.push(format!("table {}", self.lease_table)),
-            Ok(false) => {}
-            Err(error) => failed.push(format!("{error:#}")),
+        for table in [&self.lease_table, &self.manifest_table] {
+            match delete_lease_table(env, table).await {
+                Ok(true) => deleted.push(format!("table {table}")),
+                Ok(false) => {}
+                Err(error) => failed.push(format!("{error:#}")),
+            }
         }
         anyhow::ensure!(failed.is_empty(), "{}", failed.join("; "));
         Ok(deleted.join(", "))
     }
 
-    /// Which of the three still exist (a stream being deleted counts), as
+    /// Which of the four still exist (a stream being deleted counts), as
     /// text such as `stream s`.
     ///
     /// # Errors
@@ -105,6 +110,12 @@ impl Resources {
             .table_name(&self.lease_table)
             .send()
             .await;
+        let manifest = env
+            .dynamodb
+            .describe_table()
+            .table_name(&self.manifest_table)
+            .send()
+            .await;
         let found = [
             (
                 exists(
@@ -120,6 +131,13 @@ impl Resources {
             (
                 exists(table, DescribeTableError::is_resource_not_found_exception)?,
                 format!("table {}", self.lease_table),
+            ),
+            (
+                exists(
+                    manifest,
+                    DescribeTableError::is_resource_not_found_exception,
+                )?,
+                format!("table {}", self.manifest_table),
             ),
         ];
         Ok(found

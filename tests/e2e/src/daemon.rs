@@ -120,6 +120,13 @@ impl Settings {
             .map_or_else(|| format!("shardsink-{}", self.stream()), str::to_owned)
     }
 
+    /// The event manifest table (`--event-dedup-store dynamodb`):
+    /// `--event-manifest-table`, default `<lease table>-events`.
+    pub fn manifest_table(&self) -> String {
+        self.get("event-manifest-table")
+            .map_or_else(|| format!("{}-events", self.lease_table()), str::to_owned)
+    }
+
     /// The environment variables these settings become.
     pub fn env_vars(&self) -> Vec<(String, String)> {
         self.values
@@ -735,9 +742,18 @@ mod tests {
         let settings = Settings::new("orders", "archive");
         assert_eq!(settings.prefix(), "orders");
         assert_eq!(settings.lease_table(), "shardsink-orders");
+        assert_eq!(settings.manifest_table(), "shardsink-orders-events");
         let settings = settings.set("--prefix", "p").set("lease-table", "t");
         assert_eq!(settings.prefix(), "p");
         assert_eq!(settings.lease_table(), "t");
+        assert_eq!(settings.manifest_table(), "t-events");
+        assert_eq!(
+            settings
+                .clone()
+                .set("event-manifest-table", "m")
+                .manifest_table(),
+            "m"
+        );
         assert!(settings.env_vars().contains(&(
             "SHARDSINK_S3_FORCE_PATH_STYLE".to_owned(),
             "true".to_owned()

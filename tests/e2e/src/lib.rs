@@ -10,7 +10,9 @@
 //! - [`fixtures`]: streams, buckets (optionally versioned), the lease table
 //!   (read rows, delete, empty).
 //! - [`producer`]: `PutRecords` with per-entry retries, the record
-//!   generators, the [`BackgroundProducer`], KPL-aggregated records;
+//!   generators, the [`BackgroundProducer`], KPL-aggregated records, and
+//!   the [`RetryingProducer`](producer::RetryingProducer), which puts
+//!   events more than once;
 //!   [`kpl`] builds aggregates independently of the daemon's code;
 //!   [`payloads`]: payloads for the output formats (JSON objects, raw
 //!   bytes, Parquet schema rows), and which of them a format must reject.
@@ -29,11 +31,15 @@
 //!   [`parquet`](archive::parquet) with [`schema`](archive::schema)), the
 //!   [`Archive`] snapshot ([`snapshot`](archive::snapshot)) and the caching
 //!   [`ArchiveReader`] ([`reader`](archive::reader)), which puts each
-//!   batch's main and error objects together.
+//!   batch's main, error and duplicates objects and its event decisions
+//!   ([`decisions`](archive::decisions)) together.
 //! - [`seq`]: sequence numbers and key encodings, written independently of
 //!   the `sequence-range` crate.
 //! - [`stream`]: the ground truth, every record read back from the stream.
-//! - [`check`]: the exactly-once [`Report`], arrival times, checkpoints.
+//! - [`check`]: the exactly-once [`Report`], arrival times, checkpoints;
+//!   with event deduplication, every record in one place
+//!   ([`check::each_record_in_one_place`]) and each event once
+//!   ([`check::events`]).
 //! - [`wait`]: polling ([`wait_until`], [`wait_for`](wait::wait_for)).
 //! - [`scenario`]: the common test flow: [`Scenario::create`], then
 //!   [`Scenario::finish`] (wait for the archive, stop the daemons, check
@@ -104,5 +110,7 @@ pub use daemon::{Daemon, Settings};
 pub use env::{TestEnv, unique_name};
 pub use fixtures::{LeaseRow, Versioning};
 pub use producer::{BackgroundProducer, ProducedRecord, RecordSpec};
-pub use scenario::{Finish, Finished, Scenario, stop_gracefully, wait_for_archive};
+pub use scenario::{
+    Finish, Finished, Scenario, stop_gracefully, wait_for_archive, wait_for_growth,
+};
 pub use wait::{scaled, wait_until};

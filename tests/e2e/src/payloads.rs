@@ -148,6 +148,42 @@ pub fn json_payloads(count: usize, seed: u64, label: &str) -> Payloads {
     payloads
 }
 
+/// `count` events for event deduplication by `--event-id
+/// json-pointer:/id`, deterministic from `seed`, each under one of
+/// `partition_keys` keys (`{label}-key-{k}`; few keys, so that a KPL
+/// aggregate can hold several events of one key): mostly JSON objects with
+/// a distinct string `id` (`{label}-{i}`, escapes included), and, one in
+/// twenty each, payloads without an id — not JSON, or `"id":null` — and
+/// objects with an id that already have the `_kinesis` member. Marked
+/// rejected: what the `json` format (metadata field `_kinesis`) cannot
+/// represent, the payloads that are not JSON and those with `_kinesis`.
+pub fn event_payloads(count: usize, seed: u64, label: &str, partition_keys: usize) -> Payloads {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut payloads = Payloads::default();
+    for i in 0..count {
+        let partition_key = format!("{label}-key-{}", rng.random_range(0..partition_keys.max(1)));
+        let id = if i % 31 == 4 {
+            format!("{label}-{i} \"quoted\" é\\")
+        } else {
+            format!("{label}-{i}")
+        };
+        let (data, rejected) = match i % 20 {
+            7 => (format!("{label} #{i}: not JSON, no id"), true),
+            13 => (json!({"id": id, "_kinesis": {"n": i}}).to_string(), true),
+            17 => (json!({"n": i, "id": null}).to_string(), false),
+            _ => {
+                let mut object = json!({"n": i, "id": id, "text": tricky_text(&mut rng)});
+                if rng.random_bool(0.3) {
+                    object["nested"] = json!({"id": "not the event id", "list": [1, null]});
+                }
+                (object.to_string(), false)
+            }
+        };
+        payloads.push(RecordSpec::new(partition_key, data.into_bytes()), rejected);
+    }
+    payloads
+}
+
 /// `count` records for the `raw` format, deterministic from `seed`: binary
 /// and text payloads (line breaks included), some empty, none holding the
 /// byte `delimiter`; the format rejects none.
@@ -286,6 +322,37 @@ mod tests {
                 .iter()
                 .any(|s| s.data.contains(&b'\n') && !s.data.starts_with(b" "))
         );
+    }
+
+    #[test]
+    fn event_payloads_are_what_they_claim() {
+        let payloads = event_payloads(200, 4, "ev", 5);
+        assert_eq!(payloads, event_payloads(200, 4, "ev", 5));
+        let mut ids = std::collections::HashSet::new();
+        let mut without_id = 0;
+        for (spec, rejected) in payloads.specs.iter().zip(&payloads.rejected) {
+            let value = serde_json::from_slice::<Value>(&spec.data).ok();
+            let object = value.as_ref().and_then(Value::as_object);
+            assert_eq!(
+                *rejected,
+                object.is_none_or(|o| o.contains_key("_kinesis")),
+                "{:?}",
+                String::from_utf8_lossy(&spec.data)
+            );
+            match object.and_then(|o| o.get("id")).and_then(Value::as_str) {
+                Some(id) => assert!(ids.insert(id.to_owned()), "{id} twice"),
+                None => without_id += 1,
+            }
+        }
+        assert_eq!(without_id, 20);
+        assert_eq!(payloads.rejected_count(), 20);
+        assert!(ids.iter().any(|id| id.contains('"')));
+        let keys: std::collections::HashSet<&str> = payloads
+            .specs
+            .iter()
+            .map(|s| s.partition_key.as_str())
+            .collect();
+        assert_eq!(keys.len(), 5);
     }
 
     #[test]

@@ -1,11 +1,12 @@
 //! Writing records to the stream: `PutRecords` in limit-respecting chunks
 //! with per-entry retries, deterministic record generators, a background
-//! producer, and KPL-aggregated records.
+//! producer, KPL-aggregated records, and a producer that retries on purpose
+//! (the same event put more than once).
 //!
 //! Every function returns, per record, what was sent and where Kinesis put
 //! it ([`ProducedRecord`]): the expected side of the exactly-once check.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
@@ -14,12 +15,15 @@ use aws_sdk_kinesis::error::SdkError;
 use aws_sdk_kinesis::operation::put_records::PutRecordsError;
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
+use md5::{Digest as _, Md5};
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom as _;
 use rand::{RngExt as _, SeedableRng as _};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::env::{TestEnv, env_nonempty};
+use crate::fixtures::ShardInfo;
 use crate::kpl;
 
 /// Most records one `PutRecords` call may carry.
@@ -509,41 +513,261 @@ pub async fn put_kpl_records(
     stream: &str,
     aggregates: &[Vec<RecordSpec>],
 ) -> Result<Vec<ProducedRecord>> {
-    let mut kinesis_records = Vec::with_capacity(aggregates.len());
-    for (i, group) in aggregates.iter().enumerate() {
-        let first = group
-            .first()
-            .with_context(|| format!("aggregate {i} is empty"))?;
-        let user_records: Vec<(String, Option<String>, Vec<u8>)> = group
-            .iter()
-            .map(|r| {
-                (
-                    r.partition_key.clone(),
-                    r.explicit_hash_key.clone(),
-                    r.data.clone(),
-                )
-            })
-            .collect();
-        kinesis_records.push(RecordSpec {
-            partition_key: first.partition_key.clone(),
-            explicit_hash_key: first.explicit_hash_key.clone(),
-            data: kpl::aggregate(&user_records),
-        });
+    let units: Vec<Unit> = aggregates.iter().cloned().map(Unit::Aggregate).collect();
+    put_units(env, stream, &units).await
+}
+
+/// What one Kinesis record of a `PutRecords` call carries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unit {
+    /// One plain user record.
+    Plain(RecordSpec),
+    /// User records in one KPL aggregate.
+    Aggregate(Vec<RecordSpec>),
+}
+
+impl Unit {
+    /// Its user records, in order.
+    pub fn user_records(&self) -> &[RecordSpec] {
+        match self {
+            Self::Plain(spec) => std::slice::from_ref(spec),
+            Self::Aggregate(group) => group,
+        }
+    }
+}
+
+/// Puts `units` — plain records and KPL aggregates (see
+/// [`put_kpl_records`]), mixed in one series of `PutRecords` calls — and
+/// returns one [`ProducedRecord`] per user record, in order.
+///
+/// # Errors
+/// An empty aggregate; a record over 1 MiB; as [`put_records`].
+pub async fn put_units(env: &TestEnv, stream: &str, units: &[Unit]) -> Result<Vec<ProducedRecord>> {
+    let mut kinesis_records = Vec::with_capacity(units.len());
+    for (i, unit) in units.iter().enumerate() {
+        match unit {
+            Unit::Plain(spec) => kinesis_records.push(spec.clone()),
+            Unit::Aggregate(group) => {
+                let first = group
+                    .first()
+                    .with_context(|| format!("aggregate {i} is empty"))?;
+                let user_records: Vec<(String, Option<String>, Vec<u8>)> = group
+                    .iter()
+                    .map(|r| {
+                        (
+                            r.partition_key.clone(),
+                            r.explicit_hash_key.clone(),
+                            r.data.clone(),
+                        )
+                    })
+                    .collect();
+                kinesis_records.push(RecordSpec {
+                    partition_key: first.partition_key.clone(),
+                    explicit_hash_key: first.explicit_hash_key.clone(),
+                    data: kpl::aggregate(&user_records),
+                });
+            }
+        }
     }
     let outer = put_records(env, stream, &kinesis_records).await?;
     let mut produced = Vec::new();
-    for (group, kinesis_record) in aggregates.iter().zip(outer) {
-        for (i, user) in group.iter().enumerate() {
-            produced.push(ProducedRecord {
-                shard_id: kinesis_record.shard_id.clone(),
-                sequence_number: kinesis_record.sequence_number.clone(),
-                sub_sequence_number: Some(u64::try_from(i).expect("an index fits in u64")),
-                partition_key: user.partition_key.clone(),
-                data: user.data.clone(),
-            });
+    for (unit, kinesis_record) in units.iter().zip(outer) {
+        match unit {
+            Unit::Plain(_) => produced.push(kinesis_record),
+            Unit::Aggregate(group) => {
+                for (i, user) in group.iter().enumerate() {
+                    produced.push(ProducedRecord {
+                        shard_id: kinesis_record.shard_id.clone(),
+                        sequence_number: kinesis_record.sequence_number.clone(),
+                        sub_sequence_number: Some(u64::try_from(i).expect("an index fits in u64")),
+                        partition_key: user.partition_key.clone(),
+                        data: user.data.clone(),
+                    });
+                }
+            }
         }
     }
     Ok(produced)
+}
+
+/// The shard a partition key maps to: the open shard of `shards` whose
+/// hash key range holds the key's MD5 hash, read as a 128-bit big-endian
+/// number (as Kinesis maps keys without an explicit hash key).
+pub fn shard_of(partition_key: &str, shards: &[ShardInfo]) -> Option<String> {
+    let hash = u128::from_be_bytes(Md5::digest(partition_key.as_bytes()).into());
+    shards
+        .iter()
+        .filter(|s| s.ending_sequence_number.is_none())
+        .find(|s| (s.hash_key_range.0..=s.hash_key_range.1).contains(&hash))
+        .map(|s| s.shard_id.clone())
+}
+
+/// How a [`RetryingProducer`] sends its events.
+#[derive(Clone, Debug)]
+pub struct RetryOptions {
+    /// Rounds the events and their copies are spread over, each round put
+    /// by one [`RetryingProducer::put_next_round`]. An event's first copy
+    /// goes out in one of them (evenly, in event order).
+    pub rounds: usize,
+    /// Share of copies put inside KPL aggregates (2–5 user records of one
+    /// partition key, copies of one event among them sometimes), the rest
+    /// as plain records.
+    pub kpl_share: f64,
+    /// Share of the retries put under another partition key, one that maps
+    /// to another shard (a producer that picks a fresh key when it
+    /// retries); 0 keeps every copy on its event's shard.
+    pub other_shard_share: f64,
+    /// The stream's shards, to find keys for [`RetryOptions::other_shard_share`].
+    pub shards: Vec<ShardInfo>,
+}
+
+/// A producer that retries on purpose: each event (a user record) is put
+/// one to three times (50 %, 30 %, 20 %), each copy with the event's
+/// payload. A retry goes out in the same round as the copy before it (at
+/// once, as after a failed or lost `PutRecords` entry) or one or two rounds
+/// later (a late retry), re-aggregated with other records or plain, and
+/// sometimes under another partition key. The plan is deterministic from
+/// the seed; the test decides when each round is put.
+#[derive(Clone, Debug)]
+pub struct RetryingProducer {
+    rounds: Vec<Vec<Unit>>,
+    next: usize,
+    copies: usize,
+    other_shard_copies: usize,
+}
+
+impl RetryingProducer {
+    /// Plans how `events` are sent.
+    ///
+    /// # Panics
+    /// Without rounds, or with [`RetryOptions::other_shard_share`] and
+    /// fewer than two shards.
+    pub fn plan(events: &[RecordSpec], options: &RetryOptions, seed: u64) -> Self {
+        assert!(options.rounds > 0, "a producer needs rounds");
+        assert!(
+            options.other_shard_share == 0.0 || options.shards.len() > 1,
+            "copies on another shard need another shard"
+        );
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut copies: Vec<Vec<RecordSpec>> = vec![Vec::new(); options.rounds];
+        let mut count = 0;
+        let mut other_shard_copies = 0;
+        for (i, event) in events.iter().enumerate() {
+            let sends = match rng.random_range(0..10) {
+                0..5 => 1,
+                5..8 => 2,
+                _ => 3,
+            };
+            let mut round = i * options.rounds / events.len().max(1);
+            for send in 0..sends {
+                let mut copy = event.clone();
+                if send > 0 {
+                    if rng.random_bool(0.5) {
+                        round = (round + rng.random_range(1..=2)).min(options.rounds - 1);
+                    }
+                    if rng.random_bool(options.other_shard_share) {
+                        copy.partition_key =
+                            key_on_another_shard(&event.partition_key, &options.shards);
+                        other_shard_copies += 1;
+                    }
+                }
+                copies[round].push(copy);
+                count += 1;
+            }
+        }
+        let rounds = copies
+            .into_iter()
+            .map(|round| pack(round, options.kpl_share, &mut rng))
+            .collect();
+        Self {
+            rounds,
+            next: 0,
+            copies: count,
+            other_shard_copies,
+        }
+    }
+
+    /// How many rounds there are.
+    pub fn rounds(&self) -> usize {
+        self.rounds.len()
+    }
+
+    /// How many rounds are still to be put.
+    pub fn rounds_left(&self) -> usize {
+        self.rounds.len() - self.next
+    }
+
+    /// How many user records the plan puts, retries included.
+    pub fn copies(&self) -> usize {
+        self.copies
+    }
+
+    /// How many retries go under another partition key.
+    pub fn other_shard_copies(&self) -> usize {
+        self.other_shard_copies
+    }
+
+    /// The Kinesis records of every round (for tests of the plan).
+    pub fn planned(&self) -> &[Vec<Unit>] {
+        &self.rounds
+    }
+
+    /// Puts the next round; returns what it produced.
+    ///
+    /// # Errors
+    /// No round is left; as [`put_units`].
+    pub async fn put_next_round(
+        &mut self,
+        env: &TestEnv,
+        stream: &str,
+    ) -> Result<Vec<ProducedRecord>> {
+        let Some(units) = self.rounds.get(self.next) else {
+            bail!("all {} rounds were put", self.rounds.len());
+        };
+        let produced = put_units(env, stream, units).await?;
+        self.next += 1;
+        Ok(produced)
+    }
+}
+
+/// A partition key derived from `key` that maps to another shard than
+/// `key` does.
+fn key_on_another_shard(key: &str, shards: &[ShardInfo]) -> String {
+    let home = shard_of(key, shards);
+    (0u32..)
+        .map(|n| format!("{key}~retry-{n}"))
+        .find(|other| shard_of(other, shards) != home)
+        .expect("some key maps to another shard")
+}
+
+/// One round's copies as Kinesis records, in random order: a share of
+/// them grouped by partition key into KPL aggregates of 2–5 user records
+/// (fewer when fewer are left), the rest plain.
+fn pack(mut copies: Vec<RecordSpec>, kpl_share: f64, rng: &mut StdRng) -> Vec<Unit> {
+    copies.shuffle(rng);
+    let mut by_key: BTreeMap<String, Vec<RecordSpec>> = BTreeMap::new();
+    for copy in copies {
+        by_key
+            .entry(copy.partition_key.clone())
+            .or_default()
+            .push(copy);
+    }
+    let mut units = Vec::new();
+    for group in by_key.into_values() {
+        let mut rest = group.into_iter().peekable();
+        while let Some(first) = rest.next() {
+            if rest.peek().is_some() && rng.random_bool(kpl_share) {
+                let size = rng.random_range(2..=5);
+                let mut aggregate = vec![first];
+                aggregate.extend(rest.by_ref().take(size - 1));
+                units.push(Unit::Aggregate(aggregate));
+            } else {
+                units.push(Unit::Plain(first));
+            }
+        }
+    }
+    units.shuffle(rng);
+    units
 }
 
 /// How a [`BackgroundProducer`] produces.
@@ -670,6 +894,101 @@ mod tests {
 
         let too_big = [RecordSpec::new("kk", vec![0u8; MAX_RECORD_BYTES - 1])];
         assert!(chunks(&too_big).is_err());
+    }
+
+    fn two_shards() -> Vec<ShardInfo> {
+        let half = u128::MAX / 2;
+        [(0, half), (half + 1, u128::MAX)]
+            .into_iter()
+            .enumerate()
+            .map(|(i, range)| ShardInfo {
+                shard_id: format!("shardId-00000000000{i}"),
+                parent_shard_id: None,
+                starting_sequence_number: "0".to_owned(),
+                ending_sequence_number: None,
+                hash_key_range: range,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn partition_keys_map_to_shards_by_md5() {
+        let shards = two_shards();
+        // MD5("a") = 0cc175b9…: the lower half; MD5("b") = 92eb5ffe…: the upper.
+        assert_eq!(shard_of("a", &shards).unwrap(), "shardId-000000000000");
+        assert_eq!(shard_of("b", &shards).unwrap(), "shardId-000000000001");
+        let other = key_on_another_shard("a", &shards);
+        assert!(other.starts_with("a~retry-"));
+        assert_eq!(shard_of(&other, &shards).unwrap(), "shardId-000000000001");
+    }
+
+    #[test]
+    fn a_retrying_producer_sends_each_event_one_to_three_times() {
+        let events: Vec<RecordSpec> = (0..300)
+            .map(|i| RecordSpec::new(format!("key-{}", i % 4), format!("event {i}")))
+            .collect();
+        let options = RetryOptions {
+            rounds: 4,
+            kpl_share: 0.4,
+            other_shard_share: 0.3,
+            shards: two_shards(),
+        };
+        let producer = RetryingProducer::plan(&events, &options, 9);
+        assert_eq!(
+            producer.planned(),
+            RetryingProducer::plan(&events, &options, 9).planned()
+        );
+        let mut sends: HashMap<&[u8], Vec<(usize, &str)>> = HashMap::new();
+        let mut aggregated = 0;
+        for (round, units) in producer.planned().iter().enumerate() {
+            for unit in units {
+                if let Unit::Aggregate(group) = unit {
+                    aggregated += group.len();
+                    assert!((2..=5).contains(&group.len()));
+                    assert!(
+                        group
+                            .iter()
+                            .all(|r| r.partition_key == group[0].partition_key)
+                    );
+                }
+                for record in unit.user_records() {
+                    sends
+                        .entry(&record.data)
+                        .or_default()
+                        .push((round, &record.partition_key));
+                }
+            }
+        }
+        assert_eq!(sends.len(), 300);
+        let total: usize = sends.values().map(Vec::len).sum();
+        assert_eq!(total, producer.copies());
+        assert!(sends.values().all(|s| (1..=3).contains(&s.len())));
+        for count in 1..=3 {
+            assert!(sends.values().filter(|s| s.len() == count).count() > 30);
+        }
+        // Retries at once and later; under the event's key or another shard's.
+        let events_by_data: HashMap<&[u8], &RecordSpec> =
+            events.iter().map(|e| (e.data.as_slice(), e)).collect();
+        let mut later = 0;
+        let mut moved = 0;
+        for (data, copies) in &sends {
+            let home = &events_by_data[data].partition_key;
+            later += copies.windows(2).filter(|w| w[1].0 > w[0].0).count();
+            for (_, key) in copies {
+                if *key != home {
+                    moved += 1;
+                    assert_ne!(
+                        shard_of(key, &options.shards),
+                        shard_of(home, &options.shards)
+                    );
+                }
+            }
+        }
+        assert!(later > 20 && later < total - 300, "{later} late retries");
+        assert_eq!(moved, producer.other_shard_copies());
+        assert!(moved > 10 && moved < total - 300, "{moved} moved");
+        assert!(aggregated > total / 5, "{aggregated} of {total} aggregated");
+        assert_eq!(producer.rounds(), 4);
     }
 
     #[test]

@@ -1,10 +1,10 @@
 //! What most tests do: a fresh stream and bucket with unique names, default
 //! test settings, waiting until the archive holds every produced record, a
 //! graceful stop and the exactly-once checks ([`Scenario::finish`]), and
-//! deleting the stream, bucket and lease table when the scenario goes
+//! deleting the stream, bucket and tables when the scenario goes
 //! ([`crate::cleanup`]).
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,7 +14,9 @@ use crate::archive::{
     Archive, ArchiveReader, KeyLayout, ObjectFormat, ReaderOptions, list_object_versions,
     overwritten_keys,
 };
-use crate::check::{RecordId, clean_shutdown_problems, exactly_once_with_rejected};
+use crate::check::{
+    RecordId, clean_shutdown_problems, each_record_in_one_place, exactly_once_with_rejected,
+};
 use crate::cleanup::{ResourceGuard, Resources};
 use crate::daemon::{Daemon, Settings, run_verify};
 use crate::env::{TestEnv, unique_name};
@@ -23,15 +25,17 @@ use crate::fixtures::{
 };
 use crate::producer::{ProducedRecord, RecordSpec, put_records};
 use crate::stream::{GroundTruth, read_stream};
+use crate::wait::wait_for;
 
 /// A stream, a bucket and the daemon settings for them.
 ///
-/// The stream, the bucket (with every object and version) and the lease
-/// table are deleted when the scenario is dropped — also when the test
-/// panics — or earlier by [`Scenario::cleanup`]; daemon logs stay. The
-/// lease table deleted is the one [`Scenario::settings`] names at creation
-/// (`shardsink-{stream}`). Declare daemons after the scenario, so that they
-/// are dropped (killed) before it and cannot recreate the lease table.
+/// The stream, the bucket (with every object and version), the lease
+/// table and the event manifest table are deleted when the scenario is
+/// dropped — also when the test panics — or earlier by
+/// [`Scenario::cleanup`]; daemon logs stay. The tables deleted are those
+/// [`Scenario::settings`] names at creation (`shardsink-{stream}` and
+/// `shardsink-{stream}-events`). Declare daemons after the scenario, so that they
+/// are dropped (killed) before it and cannot recreate its tables.
 #[derive(Clone, Debug)]
 pub struct Scenario {
     /// The clients.
@@ -72,6 +76,7 @@ impl Scenario {
             stream: stream.clone(),
             bucket: bucket.clone(),
             lease_table: settings.lease_table(),
+            manifest_table: settings.manifest_table(),
         });
         let shards = create_stream(env, &stream, shard_count).await?;
         create_bucket(env, &bucket, versioning).await?;
@@ -106,6 +111,44 @@ impl Scenario {
     /// As [`read_lease_rows`].
     pub async fn lease_rows(&self) -> Result<Vec<LeaseRow>> {
         read_lease_rows(&self.env, &self.settings.lease_table()).await
+    }
+
+    /// Waits until every lease row is owned, by the workers of `owners` in
+    /// those numbers (`[("a", 1), ("b", 1)]`: one lease each, and no
+    /// other row), and returns the owner of each shard.
+    ///
+    /// # Errors
+    /// Not so within `timeout` (with the last owners seen, or the last
+    /// error reading the table).
+    pub async fn wait_for_lease_owners(
+        &self,
+        owners: &[(&str, usize)],
+        timeout: Duration,
+    ) -> Result<BTreeMap<String, String>> {
+        let wanted: BTreeMap<&str, usize> = owners.iter().copied().collect();
+        wait_for(timeout, &format!("leases owned {wanted:?}"), || {
+            let wanted = &wanted;
+            async move {
+                let rows = self.lease_rows().await?;
+                let by_shard: BTreeMap<String, String> = rows
+                    .into_iter()
+                    .map(|row| {
+                        (
+                            row.lease_key,
+                            row.lease_owner.unwrap_or_else(|| "-".to_owned()),
+                        )
+                    })
+                    .collect();
+                let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+                for owner in by_shard.values() {
+                    *counts.entry(owner.as_str()).or_default() += 1;
+                }
+                // Not yet: an error, so that a timeout names the owners.
+                anyhow::ensure!(counts == *wanted, "owners {by_shard:?}");
+                Ok(Some(by_shard))
+            }
+        })
+        .await
     }
 
     /// Contract line 2 on a versioned bucket: asserts that every key in the
@@ -153,7 +196,10 @@ impl Scenario {
     /// 4. every produced record in exactly one object, nothing else, in the
     ///    contract's format, the records of [`Finish::rejected`] (and only
     ///    they) under the error prefix ([`exactly_once_with_rejected`],
-    ///    [`crate::Report::assert_exact`]);
+    ///    [`crate::Report::assert_exact`]); with [`Finish::events`], a
+    ///    record may be under the duplicates prefix instead, and only kept
+    ///    records are held to [`Finish::rejected`]
+    ///    ([`each_record_in_one_place`]);
     /// 5. the layout record under the prefix is the settings' key layout and
     ///    time bucket, and every main object is in the settings' format (or
     ///    one of [`Finish::formats`]);
@@ -187,7 +233,11 @@ impl Scenario {
         } else {
             None
         };
-        let mut report = exactly_once_with_rejected(produced, &archive, &how.rejected);
+        let mut report = if how.events {
+            each_record_in_one_place(produced, &archive, &how.rejected)
+        } else {
+            exactly_once_with_rejected(produced, &archive, &how.rejected)
+        };
         if let Some(truth) = &truth {
             report.check_arrival_times(&archive, truth);
         }
@@ -338,6 +388,7 @@ pub struct Finish<'d> {
     rejected: HashSet<RecordId>,
     formats: Vec<ObjectFormat>,
     verify_deep: bool,
+    events: bool,
 }
 
 impl<'d> Finish<'d> {
@@ -361,6 +412,7 @@ impl<'d> Finish<'d> {
             rejected: HashSet::new(),
             formats: Vec::new(),
             verify_deep: false,
+            events: false,
         }
     }
 
@@ -407,6 +459,15 @@ impl<'d> Finish<'d> {
         self
     }
 
+    /// Event deduplication is on (`--event-id`): a record is in exactly one
+    /// of the main, error and duplicates prefixes (statement E1,
+    /// [`each_record_in_one_place`]); which records are duplicates is for
+    /// [`crate::check::events::each_event_once`].
+    pub fn events(mut self) -> Self {
+        self.events = true;
+        self
+    }
+
     /// The formats main objects may have (several when a test changes
     /// `--format` between runs); without this, the settings' format
     /// ([`ObjectFormat::of_settings`]).
@@ -427,8 +488,9 @@ pub struct Finished {
     pub rows: Option<Vec<LeaseRow>>,
 }
 
-/// Polls the archive until every record of `produced` is in it, failing
-/// early if the daemon exits. Returns the last snapshot. Prints progress
+/// Polls the archive until every record of `produced` is in it (in a
+/// committed batch: kept, or under the duplicates prefix), failing early if
+/// the daemon exits. Returns the last snapshot. Prints progress
 /// every 10 s.
 ///
 /// # Errors
@@ -445,7 +507,10 @@ pub async fn wait_for_archive(
     let mut last_report = Instant::now();
     loop {
         let archive = reader.read().await?;
-        let present: HashSet<RecordId> = archive.records().map(RecordId::of_archived).collect();
+        let present: HashSet<RecordId> = archive
+            .placed_records()
+            .map(RecordId::of_archived)
+            .collect();
         let mut missing: Vec<&RecordId> = wanted.difference(&present).collect();
         if missing.is_empty() {
             println!(
@@ -487,6 +552,39 @@ pub async fn wait_for_archive(
             last_report = Instant::now();
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Polls the archive until it places more than `placed` records (in
+/// committed batches: kept, or under the duplicates prefix), failing early
+/// if the daemon exits. Returns the snapshot.
+///
+/// # Errors
+/// The daemon exited (with its log tail); `timeout` passed; an AWS error.
+pub async fn wait_for_growth(
+    reader: &mut ArchiveReader,
+    daemon: &mut Daemon,
+    placed: usize,
+    timeout: Duration,
+) -> Result<Archive> {
+    let start = Instant::now();
+    loop {
+        let archive = reader.read().await?;
+        let count = archive.placed_count();
+        if count > placed {
+            return Ok(archive);
+        }
+        if let Some(status) = daemon.exit_status() {
+            bail!(
+                "shardsink exited ({status}) with {count} records placed; log {}:\n{}",
+                daemon.log_path().display(),
+                daemon.log_tail(60)
+            );
+        }
+        if start.elapsed() >= timeout {
+            bail!("the archive stayed at {count} records placed for {timeout:?}");
+        }
+        tokio::time::sleep(crate::wait::POLL_INTERVAL).await;
     }
 }
 

@@ -1,5 +1,5 @@
-//! Decoding one JSON Lines object (the `envelope` format, and error
-//! objects) against its key, line by line, and the checks every format
+//! Decoding one JSON Lines object (the `envelope` format, error objects
+//! and duplicates objects) against its key, line by line, and the checks every format
 //! shares ([`Checker`]); every deviation from the format becomes an
 //! [`ArchiveProblem`].
 
@@ -9,8 +9,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
 use super::layout::TimeBucket;
-use super::line::{FIELDS, FIELDS_WITH_SUB_SEQUENCE, RawLine};
-use super::{ArchiveProblem, ArchivedRecord, ObjectKey, PayloadForm, parse_timestamp};
+use super::line::{COPY_FIELDS, FIELDS, FIELDS_WITH_SUB_SEQUENCE, RawCopy, RawLine};
+use super::{ArchiveProblem, ArchivedRecord, CopyRef, ObjectKey, PayloadForm, parse_timestamp};
 use crate::seq::Seq;
 
 /// What the lines of a JSON Lines object are.
@@ -21,6 +21,9 @@ pub enum LineKind {
     Envelope,
     /// Error lines: the envelope's fields, then a non-empty `errorMessage`.
     Errors,
+    /// Duplicate lines: the envelope's fields, then `duplicateOf`, the
+    /// accepted copy (`shardId`, `sequenceNumber`, [`subSequenceNumber`]).
+    Duplicates,
 }
 
 /// The checks every decoder makes of each record it finds in an object:
@@ -196,8 +199,10 @@ pub fn decode_lines(
         } else {
             FIELDS.to_vec()
         };
-        if kind == LineKind::Errors {
-            expected_order.push("errorMessage");
+        match kind {
+            LineKind::Envelope => {}
+            LineKind::Errors => expected_order.push("errorMessage"),
+            LineKind::Duplicates => expected_order.push("duplicateOf"),
         }
         if raw.order != expected_order {
             checker.problem(
@@ -245,14 +250,38 @@ pub fn decode_lines(
                 );
                 Some(String::new())
             }
-            (LineKind::Envelope, Some(_)) => {
+            (LineKind::Envelope | LineKind::Duplicates, Some(_)) => {
                 checker.problem(
                     Some(line),
                     "unexpected field \"errorMessage\" outside the error prefix".to_owned(),
                 );
                 None
             }
-            (LineKind::Envelope, None) => None,
+            (LineKind::Envelope | LineKind::Duplicates, None) => None,
+        };
+        let duplicate_of = match (kind, raw.duplicate_of) {
+            (LineKind::Duplicates, Some(copy)) => match copy_ref(copy) {
+                Ok(copy) => Some(copy),
+                Err(message) => {
+                    checker.problem(Some(line), format!("duplicateOf: {message}"));
+                    None
+                }
+            },
+            (LineKind::Duplicates, None) => {
+                checker.problem(
+                    Some(line),
+                    "a duplicate line without duplicateOf".to_owned(),
+                );
+                None
+            }
+            (LineKind::Envelope | LineKind::Errors, Some(_)) => {
+                checker.problem(
+                    Some(line),
+                    "unexpected field \"duplicateOf\" outside the duplicates prefix".to_owned(),
+                );
+                None
+            }
+            (LineKind::Envelope | LineKind::Errors, None) => None,
         };
         for unknown in &raw.unknown {
             checker.problem(Some(line), format!("unexpected field {unknown:?}"));
@@ -268,9 +297,38 @@ pub fn decode_lines(
             data,
             payload: PayloadForm::Bytes,
             error_message,
+            duplicate_of,
         });
     }
     (records, checker.problems)
+}
+
+/// A `duplicateOf` object checked: its fields in order, a shard id, and a
+/// sequence number of decimal digits.
+fn copy_ref(copy: RawCopy) -> Result<CopyRef, String> {
+    let expected: &[&str] = if copy.sub_sequence_number.is_some() {
+        &COPY_FIELDS
+    } else {
+        &COPY_FIELDS[..2]
+    };
+    if copy.order != expected {
+        return Err(format!(
+            "fields are {:?}, expected {expected:?}",
+            copy.order
+        ));
+    }
+    let (Some(shard_id), Some(sequence_number)) = (copy.shard_id, copy.sequence_number) else {
+        return Err("shardId or sequenceNumber missing".to_owned());
+    };
+    if shard_id.is_empty() {
+        return Err("empty shardId".to_owned());
+    }
+    Seq::parse(&sequence_number).map_err(|message| format!("sequenceNumber: {message}"))?;
+    Ok(CopyRef {
+        shard_id,
+        sequence_number,
+        sub_sequence_number: copy.sub_sequence_number,
+    })
 }
 
 fn is_after(previous: &(Seq, Option<u64>), current: &(Seq, Option<u64>)) -> bool {
@@ -289,7 +347,7 @@ fn is_after(previous: &(Seq, Option<u64>), current: &(Seq, Option<u64>)) -> bool
 mod tests {
     use super::*;
     use crate::archive::test_support::key_of_s1;
-    use crate::archive::{Compression, encode_line};
+    use crate::archive::{Compression, encode_duplicate_line, encode_line};
 
     fn line(shard: &str, seq: &str, sub: Option<u64>, pk: &str, ts: &str, data: &[u8]) -> String {
         encode_line(shard, seq, sub, pk, ts, data)
@@ -385,6 +443,55 @@ mod tests {
             problems
                 .iter()
                 .any(|p| p.message.contains("outside the error prefix")),
+            "{problems:#?}"
+        );
+    }
+
+    #[test]
+    fn duplicate_lines_name_the_accepted_copy() {
+        let key = key_of_s1("9", "11", Compression::None);
+        let ts = "2026-11-21T05:27:03.123Z";
+        let body = [
+            encode_duplicate_line(
+                &line("s-1", "9", Some(2), "k", ts, b"{}"),
+                "s-0",
+                "4",
+                Some(1),
+            ),
+            encode_duplicate_line(&line("s-1", "10", None, "k", ts, b"x"), "s-1", "9", None),
+            // Without duplicateOf; then one with its fields out of order.
+            line("s-1", "11", Some(0), "k", ts, b"x"),
+            line("s-1", "11", Some(1), "k", ts, b"x").replacen(
+                "}\n",
+                ",\"duplicateOf\":{\"sequenceNumber\":\"9\",\"shardId\":\"s-1\"}}\n",
+                1,
+            ),
+        ]
+        .concat();
+        let (records, problems) = decode_lines(&key, body.as_bytes(), LineKind::Duplicates);
+        assert_eq!(records.len(), 4);
+        assert_eq!(
+            records[0].duplicate_of.as_ref().map(ToString::to_string),
+            Some("s-0/4#1".to_owned())
+        );
+        assert_eq!(
+            records[1].duplicate_of.as_ref().map(ToString::to_string),
+            Some("s-1/9".to_owned())
+        );
+        let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        assert_eq!(text.len(), 3, "{text:#?}");
+        assert!(text[0].contains(":3: fields are"), "{text:#?}");
+        assert!(
+            text[1].contains(":3: a duplicate line without duplicateOf"),
+            "{text:#?}"
+        );
+        assert!(text[2].contains(":4: duplicateOf: fields are"), "{text:#?}");
+        // In a main object, a duplicateOf is out of place.
+        let (_, problems) = decode_lines(&key, body.as_bytes(), LineKind::Envelope);
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.message.contains("outside the duplicates prefix")),
             "{problems:#?}"
         );
     }

@@ -9,11 +9,15 @@ use crate::daemon::Settings;
 pub const FORMAT_METADATA: &str = "shardsink-format";
 /// User metadata holding an object's number of user records.
 pub const RECORDS_METADATA: &str = "shardsink-records";
+/// User metadata of error, duplicates and decisions objects naming the
+/// format of their batch's main object.
+pub const MAIN_FORMAT_METADATA: &str = "shardsink-main-format";
 
 /// An object's format with its settings, as its
 /// `x-amz-meta-shardsink-format` names it: `envelope`, `json` or
 /// `json;metadata-field=NAME`, `raw;delimiter=HEX`, `parquet` or
-/// `parquet;schema=FINGERPRINT`, and `errors` for error objects.
+/// `parquet;schema=FINGERPRINT`, `errors` for error objects and
+/// `duplicates` for duplicates objects.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ObjectFormat {
     /// JSON Lines, payload in base64 beside the metadata.
@@ -38,6 +42,8 @@ pub enum ObjectFormat {
     },
     /// Envelope lines with an `errorMessage`: an error object.
     Errors,
+    /// Envelope lines with a `duplicateOf`: a duplicates object.
+    Duplicates,
 }
 
 impl ObjectFormat {
@@ -53,6 +59,7 @@ impl ObjectFormat {
         match (name, setting) {
             ("envelope", None) => Ok(Self::Envelope),
             ("errors", None) => Ok(Self::Errors),
+            ("duplicates", None) => Ok(Self::Duplicates),
             ("json", None) => Ok(Self::Json {
                 metadata_field: None,
             }),
@@ -128,6 +135,7 @@ impl fmt::Display for ObjectFormat {
         match self {
             Self::Envelope => f.write_str("envelope"),
             Self::Errors => f.write_str("errors"),
+            Self::Duplicates => f.write_str("duplicates"),
             Self::Json {
                 metadata_field: None,
             } => f.write_str("json"),
@@ -205,6 +213,7 @@ mod tests {
         for text in [
             "envelope",
             "errors",
+            "duplicates",
             "json",
             "json;metadata-field=_kinesis",
             "raw;delimiter=0a",

@@ -117,6 +117,7 @@ pub fn decode_json(
                 raw.error_message
                     .as_ref()
                     .map(|_| "errorMessage".to_owned()),
+                raw.duplicate_of.as_ref().map(|_| "duplicateOf".to_owned()),
             ]
             .iter()
             .flatten(),
@@ -134,6 +135,7 @@ pub fn decode_json(
             data: payload.into_bytes(),
             payload: PayloadForm::JsonText,
             error_message: None,
+            duplicate_of: None,
         });
     }
     (records, checker.problems)

@@ -18,13 +18,17 @@ pub enum Shape {
     Raw,
     /// Apache Parquet (`.parquet`, compressed inside, by page).
     Parquet,
+    /// A batch's event decisions (`.events.zst`, always zstd): JSON lines
+    /// under `{prefix}/_events`, one per user record of the batch.
+    Decisions,
 }
 
 impl Shape {
     /// The extension of a body of this shape compressed with `compression`
-    /// (Parquet: always `.parquet`).
+    /// (Parquet: always `.parquet`; decisions: always `.events.zst`).
     pub fn extension(self, compression: Compression) -> &'static str {
         match (self, compression) {
+            (Self::Decisions, _) => DECISIONS_EXTENSION,
             (Self::Lines, c) => c.extension(),
             (Self::Raw, Compression::None) => ".raw",
             (Self::Raw, Compression::Gzip) => ".raw.gz",
@@ -33,7 +37,8 @@ impl Shape {
         }
     }
 
-    /// Every (shape, compression) a key may name.
+    /// Every (shape, compression) a key of records may name (decisions
+    /// objects aside).
     pub const KINDS: [(Self, Compression); 7] = [
         (Self::Lines, Compression::None),
         (Self::Lines, Compression::Gzip),
@@ -46,11 +51,18 @@ impl Shape {
 
     /// The shape and compression `extension` names.
     pub fn from_extension(extension: &str) -> Option<(Self, Compression)> {
+        if extension == DECISIONS_EXTENSION {
+            return Some((Self::Decisions, Compression::Zstd));
+        }
         Self::KINDS
             .into_iter()
             .find(|(shape, compression)| shape.extension(*compression) == extension)
     }
 }
+
+/// The extension of decisions objects: not `.jsonl…`, so that a query
+/// engine reading `{prefix}/**/*.jsonl.zst` never reads them.
+pub const DECISIONS_EXTENSION: &str = ".events.zst";
 
 /// An object key, parsed:
 /// `{prefix}/{time path}/{shardId}/{sorter}-{first}-{last}{ext}`, the time
@@ -162,7 +174,8 @@ impl ObjectKey {
         let (stem, extension) = file.split_at(dot);
         let (shape, compression) = Shape::from_extension(extension).ok_or_else(|| {
             format!(
-                "file name {file:?} does not end in .jsonl, .raw (each with .gz or .zst) or .parquet"
+                "file name {file:?} does not end in .jsonl, .raw (each with .gz or .zst), \
+                 .parquet or {DECISIONS_EXTENSION}"
             )
         })?;
         let fields: Vec<&str> = stem.split('-').collect();
@@ -217,8 +230,15 @@ impl ObjectKey {
     pub fn error_extension(&self) -> &'static str {
         match self.shape {
             Shape::Lines | Shape::Raw => Shape::Lines.extension(self.compression),
-            Shape::Parquet => Shape::Lines.extension(Compression::Zstd),
+            Shape::Parquet | Shape::Decisions => Shape::Lines.extension(Compression::Zstd),
         }
+    }
+
+    /// The extension of the duplicates object of a batch whose main object
+    /// has this key: that of its error object (JSON Lines, compressed as
+    /// error objects are).
+    pub fn duplicates_extension(&self) -> &'static str {
+        self.error_extension()
     }
 }
 

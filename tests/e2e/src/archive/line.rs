@@ -34,6 +34,31 @@ pub fn encode_line(
     )
 }
 
+/// A duplicate's line as the contract prescribes it: [`encode_line`]'s
+/// fields, then `duplicateOf` naming the accepted copy
+/// (`{"shardId":…,"sequenceNumber":…[,"subSequenceNumber":…]}`), for
+/// harness self-tests.
+pub fn encode_duplicate_line(
+    line: &str,
+    of_shard_id: &str,
+    of_sequence_number: &str,
+    of_sub_sequence_number: Option<u64>,
+) -> String {
+    let json = |s: &str| serde_json::to_string(s).expect("a string always serializes");
+    let sub = of_sub_sequence_number
+        .map(|n| format!(",\"subSequenceNumber\":{n}"))
+        .unwrap_or_default();
+    let open = line
+        .trim_end()
+        .strip_suffix('}')
+        .expect("encode_line writes an object");
+    format!(
+        "{open},\"duplicateOf\":{{\"shardId\":{},\"sequenceNumber\":{}{sub}}}}}\n",
+        json(of_shard_id),
+        json(of_sequence_number),
+    )
+}
+
 /// The `json` format's metadata object: [`encode_line`]'s fields without
 /// `data` (for harness self-tests).
 pub fn encode_metadata(
@@ -87,6 +112,59 @@ pub(super) struct RawLine {
     pub(super) approximate_arrival_timestamp: Option<String>,
     pub(super) data: Option<String>,
     pub(super) error_message: Option<String>,
+    pub(super) duplicate_of: Option<RawCopy>,
+}
+
+/// The fields of a `duplicateOf` object, in order (`subSequenceNumber`
+/// only for a KPL user record).
+pub(super) const COPY_FIELDS: [&str; 3] = ["shardId", "sequenceNumber", "subSequenceNumber"];
+
+/// A `duplicateOf` object with its field order kept.
+#[derive(Default)]
+pub(super) struct RawCopy {
+    pub(super) order: Vec<String>,
+    pub(super) shard_id: Option<String>,
+    pub(super) sequence_number: Option<String>,
+    pub(super) sub_sequence_number: Option<u64>,
+}
+
+impl<'de> Deserialize<'de> for RawCopy {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(RawCopyVisitor)
+    }
+}
+
+struct RawCopyVisitor;
+
+impl<'de> Visitor<'de> for RawCopyVisitor {
+    type Value = RawCopy;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a duplicateOf object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawCopy, A::Error> {
+        let mut copy = RawCopy::default();
+        while let Some(name) = map.next_key::<String>()? {
+            if copy.order.contains(&name) {
+                return Err(de::Error::custom(format!(
+                    "duplicate field {name:?} in duplicateOf"
+                )));
+            }
+            match name.as_str() {
+                "shardId" => copy.shard_id = Some(map.next_value()?),
+                "sequenceNumber" => copy.sequence_number = Some(map.next_value()?),
+                "subSequenceNumber" => copy.sub_sequence_number = Some(map.next_value()?),
+                _ => {
+                    return Err(de::Error::custom(format!(
+                        "unexpected field {name:?} in duplicateOf"
+                    )));
+                }
+            }
+            copy.order.push(name);
+        }
+        Ok(copy)
+    }
 }
 
 impl<'de> Deserialize<'de> for RawLine {
@@ -120,6 +198,7 @@ impl<'de> Visitor<'de> for RawLineVisitor {
                 }
                 "data" => line.data = Some(map.next_value()?),
                 "errorMessage" => line.error_message = Some(map.next_value()?),
+                "duplicateOf" => line.duplicate_of = Some(map.next_value()?),
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                     line.unknown.push(name.clone());

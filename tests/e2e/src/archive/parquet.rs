@@ -188,6 +188,7 @@ fn rows(
             data,
             payload,
             error_message: None,
+            duplicate_of: None,
         });
     }
 }

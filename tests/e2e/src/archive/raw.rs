@@ -95,6 +95,7 @@ pub fn decode_raw(
             data: piece.to_vec(),
             payload: PayloadForm::Bytes,
             error_message: None,
+            duplicate_of: None,
         });
     }
     (records, checker.problems)

@@ -1,6 +1,6 @@
 //! Reading the whole archive: list, HEAD and GET each new object once,
-//! decode it by the format its metadata names, and put each batch's main
-//! and error objects together.
+//! decode it by the format its metadata names, and put each batch's main,
+//! error, duplicates and decisions objects together.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use anyhow::Result;
 
+use super::decisions::{DECISIONS_FOLDER, DecisionsObject, Outcome, decode_decisions};
 use super::decode::{LineKind, decode_lines};
-use super::format::{FORMAT_METADATA, ObjectFormat, RECORDS_METADATA};
+use super::format::{FORMAT_METADATA, MAIN_FORMAT_METADATA, ObjectFormat, RECORDS_METADATA};
 use super::json::decode_json;
 use super::key::Shape;
 use super::layout::KeyLayout;
@@ -32,6 +33,8 @@ pub struct ReaderOptions {
     pub prefix: String,
     /// `--error-prefix`: their error objects.
     pub error_prefix: String,
+    /// `--duplicates-prefix`: their duplicates objects.
+    pub duplicates_prefix: String,
     /// `--key-layout` and `--time-bucket`.
     pub layout: KeyLayout,
     /// `--parquet-schema`, read: the typed columns of `parquet;schema=…`
@@ -44,11 +47,13 @@ pub struct ReaderOptions {
 
 impl ReaderOptions {
     /// The daemon's defaults under `prefix`: error prefix
-    /// `{prefix}-errors`, plain per-minute keys, no schema, no stream.
+    /// `{prefix}-errors`, duplicates prefix `{prefix}-duplicates`, plain
+    /// per-minute keys, no schema, no stream.
     pub fn new(prefix: &str) -> Self {
         Self {
             prefix: prefix.to_owned(),
             error_prefix: format!("{prefix}-errors"),
+            duplicates_prefix: format!("{prefix}-duplicates"),
             layout: KeyLayout::default(),
             schema: None,
             stream: None,
@@ -56,8 +61,8 @@ impl ReaderOptions {
     }
 
     /// What `settings` make the daemon write: `--prefix`, `--error-prefix`,
-    /// `--key-layout`, `--time-bucket`, `--parquet-schema` (the file is
-    /// read now) and `--stream`.
+    /// `--duplicates-prefix`, `--key-layout`, `--time-bucket`,
+    /// `--parquet-schema` (the file is read now) and `--stream`.
     ///
     /// # Panics
     /// When the schema file cannot be read or parsed, or a layout setting
@@ -71,6 +76,9 @@ impl ReaderOptions {
             error_prefix: settings
                 .get("error-prefix")
                 .map_or_else(|| format!("{prefix}-errors"), str::to_owned),
+            duplicates_prefix: settings
+                .get("duplicates-prefix")
+                .map_or_else(|| format!("{prefix}-duplicates"), str::to_owned),
             layout: KeyLayout::of_settings(settings),
             schema,
             stream: Some(settings.stream().to_owned()),
@@ -89,14 +97,17 @@ pub struct ArchiveReader {
     bucket: String,
     options: ReaderOptions,
     cache: HashMap<String, Arc<ArchivedObject>>,
+    decisions_cache: HashMap<String, Arc<DecisionsObject>>,
     truth: Option<GroundTruth>,
 }
 
-/// Whether an object is a batch's main object or its error object.
+/// Whether an object is a batch's main object, its error object or its
+/// duplicates object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
     Main,
     Errors,
+    Duplicates,
 }
 
 impl ArchiveReader {
@@ -113,6 +124,7 @@ impl ArchiveReader {
             bucket: bucket.to_owned(),
             options,
             cache: HashMap::new(),
+            decisions_cache: HashMap::new(),
             truth: None,
         }
     }
@@ -131,35 +143,76 @@ impl ArchiveReader {
         let listed = list_objects(&self.env, &self.bucket, "").await?;
         let main_prefix = format!("{}/", self.options.prefix);
         let error_prefix = format!("{}/", self.options.error_prefix);
+        let duplicates_prefix = format!("{}/", self.options.duplicates_prefix);
+        let decisions_prefix = format!("{main_prefix}{DECISIONS_FOLDER}");
         let layout_key = format!("{main_prefix}_shardsink.json");
-        // Decisions objects of event deduplication: not batches.
-        let decisions_prefix = format!("{main_prefix}_events/");
-        let mut mains = Vec::new();
-        let mut errors = Vec::new();
-        let mut stray_keys = Vec::new();
-        let mut layout_record = None;
+        let mut found = Listed::default();
         let mut cache = HashMap::new();
+        let mut decisions_cache = HashMap::new();
         let mut refreshed = false;
         for entry in listed {
             if entry.key == layout_key {
                 let body = get_object(&self.env, &self.bucket, &entry.key).await?;
-                layout_record = body.map(|body| String::from_utf8_lossy(&body).into_owned());
+                found.layout_record = body.map(|body| String::from_utf8_lossy(&body).into_owned());
                 continue;
             }
-            if entry.key.starts_with(&decisions_prefix) {
+            if entry.key.starts_with(&format!("{decisions_prefix}/")) {
+                let key =
+                    match ObjectKey::parse_in(self.options.layout, &decisions_prefix, &entry.key) {
+                        Ok(key) => key,
+                        Err(message) => {
+                            found.stray_keys.push(ArchiveProblem {
+                                object_key: entry.key,
+                                line: None,
+                                message: format!("key does not follow the contract: {message}"),
+                            });
+                            continue;
+                        }
+                    };
+                let object = match self.decisions_cache.get(&entry.key) {
+                    Some(cached) if cached.e_tag == entry.e_tag && cached.size == entry.size => {
+                        Arc::clone(cached)
+                    }
+                    _ => {
+                        let Some(metadata) =
+                            head_object_metadata(&self.env, &self.bucket, &entry.key).await?
+                        else {
+                            continue;
+                        };
+                        let Some(body) = get_object(&self.env, &self.bucket, &entry.key).await?
+                        else {
+                            continue;
+                        };
+                        Arc::new(decisions_object(key, &metadata, &body, entry.e_tag))
+                    }
+                };
+                decisions_cache.insert(entry.key, Arc::clone(&object));
+                found.decisions.push(object);
                 continue;
             }
             let (role, prefix) = if entry.key.starts_with(&main_prefix) {
                 (Role::Main, &self.options.prefix)
             } else if entry.key.starts_with(&error_prefix) {
                 (Role::Errors, &self.options.error_prefix)
+            } else if entry.key.starts_with(&duplicates_prefix) {
+                (Role::Duplicates, &self.options.duplicates_prefix)
             } else {
                 (Role::Main, &self.options.prefix)
             };
             let key = match ObjectKey::parse_in(self.options.layout, prefix, &entry.key) {
-                Ok(key) => key,
+                Ok(key) if key.shape != Shape::Decisions => key,
+                Ok(_) => {
+                    found.stray_keys.push(ArchiveProblem {
+                        object_key: entry.key,
+                        line: None,
+                        message: format!(
+                            "a decisions object outside {decisions_prefix}/ does not follow the contract"
+                        ),
+                    });
+                    continue;
+                }
                 Err(message) => {
-                    stray_keys.push(ArchiveProblem {
+                    found.stray_keys.push(ArchiveProblem {
                         object_key: entry.key,
                         line: None,
                         message: format!("key does not follow the contract: {message}"),
@@ -189,19 +242,14 @@ impl ArchiveReader {
             };
             cache.insert(entry.key, Arc::clone(&object));
             match role {
-                Role::Main => mains.push(object),
-                Role::Errors => errors.push(object),
+                Role::Main => found.mains.push(object),
+                Role::Errors => found.errors.push(object),
+                Role::Duplicates => found.duplicates.push(object),
             }
         }
         self.cache = cache;
-        Ok(assemble(
-            &self.bucket,
-            &self.options.prefix,
-            mains,
-            errors,
-            stray_keys,
-            layout_record,
-        ))
+        self.decisions_cache = decisions_cache;
+        Ok(assemble(&self.bucket, &self.options.prefix, found))
     }
 
     /// Decodes one object by the format its metadata names (by its
@@ -228,11 +276,14 @@ impl ArchiveReader {
         let declared_records = metadata.get(RECORDS_METADATA).cloned();
         let by_extension = match (role, key.shape) {
             (Role::Errors, _) => ObjectFormat::Errors,
+            (Role::Duplicates, _) => ObjectFormat::Duplicates,
             (Role::Main, Shape::Lines) => ObjectFormat::Envelope,
             (Role::Main, Shape::Raw) => ObjectFormat::Raw {
                 delimiter: b"\n".to_vec(),
             },
-            (Role::Main, Shape::Parquet) => ObjectFormat::Parquet { schema: None },
+            (Role::Main, Shape::Parquet | Shape::Decisions) => {
+                ObjectFormat::Parquet { schema: None }
+            }
         };
         let format = match format_text.as_deref().map(ObjectFormat::parse) {
             Some(Ok(format)) => format,
@@ -246,9 +297,10 @@ impl ArchiveReader {
             }
         };
         let shape_of_format = match &format {
-            ObjectFormat::Envelope | ObjectFormat::Json { .. } | ObjectFormat::Errors => {
-                Shape::Lines
-            }
+            ObjectFormat::Envelope
+            | ObjectFormat::Json { .. }
+            | ObjectFormat::Errors
+            | ObjectFormat::Duplicates => Shape::Lines,
             ObjectFormat::Raw { .. } => Shape::Raw,
             ObjectFormat::Parquet { .. } => Shape::Parquet,
         };
@@ -258,19 +310,25 @@ impl ArchiveReader {
                 key.extension()
             ));
         }
-        if (role == Role::Errors) != (format == ObjectFormat::Errors) {
-            problem(format!(
-                "format {format} {} the error prefix",
-                if role == Role::Errors {
-                    "under"
-                } else {
-                    "outside"
-                }
-            ));
+        for (side, side_format, place) in [
+            (Role::Errors, ObjectFormat::Errors, "the error prefix"),
+            (
+                Role::Duplicates,
+                ObjectFormat::Duplicates,
+                "the duplicates prefix",
+            ),
+        ] {
+            if (role == side) != (format == side_format) {
+                problem(format!(
+                    "format {format} {} {place}",
+                    if role == side { "under" } else { "outside" }
+                ));
+            }
         }
         let (records, decode_problems): (Vec<ArchivedRecord>, Vec<ArchiveProblem>) = match &format {
             ObjectFormat::Envelope => decode_lines(&key, &body, LineKind::Envelope),
             ObjectFormat::Errors => decode_lines(&key, &body, LineKind::Errors),
+            ObjectFormat::Duplicates => decode_lines(&key, &body, LineKind::Duplicates),
             ObjectFormat::Json {
                 metadata_field: Some(field),
             } => decode_json(&key, &body, field),
@@ -368,19 +426,150 @@ impl ArchiveReader {
     }
 }
 
-/// Puts each error object with its batch's main object (same time path,
-/// shard and name; the extension the main key's says), and checks every
-/// batch as a whole.
-fn assemble(
-    bucket: &str,
-    prefix: &str,
-    mut mains: Vec<Arc<ArchivedObject>>,
-    mut errors: Vec<Arc<ArchivedObject>>,
+/// A decisions object read from S3: its lines decoded, its record count
+/// and settings checked against its metadata.
+fn decisions_object(
+    key: ObjectKey,
+    metadata: &HashMap<String, String>,
+    body: &[u8],
+    e_tag: Option<String>,
+) -> DecisionsObject {
+    let (lines, mut problems) = decode_decisions(&key, body);
+    let mut problem = |message: String| {
+        problems.push(ArchiveProblem {
+            object_key: key.key.clone(),
+            line: None,
+            message,
+        });
+    };
+    let settings = metadata.get(FORMAT_METADATA).cloned();
+    if !settings
+        .as_deref()
+        .is_some_and(|s| s.starts_with("events;id="))
+    {
+        problem(format!(
+            "x-amz-meta-{FORMAT_METADATA} is {settings:?}, not events;id=…"
+        ));
+    }
+    let declared_records = metadata.get(RECORDS_METADATA).cloned();
+    if declared_records.as_deref() != Some(lines.len().to_string().as_str()) {
+        problem(format!(
+            "x-amz-meta-{RECORDS_METADATA} is {declared_records:?}, the body holds {} lines",
+            lines.len()
+        ));
+    }
+    DecisionsObject {
+        e_tag,
+        size: body.len(),
+        settings,
+        main_format: metadata.get(MAIN_FORMAT_METADATA).cloned(),
+        declared_records,
+        lines,
+        problems,
+        key,
+    }
+}
+
+/// What one listing found, by role.
+#[derive(Debug, Default)]
+struct Listed {
+    mains: Vec<Arc<ArchivedObject>>,
+    errors: Vec<Arc<ArchivedObject>>,
+    duplicates: Vec<Arc<ArchivedObject>>,
+    decisions: Vec<Arc<DecisionsObject>>,
     stray_keys: Vec<ArchiveProblem>,
     layout_record: Option<String>,
-) -> Archive {
+}
+
+/// A problem of the object `key` as a whole.
+fn object_problem(key: &str, message: String) -> ArchiveProblem {
+    ArchiveProblem {
+        object_key: key.to_owned(),
+        line: None,
+        message,
+    }
+}
+
+/// Puts each side object (`what`: error or duplicates object) with its
+/// batch's main object: same time path, shard and name, and the extension
+/// `extension` gives for the main key. Side objects without their main
+/// object are uncommitted.
+fn attach(
+    mains: &[Arc<ArchivedObject>],
+    by_batch: &BTreeMap<String, Vec<usize>>,
+    sides: Vec<Arc<ArchivedObject>>,
+    extension: fn(&ObjectKey) -> &'static str,
+    what: &str,
+    problems: &mut Vec<ArchiveProblem>,
+) -> Attached {
+    let mut attached = Attached::default();
+    let Attached {
+        of_main,
+        committed,
+        uncommitted,
+    } = &mut attached;
+    for side in sides {
+        let candidates = by_batch
+            .get(&side.key.batch_path())
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        match candidates
+            .iter()
+            .find(|&&i| extension(&mains[i].key) == side.key.extension())
+        {
+            Some(&index) => {
+                if of_main.insert(index, Arc::clone(&side)).is_some() {
+                    problems.push(object_problem(
+                        &side.key.key,
+                        format!("a second {what} of one batch"),
+                    ));
+                }
+                committed.push(side);
+            }
+            None => {
+                let message = match candidates.first() {
+                    Some(&i) => format!(
+                        "its batch's main object {} asks for the extension {}",
+                        mains[i].key.key,
+                        extension(&mains[i].key)
+                    ),
+                    None => format!("{what} without its batch's main object"),
+                };
+                problems.push(object_problem(&side.key.key, message));
+                uncommitted.push(side);
+            }
+        }
+    }
+    attached
+}
+
+/// Side objects put with their batches' main objects by [`attach`].
+#[derive(Debug, Default)]
+struct Attached {
+    /// The side object of each main object, by the main object's index.
+    of_main: HashMap<usize, Arc<ArchivedObject>>,
+    /// Side objects whose main object is listed.
+    committed: Vec<Arc<ArchivedObject>>,
+    /// Side objects without their main object.
+    uncommitted: Vec<Arc<ArchivedObject>>,
+}
+
+/// Puts each error, duplicates and decisions object with its batch's main
+/// object (same time path, shard and name; the extension the main key's
+/// says), and checks every batch as a whole.
+fn assemble(bucket: &str, prefix: &str, listed: Listed) -> Archive {
+    let Listed {
+        mut mains,
+        mut errors,
+        mut duplicates,
+        mut decisions,
+        stray_keys,
+        layout_record,
+    } = listed;
     mains.sort_by(|a, b| a.key.key.cmp(&b.key.key));
     errors.sort_by(|a, b| a.key.key.cmp(&b.key.key));
+    duplicates.sort_by(|a, b| a.key.key.cmp(&b.key.key));
+    decisions.sort_by(|a, b| a.key.key.cmp(&b.key.key));
     let mut by_batch: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     for (index, main) in mains.iter().enumerate() {
         by_batch
@@ -389,65 +578,73 @@ fn assemble(
             .push(index);
     }
     let mut archive = Archive::of_objects(bucket, prefix, Vec::new());
-    let mut errors_of: HashMap<usize, Arc<ArchivedObject>> = HashMap::new();
-    for error in errors {
-        let candidates = by_batch
-            .get(&error.key.batch_path())
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        let problem = |message: String| ArchiveProblem {
-            object_key: error.key.key.clone(),
-            line: None,
-            message,
-        };
-        match candidates
-            .iter()
-            .find(|&&i| mains[i].key.error_extension() == error.key.extension())
+    let errors = attach(
+        &mains,
+        &by_batch,
+        errors,
+        ObjectKey::error_extension,
+        "error object",
+        &mut archive.batch_problems,
+    );
+    archive.error_objects = errors.committed;
+    archive.uncommitted_error_objects = errors.uncommitted;
+    let duplicates = attach(
+        &mains,
+        &by_batch,
+        duplicates,
+        ObjectKey::duplicates_extension,
+        "duplicates object",
+        &mut archive.batch_problems,
+    );
+    archive.duplicate_objects = duplicates.committed;
+    archive.uncommitted_duplicate_objects = duplicates.uncommitted;
+    let (errors_of, duplicates_of) = (errors.of_main, duplicates.of_main);
+    let mut decisions_of: HashMap<usize, Arc<DecisionsObject>> = HashMap::new();
+    for object in decisions {
+        match by_batch
+            .get(&object.key.batch_path())
+            .and_then(|c| c.first())
         {
             Some(&index) => {
-                if errors_of.insert(index, Arc::clone(&error)).is_some() {
-                    archive
-                        .batch_problems
-                        .push(problem("a second error object of one batch".to_owned()));
-                }
-                archive.error_objects.push(error);
+                decisions_of.insert(index, Arc::clone(&object));
+                archive.decisions_objects.push(object);
             }
             None => {
-                let message = match candidates.first() {
-                    Some(&i) => format!(
-                        "its batch's main object {} asks for the extension {}",
-                        mains[i].key.key,
-                        mains[i].key.error_extension()
-                    ),
-                    None => "an error object without its batch's main object".to_owned(),
-                };
-                archive.batch_problems.push(problem(message));
-                archive.uncommitted_error_objects.push(error);
+                archive.batch_problems.push(object_problem(
+                    &object.key.key,
+                    "a decisions object without its batch's main object".to_owned(),
+                ));
+                archive.uncommitted_decisions_objects.push(object);
             }
         }
     }
     for (index, main) in mains.iter().enumerate() {
         let error = errors_of.get(&index);
-        let mut ids: Vec<(Seq, Option<u64>)> = main
+        let duplicates = duplicates_of.get(&index);
+        let mut placed: Vec<(Seq, Option<u64>, &ArchivedRecord)> = main
             .records
             .iter()
             .chain(error.iter().flat_map(|e| e.records.iter()))
+            .chain(duplicates.iter().flat_map(|d| d.records.iter()))
             .filter_map(|r| {
                 Seq::parse(&r.sequence_number)
                     .ok()
-                    .map(|seq| (seq, r.sub_sequence_number))
+                    .map(|seq| (seq, r.sub_sequence_number, r))
             })
             .collect();
-        ids.sort();
+        placed.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
         let mut problem = |message: String| {
-            archive.batch_problems.push(ArchiveProblem {
-                object_key: main.key.key.clone(),
-                line: None,
-                message,
-            });
+            archive
+                .batch_problems
+                .push(object_problem(&main.key.key, message));
         };
-        let (Some(first), Some(last)) = (ids.first(), ids.last()) else {
-            problem("the batch holds no record (main and error objects)".to_owned());
+        if let Some(decisions) = decisions_of.get(&index) {
+            for message in decisions_disagree(main, decisions, &placed) {
+                problem(message);
+            }
+        }
+        let (Some(first), Some(last)) = (placed.first(), placed.last()) else {
+            problem("the batch holds no record (main, error and duplicates objects)".to_owned());
             continue;
         };
         if first.0 != main.key.first {
@@ -462,7 +659,10 @@ fn assemble(
                 last.0, main.key.last
             ));
         }
-        if let Some(twice) = ids.windows(2).find(|w| w[0] == w[1]) {
+        if let Some(twice) = placed
+            .windows(2)
+            .find(|w| (&w[0].0, w[0].1) == (&w[1].0, w[1].1))
+        {
             problem(format!(
                 "record ({}, {:?}) is in the batch twice",
                 twice[0].0, twice[0].1
@@ -473,6 +673,70 @@ fn assemble(
     archive.stray_keys = stray_keys;
     archive.layout_record = layout_record;
     archive
+}
+
+/// How many disagreements of one batch with its decisions object are
+/// reported.
+const SHOWN_DISAGREEMENTS: usize = 5;
+
+/// Where a batch's decisions object and its objects disagree: the object
+/// must decide exactly the batch's records, in order, a duplicate exactly
+/// when the record is in the duplicates object with the same
+/// `duplicateOf`, and record the main object's format.
+fn decisions_disagree(
+    main: &ArchivedObject,
+    decisions: &DecisionsObject,
+    placed: &[(Seq, Option<u64>, &ArchivedRecord)],
+) -> Vec<String> {
+    let mut messages = Vec::new();
+    if decisions.main_format != main.format {
+        messages.push(format!(
+            "its decisions object {} was made for the main format {:?}, the main object is {:?}",
+            decisions.key.key, decisions.main_format, main.format
+        ));
+    }
+    if decisions.lines.len() != placed.len() {
+        messages.push(format!(
+            "its decisions object {} decides {} records, the batch holds {}",
+            decisions.key.key,
+            decisions.lines.len(),
+            placed.len()
+        ));
+    }
+    for (line, (seq, sub, record)) in decisions.lines.iter().zip(placed) {
+        let place = if record.duplicate_of.is_some() {
+            "the duplicates object"
+        } else {
+            "a kept record"
+        };
+        let message = if Seq::parse(&line.sequence_number).ok().as_ref() != Some(seq)
+            || line.sub_sequence_number != *sub
+        {
+            Some(format!(
+                "decides ({}, {:?}) where the batch holds ({seq}, {sub:?})",
+                line.sequence_number, line.sub_sequence_number
+            ))
+        } else if (line.outcome == Outcome::Duplicate) != record.duplicate_of.is_some()
+            || line.duplicate_of != record.duplicate_of
+        {
+            Some(format!(
+                "decides ({seq}, {sub:?}) {} (duplicateOf {:?}), and it is {place} at {} (duplicateOf {:?})",
+                line.outcome,
+                line.duplicate_of.as_ref().map(ToString::to_string),
+                record.location(),
+                record.duplicate_of.as_ref().map(ToString::to_string),
+            ))
+        } else {
+            None
+        };
+        if let Some(message) = message {
+            messages.push(format!("{}:{}: {message}", decisions.key.key, line.line));
+            if messages.len() >= SHOWN_DISAGREEMENTS {
+                break;
+            }
+        }
+    }
+    messages
 }
 
 /// A one-off [`ArchiveReader::read`].
@@ -487,7 +751,7 @@ pub async fn read_archive(env: &TestEnv, bucket: &str, prefix: &str) -> Result<A
 mod tests {
     use super::*;
     use crate::archive::test_support::{minute, seq};
-    use crate::archive::{Compression, PayloadForm};
+    use crate::archive::{Compression, CopyRef, DecisionLine, PayloadForm};
 
     /// An object of shard `s-1` for `first..=last` holding `records`
     /// (sequence numbers), under `prefix` with `extension`.
@@ -524,6 +788,7 @@ mod tests {
                     data: Vec::new(),
                     payload: PayloadForm::Bytes,
                     error_message: (prefix != "p").then(|| "rejected".to_owned()),
+                    duplicate_of: None,
                 })
                 .collect(),
             key,
@@ -556,7 +821,15 @@ mod tests {
             object("e", "1", "4", zstd_lines, &["1", "4"]),
             object("e", "5", "6", zstd_lines, &["5", "6"]),
         ];
-        let archive = assemble("b", "p", mains, errors, Vec::new(), None);
+        let archive = assemble(
+            "b",
+            "p",
+            Listed {
+                mains,
+                errors,
+                ..Listed::default()
+            },
+        );
         assert!(
             archive.batch_problems.is_empty(),
             "{:#?}",
@@ -604,7 +877,15 @@ mod tests {
                 &["11"],
             ),
         ];
-        let archive = assemble("b", "p", mains, errors, Vec::new(), None);
+        let archive = assemble(
+            "b",
+            "p",
+            Listed {
+                mains,
+                errors,
+                ..Listed::default()
+            },
+        );
         let text = problems(&archive);
         for needle in [
             "first record is 2",
@@ -622,5 +903,146 @@ mod tests {
         }
         assert_eq!(archive.uncommitted_error_objects.len(), 2);
         assert!(archive.records().all(|r| r.sequence_number != "11"));
+    }
+
+    /// The duplicates object of shard `s-1`'s batch `first..=last` under
+    /// `d`: `(record, duplicateOf)` sequence numbers.
+    fn duplicates(first: &str, last: &str, records: &[(&str, &str)]) -> Arc<ArchivedObject> {
+        let lines = Shape::Lines.extension(Compression::Zstd);
+        let sequence_numbers: Vec<&str> = records.iter().map(|r| r.0).collect();
+        let mut object = Arc::unwrap_or_clone(object("d", first, last, lines, &sequence_numbers));
+        for (record, (_, of)) in object.records.iter_mut().zip(records) {
+            record.error_message = None;
+            record.duplicate_of = Some(CopyRef {
+                shard_id: "s-1".to_owned(),
+                sequence_number: (*of).to_owned(),
+                sub_sequence_number: None,
+            });
+        }
+        Arc::new(object)
+    }
+
+    /// The decisions object of shard `s-1`'s batch `first..=last`:
+    /// `(record, outcome, duplicateOf)`.
+    fn decisions(
+        first: &str,
+        last: &str,
+        lines: &[(&str, Outcome, Option<&str>)],
+    ) -> Arc<DecisionsObject> {
+        let text = ObjectKey::format_in(
+            KeyLayout::default(),
+            "p/_events",
+            minute(),
+            "s-1",
+            &seq(first),
+            &seq(last),
+            Shape::Decisions.extension(Compression::Zstd),
+        );
+        Arc::new(DecisionsObject {
+            key: ObjectKey::parse("p/_events", &text).unwrap(),
+            e_tag: None,
+            size: 0,
+            settings: Some("events;id=json-pointer:/id;fingerprint=payload".to_owned()),
+            main_format: None,
+            declared_records: Some(lines.len().to_string()),
+            lines: lines
+                .iter()
+                .enumerate()
+                .map(|(i, (record, outcome, of))| DecisionLine {
+                    line: i + 1,
+                    sequence_number: (*record).to_owned(),
+                    sub_sequence_number: None,
+                    arrival_millis: 0,
+                    event_id_hash: None,
+                    payload_hash: None,
+                    outcome: *outcome,
+                    duplicate_of: of.map(|of| CopyRef {
+                        shard_id: "s-1".to_owned(),
+                        sequence_number: of.to_owned(),
+                        sub_sequence_number: None,
+                    }),
+                })
+                .collect(),
+            problems: Vec::new(),
+        })
+    }
+
+    #[test]
+    fn batches_with_duplicates_and_decisions() {
+        let lines = Shape::Lines.extension(Compression::Zstd);
+        let mains = vec![
+            object("p", "1", "4", lines, &["1", "3"]),
+            // Every record a duplicate: an empty main object commits it.
+            object("p", "5", "6", lines, &[]),
+            object("p", "7", "9", lines, &["7"]),
+        ];
+        let duplicates_found = vec![
+            duplicates("1", "4", &[("2", "1"), ("4", "3")]),
+            duplicates("5", "6", &[("5", "1"), ("6", "3")]),
+            duplicates("7", "9", &[("8", "7"), ("9", "7")]),
+            // Its batch is not committed (yet).
+            duplicates("10", "10", &[("10", "1")]),
+        ];
+        let decisions_found = vec![
+            decisions(
+                "1",
+                "4",
+                &[
+                    ("1", Outcome::Unique, None),
+                    ("2", Outcome::Duplicate, Some("1")),
+                    ("3", Outcome::IdMissing, None),
+                    ("4", Outcome::Duplicate, Some("3")),
+                ],
+            ),
+            decisions(
+                "5",
+                "6",
+                &[
+                    ("5", Outcome::Duplicate, Some("1")),
+                    ("6", Outcome::Duplicate, Some("3")),
+                ],
+            ),
+            // 8 is not decided a duplicate; 9 is a duplicate of another copy.
+            decisions(
+                "7",
+                "9",
+                &[
+                    ("7", Outcome::Unique, None),
+                    ("8", Outcome::Unique, None),
+                    ("9", Outcome::Duplicate, Some("1")),
+                ],
+            ),
+            decisions("10", "10", &[("10", Outcome::Duplicate, Some("1"))]),
+        ];
+        let archive = assemble(
+            "b",
+            "p",
+            Listed {
+                mains,
+                duplicates: duplicates_found,
+                decisions: decisions_found,
+                ..Listed::default()
+            },
+        );
+        let text = problems(&archive);
+        assert_eq!(text.len(), 4, "{text:#?}");
+        assert!(text[0].contains("duplicates object without its batch's main object"));
+        assert!(text[1].contains("decisions object without its batch's main object"));
+        assert!(
+            text[2].contains(":2: decides (8, None) unique"),
+            "{text:#?}"
+        );
+        assert!(
+            text[3].contains(":3: decides (9, None) duplicate"),
+            "{text:#?}"
+        );
+        assert_eq!(archive.duplicate_objects.len(), 3);
+        assert_eq!(archive.uncommitted_duplicate_objects.len(), 1);
+        assert_eq!(archive.decisions_objects.len(), 3);
+        assert_eq!(archive.uncommitted_decisions_objects.len(), 1);
+        assert_eq!(archive.record_count(), 3);
+        assert_eq!(archive.placed_count(), 9);
+        assert_eq!(archive.object_count(), 11);
+        assert!(archive.decisions_of(&archive.objects[1].key).is_some());
     }
 }

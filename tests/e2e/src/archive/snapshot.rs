@@ -1,11 +1,13 @@
 //! What a read of the bucket gives: an [`Archive`] of [`ArchivedObject`]s
-//! (the batches' main objects and their error objects), each with its
-//! decoded [`ArchivedRecord`]s and its [`ArchiveProblem`]s.
+//! (the batches' main objects and their error and duplicates objects), each
+//! with its decoded [`ArchivedRecord`]s and its [`ArchiveProblem`]s, and the
+//! batches' [`DecisionsObject`]s.
 
 use std::fmt;
 use std::sync::Arc;
 
 use super::ObjectKey;
+use super::decisions::DecisionsObject;
 use super::schema::ParquetSchema;
 
 /// What [`ArchivedRecord::data`] holds, and so how it is compared with the
@@ -51,12 +53,46 @@ pub struct ArchivedRecord {
     /// The `errorMessage` of a record in an error object; `None` in a main
     /// object.
     pub error_message: Option<String>,
+    /// The `duplicateOf` of a record in a duplicates object: the accepted
+    /// copy it repeats; `None` elsewhere.
+    pub duplicate_of: Option<CopyRef>,
+}
+
+/// A user record named by its place in the stream, as `duplicateOf` and
+/// decisions objects name the accepted copy.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CopyRef {
+    /// `shardId`.
+    pub shard_id: String,
+    /// `sequenceNumber` (decimal text).
+    pub sequence_number: String,
+    /// `subSequenceNumber` (KPL user records only).
+    pub sub_sequence_number: Option<u64>,
+}
+
+impl fmt::Display for CopyRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.shard_id, self.sequence_number)?;
+        if let Some(sub) = self.sub_sequence_number {
+            write!(f, "#{sub}")?;
+        }
+        Ok(())
+    }
 }
 
 impl ArchivedRecord {
     /// `key:line`, for messages.
     pub fn location(&self) -> String {
         format!("{}:{}", self.object_key, self.line)
+    }
+
+    /// Where the record is in the stream.
+    pub fn copy_ref(&self) -> CopyRef {
+        CopyRef {
+            shard_id: self.shard_id.clone(),
+            sequence_number: self.sequence_number.clone(),
+            sub_sequence_number: self.sub_sequence_number,
+        }
     }
 }
 
@@ -115,11 +151,25 @@ pub struct Archive {
     /// Error objects whose batch has no main object (yet): the batch is not
     /// committed, so their records do not count as archived.
     pub uncommitted_error_objects: Vec<Arc<ArchivedObject>>,
-    /// Problems of a batch as a whole: its main and error objects together
-    /// must hold records from exactly the key's first to its last sequence
-    /// number, none twice; an error object needs its batch's main object.
+    /// Every duplicates object under the duplicates prefix whose key parses
+    /// and whose batch's main object is listed, sorted by key.
+    pub duplicate_objects: Vec<Arc<ArchivedObject>>,
+    /// Duplicates objects whose batch has no main object (yet).
+    pub uncommitted_duplicate_objects: Vec<Arc<ArchivedObject>>,
+    /// Every decisions object under `{prefix}/_events` whose key parses and
+    /// whose batch's main object is listed, sorted by key.
+    pub decisions_objects: Vec<Arc<DecisionsObject>>,
+    /// Decisions objects whose batch has no main object (yet).
+    pub uncommitted_decisions_objects: Vec<Arc<DecisionsObject>>,
+    /// Problems of a batch as a whole: its main, error and duplicates
+    /// objects together must hold records from exactly the key's first to
+    /// its last sequence number, none twice; its decisions object, if any,
+    /// must decide exactly those records, each as the object holding it
+    /// says; an error, duplicates or decisions object needs its batch's
+    /// main object.
     pub batch_problems: Vec<ArchiveProblem>,
-    /// Keys that do not parse or are outside the prefix and error prefix.
+    /// Keys that do not parse or are outside the prefix, the error prefix
+    /// and the duplicates prefix.
     pub stray_keys: Vec<ArchiveProblem>,
     /// The body of `{prefix}/_shardsink.json`, the key layout the daemon
     /// records under its prefix, if present.
@@ -135,14 +185,18 @@ impl Archive {
             objects,
             error_objects: Vec::new(),
             uncommitted_error_objects: Vec::new(),
+            duplicate_objects: Vec::new(),
+            uncommitted_duplicate_objects: Vec::new(),
+            decisions_objects: Vec::new(),
+            uncommitted_decisions_objects: Vec::new(),
             batch_problems: Vec::new(),
             stray_keys: Vec::new(),
             layout_record: None,
         }
     }
 
-    /// Every record of a committed batch: those of every main object, in
-    /// key order then line order, then those of every error object.
+    /// Every kept record of a committed batch: those of every main object,
+    /// in key order then line order, then those of every error object.
     pub fn records(&self) -> impl Iterator<Item = &ArchivedRecord> {
         self.objects
             .iter()
@@ -159,14 +213,42 @@ impl Archive {
             .sum()
     }
 
-    /// How many objects hold records or commit batches: main and error
-    /// objects, committed or not.
-    pub fn object_count(&self) -> usize {
-        self.objects.len() + self.error_objects.len() + self.uncommitted_error_objects.len()
+    /// Every duplicate of a committed batch (the lines of its duplicates
+    /// object, each with its `duplicateOf`), in key order then line order.
+    pub fn duplicates(&self) -> impl Iterator<Item = &ArchivedRecord> {
+        self.duplicate_objects.iter().flat_map(|o| o.records.iter())
     }
 
-    /// Every problem: stray keys, each object's problems (main, then error
-    /// objects), then the batches' problems.
+    /// Every record of a committed batch, wherever its batch placed it:
+    /// [`Archive::records`], then [`Archive::duplicates`].
+    pub fn placed_records(&self) -> impl Iterator<Item = &ArchivedRecord> {
+        self.records().chain(self.duplicates())
+    }
+
+    /// How many records [`Archive::placed_records`] gives.
+    pub fn placed_count(&self) -> usize {
+        self.record_count()
+            + self
+                .duplicate_objects
+                .iter()
+                .map(|o| o.records.len())
+                .sum::<usize>()
+    }
+
+    /// How many objects hold records, decisions or commit batches: main,
+    /// error, duplicates and decisions objects, committed or not.
+    pub fn object_count(&self) -> usize {
+        self.objects.len()
+            + self.error_objects.len()
+            + self.uncommitted_error_objects.len()
+            + self.duplicate_objects.len()
+            + self.uncommitted_duplicate_objects.len()
+            + self.decisions_objects.len()
+            + self.uncommitted_decisions_objects.len()
+    }
+
+    /// Every problem: stray keys, each object's problems (main, error,
+    /// duplicates, then decisions objects), then the batches' problems.
     pub fn problems(&self) -> Vec<ArchiveProblem> {
         self.stray_keys
             .iter()
@@ -176,10 +258,28 @@ impl Archive {
                     .iter()
                     .chain(&self.error_objects)
                     .chain(&self.uncommitted_error_objects)
+                    .chain(&self.duplicate_objects)
+                    .chain(&self.uncommitted_duplicate_objects)
+                    .flat_map(|o| o.problems.iter().cloned()),
+            )
+            .chain(
+                self.decisions_objects
+                    .iter()
+                    .chain(&self.uncommitted_decisions_objects)
                     .flat_map(|o| o.problems.iter().cloned()),
             )
             .chain(self.batch_problems.iter().cloned())
             .collect()
+    }
+
+    /// The decisions object of the batch whose main object is `main`, if
+    /// listed.
+    pub fn decisions_of(&self, main: &ObjectKey) -> Option<&DecisionsObject> {
+        let path = main.batch_path();
+        self.decisions_objects
+            .iter()
+            .find(|d| d.key.batch_path() == path)
+            .map(AsRef::as_ref)
     }
 
     /// The object with this key, if listed.

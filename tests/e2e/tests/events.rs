@@ -1,0 +1,507 @@
+//! Each event once, end to end: a producer that retries on purpose puts
+//! every event (a JSON payload with an `id`) one to three times — at once
+//! or a few seconds later, plain or inside KPL aggregates — while two
+//! workers with `--event-id json-pointer:/id` archive the stream through
+//! SIGKILLs, lease moves and, with the local store, a lost lease table and
+//! a lost store directory. Then S3 is read record by record against the
+//! stream's records (shard, sequence number, sub-sequence number):
+//! - E1: every produced user record is in exactly one place — the main
+//!   prefix, the duplicates prefix, or the error prefix (kept records the
+//!   `json` format cannot represent) — with its fields and arrival time;
+//! - E2: the main and error prefixes hold each event once (every copy
+//!   arrives within the default one-hour window, so exactly once), and
+//!   every duplicate's `duplicateOf` names a kept record of the same event
+//!   and payload — in its own shard, before it, with the local store;
+//!   anywhere in the stream with the DynamoDB manifest;
+//! - every batch has its decisions object, which agrees with where the
+//!   batch put each record; nothing in the versioned bucket was ever
+//!   overwritten; after the last graceful stop every checkpoint is at its
+//!   shard's last record.
+//!
+//! The seed is printed; `SHARDSINK_E2E_SEED=<seed>` repeats a run's events,
+//! copies and choices (timing still varies).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::operation::describe_table::DescribeTableError;
+use rand::rngs::StdRng;
+use rand::{RngExt as _, SeedableRng as _};
+use shardsink_e2e::archive::{Archive, CopyRef, Outcome};
+use shardsink_e2e::check::events::{
+    EventReport, EventRules, Scope, each_event_once, json_pointer_id,
+};
+use shardsink_e2e::check::{RecordId, checkpoint_problems, prefix_problems};
+use shardsink_e2e::fixtures::{clear_lease_table, delete_lease_table};
+use shardsink_e2e::payloads::{Payloads, event_payloads};
+use shardsink_e2e::producer::{RetryOptions, RetryingProducer};
+use shardsink_e2e::{
+    ArchiveReader, Daemon, Finish, ProducedRecord, Scenario, Settings, Versioning, require_env,
+    scaled, stop_gracefully, wait_for_archive, wait_for_growth, wait_until,
+};
+
+/// The pointer every run reads event ids at.
+const EVENT_ID: &str = "/id";
+/// Shards of every stream here.
+const SHARDS: i32 = 2;
+
+/// Every copy of an event arrives within minutes: well inside the default
+/// window of one hour.
+fn rules(scope: Scope) -> EventRules {
+    EventRules {
+        window: Duration::from_secs(3600),
+        fingerprint: true,
+        scope,
+    }
+}
+
+/// Settings both tests share: small batches written quickly, quick lease
+/// balancing, events read at [`EVENT_ID`].
+fn base(scenario: &Scenario) -> Settings {
+    scenario
+        .settings
+        .clone()
+        .set("buffer-max-records", "40")
+        .set("buffer-max-age", "1s")
+        .set("shard-sync-interval", "2s")
+        .set("failover-time", "4s")
+        .set("event-id", format!("json-pointer:{EVENT_ID}"))
+}
+
+/// Waits until the workers own the leases in these numbers.
+async fn owners(scenario: &Scenario, owners: &[(&str, usize)]) {
+    let found = scenario
+        .wait_for_lease_owners(owners, scaled(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    println!("leases: {found:?}");
+}
+
+/// Waits until the archive places more records than it does now.
+async fn growth(reader: &mut ArchiveReader, daemon: &mut Daemon) -> Archive {
+    let placed = reader.read().await.unwrap().placed_count();
+    wait_for_growth(reader, daemon, placed, scaled(Duration::from_secs(60)))
+        .await
+        .unwrap()
+}
+
+/// Puts the producer's next round; adds what it put to `produced`.
+async fn put_round(
+    scenario: &Scenario,
+    producer: &mut RetryingProducer,
+    produced: &mut Vec<ProducedRecord>,
+) {
+    let round = producer.rounds() - producer.rounds_left();
+    let records = producer
+        .put_next_round(&scenario.env, &scenario.stream)
+        .await
+        .unwrap();
+    println!("round {round}: {} user records put", records.len());
+    produced.extend(records);
+}
+
+/// Contract lines 3 and 4 right after a SIGKILL: every record at or below
+/// a checkpoint is placed, and each shard's placed records are a gap-free
+/// prefix of what was produced.
+async fn check_frozen(
+    scenario: &Scenario,
+    reader: &mut ArchiveReader,
+    produced: &[ProducedRecord],
+    what: &str,
+) {
+    let rows = scenario.lease_rows().await.unwrap();
+    let archive = reader.read().await.unwrap();
+    let problems = checkpoint_problems(&rows, produced, &archive);
+    assert!(problems.is_empty(), "after {what}: {problems:#?}");
+    let gaps = prefix_problems(produced, &archive);
+    assert!(gaps.is_empty(), "after {what}: {gaps:#?}");
+    println!(
+        "{what}: {} of {} records placed",
+        archive.placed_count(),
+        produced.len()
+    );
+}
+
+/// The produced records whose payload the `json` format cannot represent.
+fn rejected_records(payloads: &Payloads, produced: &[ProducedRecord]) -> HashSet<RecordId> {
+    let rejected: HashSet<&[u8]> = payloads
+        .specs
+        .iter()
+        .zip(&payloads.rejected)
+        .filter(|(_, rejected)| **rejected)
+        .map(|(spec, _)| spec.data.as_slice())
+        .collect();
+    produced
+        .iter()
+        .filter(|record| rejected.contains(record.data.as_slice()))
+        .map(RecordId::of_produced)
+        .collect()
+}
+
+/// What every run asserts of its report beyond the problems: exactly one
+/// kept copy per event (every copy is in the window), every other copy of
+/// an event a duplicate, only the outcomes these copies can have, every
+/// batch with its decisions.
+fn assert_each_event_exactly_once(report: &EventReport, produced: &[ProducedRecord]) {
+    // E2. After a lease move or a lost store, the local store's new owner
+    // rebuilds the shard's window from the decisions objects before it
+    // decides the next record; the window must hold every accepted copy
+    // that precedes that record, also one that arrived in the same
+    // millisecond (a PutRecords call split by the batch boundary). An event
+    // kept twice in consecutive batches of a shard whose window was rebuilt
+    // between them is a rebuild that left such a copy out.
+    report.assert_ok();
+    assert_eq!(
+        report.kept_with_id, report.events,
+        "one kept copy per event"
+    );
+    assert_eq!(
+        report.duplicates,
+        report.records_with_id - report.events,
+        "every other copy of an event is a duplicate"
+    );
+    assert!(report.duplicates > 0 && report.records_without_id > 0);
+    assert_eq!(report.batches_with_decisions, report.batches);
+    let decided: usize = report.outcomes.values().sum();
+    assert_eq!(decided, produced.len(), "a decision for every record");
+    assert_eq!(
+        report.outcomes.get(&Outcome::Duplicate),
+        Some(&report.duplicates)
+    );
+    assert_eq!(
+        report.outcomes.get(&Outcome::IdMissing),
+        Some(&report.records_without_id)
+    );
+    assert_eq!(
+        report.outcomes.get(&Outcome::Unique),
+        Some(&report.kept_with_id)
+    );
+}
+
+/// Duplicates that are KPL user records, and duplicates whose accepted
+/// copy is one: the producer's aggregates took part.
+fn kpl_duplicates(archive: &Archive) -> (usize, usize) {
+    let duplicates = archive
+        .duplicates()
+        .filter(|r| r.sub_sequence_number.is_some())
+        .count();
+    let of_aggregated = archive
+        .duplicates()
+        .filter(|r| {
+            r.duplicate_of
+                .as_ref()
+                .is_some_and(|of| of.sub_sequence_number.is_some())
+        })
+        .count();
+    (duplicates, of_aggregated)
+}
+
+/// Duplicates whose accepted copy is kept in their own batch, and those
+/// whose accepted copy is in another batch (a late retry, or another
+/// shard's copy).
+fn duplicates_by_batch(archive: &Archive) -> (usize, usize) {
+    let batch_of: HashMap<CopyRef, String> = archive
+        .objects
+        .iter()
+        .chain(&archive.error_objects)
+        .flat_map(|o| {
+            o.records
+                .iter()
+                .map(move |r| (r.copy_ref(), o.key.batch_path()))
+        })
+        .collect();
+    let mut same = 0;
+    let mut across = 0;
+    for object in &archive.duplicate_objects {
+        for record in &object.records {
+            let of = record
+                .duplicate_of
+                .as_ref()
+                .expect("a duplicate names its copy");
+            if batch_of.get(of) == Some(&object.key.batch_path()) {
+                same += 1;
+            } else {
+                across += 1;
+            }
+        }
+    }
+    (same, across)
+}
+
+/// Local store: worker A takes both shards and is killed once it has
+/// written, then restarted; B joins and takes one lease (its store knows
+/// nothing of that shard); B writes a batch and is killed, and A takes its
+/// shard back (A's store is behind for it); A is stopped, the lease table lost (deleted or emptied)
+/// and A's store directory deleted; A restarts alone and takes both shards
+/// again (every shard read from the oldest record), then B joins. Late
+/// retries are put between these steps, so copies of one event are decided
+/// by different workers and runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn local_store_each_event_once_across_kills_moves_and_lost_state() {
+    let env = require_env!();
+    let seed = shardsink_e2e::env::seed("events with the local store", None);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut scenario = Scenario::create(&env, "ev-local", SHARDS, Versioning::Enabled)
+        .await
+        .unwrap();
+    scenario.settings = base(&scenario).set("format", "json");
+    let stores = tempfile::tempdir().unwrap();
+    let store_a = stores.path().join("a");
+    let store_b = stores.path().join("b");
+    let worker = |id: &str, store: &Path| {
+        scenario
+            .settings
+            .clone()
+            .set("worker-id", id)
+            .set("event-dedup-store", "local")
+            .set("event-dedup-dir", store.to_str().unwrap())
+    };
+    let (settings_a, settings_b) = (worker("ev-a", &store_a), worker("ev-b", &store_b));
+
+    let payloads = event_payloads(300, seed, "ev", 6);
+    let options = RetryOptions {
+        rounds: 4,
+        kpl_share: 0.3,
+        other_shard_share: 0.0,
+        shards: scenario.shards.clone(),
+    };
+    let mut producer = RetryingProducer::plan(&payloads.specs, &options, seed);
+    println!(
+        "{} events, {} user records in {} rounds",
+        payloads.specs.len(),
+        producer.copies(),
+        producer.rounds()
+    );
+    let mut produced = Vec::new();
+    let mut reader = scenario.archive_reader();
+
+    // A alone: killed once it has written some of the first round, and
+    // restarted.
+    put_round(&scenario, &mut producer, &mut produced).await;
+    let mut a = Daemon::spawn(&settings_a).unwrap();
+    owners(&scenario, &[("ev-a", 2)]).await;
+    growth(&mut reader, &mut a).await;
+    a.kill().unwrap();
+    check_frozen(&scenario, &mut reader, &produced, "kill 1 (A)").await;
+    put_round(&scenario, &mut producer, &mut produced).await;
+    let mut a = Daemon::spawn(&settings_a).unwrap();
+    growth(&mut reader, &mut a).await;
+
+    // B joins and takes a lease; once B has written a batch of it, B is
+    // killed and A takes the lease back.
+    let mut b = Daemon::spawn(&settings_b).unwrap();
+    owners(&scenario, &[("ev-a", 1), ("ev-b", 1)]).await;
+    put_round(&scenario, &mut producer, &mut produced).await;
+    wait_until(scaled(Duration::from_secs(60)), "B writes a batch", || {
+        let log = b.log();
+        async move { log.contains("\"batch written\"") }
+    })
+    .await
+    .unwrap();
+    b.kill().unwrap();
+    check_frozen(&scenario, &mut reader, &produced, "kill 2 (B)").await;
+    owners(&scenario, &[("ev-a", 2)]).await;
+    wait_for_archive(
+        &mut reader,
+        &produced,
+        &mut a,
+        scaled(Duration::from_secs(90)),
+    )
+    .await
+    .unwrap();
+
+    // Everything lost but S3: the lease table, and A's store.
+    stop_gracefully(&mut a, scaled(Duration::from_secs(40)))
+        .await
+        .unwrap();
+    let table = scenario.settings.lease_table();
+    if rng.random_bool(0.5) {
+        assert!(delete_lease_table(&env, &table).await.unwrap());
+        println!("lease table {table} deleted");
+    } else {
+        assert!(clear_lease_table(&env, &table).await.unwrap() > 0);
+        println!("lease table {table} emptied");
+    }
+    assert!(
+        store_a.is_dir(),
+        "A kept its store in {}",
+        store_a.display()
+    );
+    std::fs::remove_dir_all(&store_a).unwrap();
+    put_round(&scenario, &mut producer, &mut produced).await;
+    assert_eq!(producer.rounds_left(), 0);
+    let mut a = Daemon::spawn(&settings_a).unwrap();
+    owners(&scenario, &[("ev-a", 2)]).await;
+    growth(&mut reader, &mut a).await;
+    let mut b = Daemon::spawn(&settings_b).unwrap();
+    owners(&scenario, &[("ev-a", 1), ("ev-b", 1)]).await;
+
+    let rejected = rejected_records(&payloads, &produced);
+    let how = Finish::stopping_all(vec![&mut a, &mut b], 120)
+        .events()
+        .rejected(rejected.iter().cloned())
+        .ground_truth()
+        .clean_shutdown();
+    let archive = scenario.finish(&mut reader, &produced, how).await.archive;
+    // A rebuilt its window from S3, its store directory being gone.
+    let log = a.log();
+    assert!(
+        log.contains("event store behind the archive") && log.contains("event window rebuilt"),
+        "A did not rebuild its window; log {}",
+        a.log_path().display()
+    );
+
+    let report = each_event_once(
+        &produced,
+        &archive,
+        &json_pointer_id(EVENT_ID),
+        rules(Scope::Shard),
+    );
+    assert_each_event_exactly_once(&report, &produced);
+    assert_eq!(report.cross_shard_duplicates, 0);
+    // Kept copies the format rejects are in the error prefix; duplicates of
+    // them in the duplicates prefix.
+    let in_errors: usize = archive.error_objects.iter().map(|o| o.records.len()).sum();
+    let rejected_duplicates = archive
+        .duplicates()
+        .filter(|r| rejected.contains(&RecordId::of_archived(r)))
+        .count();
+    assert_eq!(in_errors + rejected_duplicates, rejected.len());
+    assert!(in_errors > 0 && rejected_duplicates > 0);
+    let (kpl, of_kpl) = kpl_duplicates(&archive);
+    assert!(
+        kpl > 0 && of_kpl > 0,
+        "{kpl} KPL duplicates, {of_kpl} of KPL copies"
+    );
+    let (same, across) = duplicates_by_batch(&archive);
+    println!("duplicates of a copy in their own batch: {same}, in another batch: {across}");
+    assert!(across > 0, "no duplicate of a copy in another batch");
+}
+
+/// Whether the table exists.
+async fn table_exists(scenario: &Scenario, table: &str) -> bool {
+    match scenario
+        .env
+        .dynamodb
+        .describe_table()
+        .table_name(table)
+        .send()
+        .await
+    {
+        Ok(_) => true,
+        Err(error)
+            if error
+                .as_service_error()
+                .is_some_and(DescribeTableError::is_resource_not_found_exception) =>
+        {
+            false
+        }
+        Err(error) => panic!("DescribeTable {table}: {error:?}"),
+    }
+}
+
+/// DynamoDB manifest (stream scope): some retries are put under another
+/// partition key and land on the other shard. Workers A and B take a
+/// lease each; A is killed as more records come and B takes its shard over;
+/// A restarts and takes one back. Each event is kept once in the whole
+/// stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dynamodb_manifest_each_event_once_across_shards() {
+    let env = require_env!();
+    let seed = shardsink_e2e::env::seed("events with the DynamoDB manifest", None);
+    let mut scenario = Scenario::create(&env, "ev-ddb", SHARDS, Versioning::Enabled)
+        .await
+        .unwrap();
+    scenario.settings = base(&scenario).set("event-dedup-store", "dynamodb");
+    // The daemon's default name, unique per run; the scenario deletes it.
+    let manifest = scenario.settings.manifest_table();
+    assert_eq!(manifest, scenario.resources().manifest_table);
+    let settings_a = scenario.settings.clone().set("worker-id", "ev-a");
+    let settings_b = scenario.settings.clone().set("worker-id", "ev-b");
+
+    let payloads = event_payloads(300, seed, "ev", 6);
+    let options = RetryOptions {
+        rounds: 3,
+        kpl_share: 0.3,
+        other_shard_share: 0.4,
+        shards: scenario.shards.clone(),
+    };
+    let mut producer = RetryingProducer::plan(&payloads.specs, &options, seed);
+    println!(
+        "{} events, {} user records ({} retries under another partition key) in {} rounds",
+        payloads.specs.len(),
+        producer.copies(),
+        producer.other_shard_copies(),
+        producer.rounds()
+    );
+    assert!(producer.other_shard_copies() > 0);
+    let mut produced = Vec::new();
+    let mut reader = scenario.archive_reader();
+
+    put_round(&scenario, &mut producer, &mut produced).await;
+    let mut a = Daemon::spawn(&settings_a).unwrap();
+    let mut b = Daemon::spawn(&settings_b).unwrap();
+    owners(&scenario, &[("ev-a", 1), ("ev-b", 1)]).await;
+    assert!(
+        table_exists(&scenario, &manifest).await,
+        "{manifest} created"
+    );
+    growth(&mut reader, &mut a).await;
+
+    // A is killed once the archive grew after the second round was put;
+    // B takes its shard once the lease expired.
+    put_round(&scenario, &mut producer, &mut produced).await;
+    growth(&mut reader, &mut b).await;
+    a.kill().unwrap();
+    check_frozen(&scenario, &mut reader, &produced, "kill (A)").await;
+    owners(&scenario, &[("ev-b", 2)]).await;
+    put_round(&scenario, &mut producer, &mut produced).await;
+    assert_eq!(producer.rounds_left(), 0);
+    growth(&mut reader, &mut b).await;
+
+    // A is back and takes a lease from B.
+    let mut a = Daemon::spawn(&settings_a).unwrap();
+    owners(&scenario, &[("ev-a", 1), ("ev-b", 1)]).await;
+
+    let how = Finish::stopping_all(vec![&mut b, &mut a], 120)
+        .events()
+        .ground_truth()
+        .clean_shutdown();
+    let archive = scenario.finish(&mut reader, &produced, how).await.archive;
+    assert!(
+        archive.error_objects.is_empty(),
+        "the envelope format rejects nothing"
+    );
+    let report = each_event_once(
+        &produced,
+        &archive,
+        &json_pointer_id(EVENT_ID),
+        rules(Scope::Stream),
+    );
+    assert_each_event_exactly_once(&report, &produced);
+    // Copies the producer put on the other shard were found there.
+    let shards_of_event: HashMap<String, HashSet<&str>> =
+        produced.iter().fold(HashMap::new(), |mut map, record| {
+            if let Some(id) = json_pointer_id(EVENT_ID)(record) {
+                map.entry(id).or_default().insert(record.shard_id.as_str());
+            }
+            map
+        });
+    let on_two_shards = shards_of_event.values().filter(|s| s.len() > 1).count();
+    assert!(on_two_shards > 0, "no event has copies on two shards");
+    assert!(
+        report.cross_shard_duplicates > 0,
+        "{on_two_shards} events have copies on two shards, and no duplicate names a copy on \
+         the other shard"
+    );
+    let (kpl, of_kpl) = kpl_duplicates(&archive);
+    assert!(
+        kpl > 0 && of_kpl > 0,
+        "{kpl} KPL duplicates, {of_kpl} of KPL copies"
+    );
+    let (_, across) = duplicates_by_batch(&archive);
+    assert!(across > report.cross_shard_duplicates);
+}
