@@ -95,7 +95,7 @@ fn parse(
 #[derive(Debug, clap::Subcommand)]
 enum Command {
     /// Audit an archive: every record once, no overlap, no gap.
-    Verify(VerifyArgs),
+    Verify(Box<VerifyArgs>),
     /// Ask a running shardsink whether it is alive (or ready).
     Health(HealthArgs),
 }
@@ -131,7 +131,7 @@ pub fn main() -> ExitCode {
         }
     };
     match invocation {
-        Invocation::Subcommand(Command::Verify(args)) => verify(args),
+        Invocation::Subcommand(Command::Verify(args)) => verify(*args),
         Invocation::Subcommand(Command::Health(args)) => health(&args),
         Invocation::Daemon(config) => daemon(*config),
     }

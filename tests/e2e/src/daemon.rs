@@ -148,15 +148,20 @@ impl Settings {
 }
 
 /// The flags `shardsink verify` shares with the daemon: where the archive
-/// is and how to reach it.
-pub const ARCHIVE_FLAGS: [&str; 7] = [
+/// is, how to reach it, and which records are the same event.
+pub const ARCHIVE_FLAGS: [&str; 12] = [
     "stream",
     "bucket",
     "prefix",
     "error-prefix",
+    "duplicates-prefix",
     "application-name",
     "lease-table",
     "s3-force-path-style",
+    "event-id",
+    "event-fingerprint",
+    "event-dedup-window",
+    "event-dedup-store",
 ];
 
 /// The variables [`run_verify`] passes on from this process's environment:

@@ -259,6 +259,8 @@ impl EventDedup {
     }
 }
 
-fn only_with_event_id(flag: &str) -> ConfigError {
+/// The error of an event deduplication setting given without `--event-id`
+/// (`flag` without its dashes).
+pub(crate) fn only_with_event_id(flag: &str) -> ConfigError {
     ConfigError::new(flag, "only used with --event-id")
 }

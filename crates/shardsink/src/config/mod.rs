@@ -22,7 +22,8 @@ mod values;
 pub use archive::{Archive, ArchiveArgs, StreamRef};
 pub use daemon::{Config, Settings};
 pub use error::{ConfigError, one_line_error};
-pub use events::{EventDedup, EventSettings, EventStoreSetting};
+pub(crate) use events::only_with_event_id;
+pub use events::{EventArgs, EventDedup, EventSettings, EventStoreKind, EventStoreSetting};
 pub(crate) use values::parse_timestamp;
 pub use values::{CompressionCodec, InitialPosition, KeyStyle, LogFormat, TimeBucket};
 

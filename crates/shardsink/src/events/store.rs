@@ -1,6 +1,7 @@
 //! What both event stores offer the shard task: decide a run of a shard's
 //! user records against the accepted copies that precede them, and record
-//! accepted copies decided elsewhere.
+//! accepted copies decided elsewhere; and a shard's ancestors, whose
+//! accepted copies it inherits.
 //!
 //! *Precede*: a copy of the same shard with a smaller (sequence number,
 //! sub-sequence number) — so a replay of a batch sees exactly what the
@@ -12,6 +13,7 @@
 use std::sync::Arc;
 
 use super::rule::{AcceptedCopy, CopyRef, EventKey};
+use crate::aws::ShardInfo;
 
 /// A shard and the shards whose accepted copies it inherits: its parents
 /// and, as far as known, their parents (nearest first).
@@ -60,4 +62,57 @@ impl Candidate {
 pub fn precedes_in_shard(copy: &CopyRef, candidate: &CopyRef) -> bool {
     debug_assert_eq!(copy.shard_id, candidate.shard_id);
     copy.position_cmp(candidate) == std::cmp::Ordering::Less
+}
+
+/// How many generations of ancestors a shard inherits accepted copies from.
+pub const ANCESTOR_GENERATIONS: usize = 3;
+
+/// A shard's ancestors, nearest first: its `parents` and, as far as the
+/// shard list knows them, their parents, up to [`ANCESTOR_GENERATIONS`].
+pub fn ancestors(parents: &[String], shards: &[ShardInfo]) -> Vec<String> {
+    let mut found: Vec<String> = Vec::new();
+    let mut generation: Vec<String> = parents.to_vec();
+    for _ in 0..ANCESTOR_GENERATIONS {
+        let mut next = Vec::new();
+        for id in generation {
+            if found.contains(&id) {
+                continue;
+            }
+            if let Some(shard) = shards.iter().find(|shard| shard.shard_id == id) {
+                next.extend(shard.parent_shard_ids.iter().cloned());
+            }
+            found.push(id);
+        }
+        generation = next;
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shard(id: &str, parents: &[&str]) -> ShardInfo {
+        ShardInfo {
+            shard_id: id.to_owned(),
+            parent_shard_ids: parents.iter().map(|p| (*p).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn ancestors_are_found_nearest_first_and_bounded() {
+        let shards = [
+            shard("c", &["b1", "b2"]),
+            shard("b1", &["a"]),
+            shard("b2", &["a"]),
+            shard("a", &["z"]),
+            shard("z", &["y"]),
+        ];
+        assert_eq!(
+            ancestors(&["b1".to_owned(), "b2".to_owned()], &shards),
+            ["b1", "b2", "a", "z"]
+        );
+        assert!(ancestors(&[], &shards).is_empty());
+        assert_eq!(ancestors(&["gone".to_owned()], &shards), ["gone"]);
+    }
 }

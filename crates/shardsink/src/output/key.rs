@@ -123,6 +123,28 @@ impl KeyLayout {
     /// Why the key is not one this layout writes, for a log line or a
     /// report.
     pub fn parse_key(&self, key: &str) -> Result<ParsedKey, String> {
+        let (bucket, shard_id, parsed) = self.parse_key_named(key, parse_object_name)?;
+        Ok(ParsedKey {
+            bucket,
+            shard_id,
+            range: parsed.range,
+            body: parsed.body,
+        })
+    }
+
+    /// Parses a full key `{prefix}/{time path}/{shardId}/{name}` of this
+    /// layout whose name `parse_name` reads (a main or error object's
+    /// [`parse_object_name`], or the name of another object of the batch):
+    /// its bucket, shard id and what the name says.
+    ///
+    /// # Errors
+    /// Why the key is not one this layout writes, for a log line or a
+    /// report.
+    pub fn parse_key_named<T>(
+        &self,
+        key: &str,
+        parse_name: impl FnOnce(&str) -> Result<T, KeyParseError>,
+    ) -> Result<(Bucket, String, T), String> {
         let list_prefix = self.list_prefix();
         let rest = key
             .strip_prefix(&list_prefix)
@@ -152,13 +174,8 @@ impl KeyLayout {
         if !is_shard_id(shard_id) {
             return Err(format!("{shard_id:?} is not a shard id"));
         }
-        let parsed = parse_object_name(name).map_err(|err| err.to_string())?;
-        Ok(ParsedKey {
-            bucket,
-            shard_id: (*shard_id).to_owned(),
-            range: parsed.range,
-            body: parsed.body,
-        })
+        let parsed = parse_name(name).map_err(|err| err.to_string())?;
+        Ok((bucket, (*shard_id).to_owned(), parsed))
     }
 }
 

@@ -7,14 +7,19 @@ use std::fmt::Write as _;
 use chrono::{DateTime, Utc};
 
 use crate::config::{
-    Archive, ArchiveArgs, ConfigError, InitialPosition, StreamRef, parse_timestamp,
+    Archive, ArchiveArgs, ConfigError, EventArgs, EventSettings, EventStoreKind, InitialPosition,
+    StreamRef, only_with_event_id, parse_timestamp,
 };
 use crate::output::key::KeyLayout;
 
 /// Audits the archive of one stream: lists every object under the prefix,
 /// checks that no two objects of a shard share a sequence number, optionally
 /// reads every line (--deep), and, given the stream, that no record up to
-/// the checkpoints is missing.
+/// the checkpoints is missing. With --deep, no user record is in two of its
+/// batch's objects (main, error, duplicates) and each batch's decisions
+/// object counts its records; given the daemon's event settings
+/// (--event-id …) and the stream too, no event is kept twice within the
+/// window.
 ///
 /// AWS credentials, region and endpoints come from the standard sources, as
 /// for the daemon. Progress goes to stderr, the summary to stdout. Exit
@@ -70,6 +75,38 @@ pub struct VerifyArgs {
     /// still checked across the whole archive.
     #[arg(long, value_parser = parse_timestamp, value_name = "TIME")]
     pub since: Option<DateTime<Utc>>,
+
+    /// The daemon's event deduplication settings. With --event-id, --deep
+    /// and --stream, each user record read from the stream in a batch
+    /// decided with these settings gets its event id, and no two kept
+    /// copies of an event (in no duplicates object) may have arrived within
+    /// --event-dedup-window of each other in one scope.
+    #[command(flatten, next_help_heading = "Event deduplication")]
+    pub events: EventArgs,
+
+    /// With --event-id: the scope in which the daemon keeps each event once,
+    /// as its --event-dedup-store: local (a shard and its ancestors) or
+    /// dynamodb (the whole stream). Only the scope is read: the store itself
+    /// is not opened. [default: local]
+    #[arg(
+        long,
+        env = "SHARDSINK_EVENT_DEDUP_STORE",
+        value_enum,
+        ignore_case = true,
+        value_name = "STORE",
+        help_heading = "Event deduplication"
+    )]
+    pub event_dedup_store: Option<EventStoreKind>,
+}
+
+/// What `--event-id` asks `verify` to check: the daemon's settings and the
+/// scope of its store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct EventCheck {
+    pub(super) settings: EventSettings,
+    /// `--event-dedup-store dynamodb`: one scope for the whole stream;
+    /// else one per shard and its ancestors.
+    pub(super) stream_scope: bool,
 }
 
 /// The arguments, validated, with defaults resolved.
@@ -82,6 +119,8 @@ pub(super) struct Plan {
     pub(super) list_prefix: String,
     /// Where the daemon writes the records its format rejects.
     pub(super) error_prefix: String,
+    /// Where the daemon writes the duplicates of events.
+    pub(super) duplicates_prefix: String,
     pub(super) stream: Option<StreamRef>,
     /// Set when `stream` is.
     pub(super) lease_table: Option<String>,
@@ -93,6 +132,8 @@ pub(super) struct Plan {
     /// (initial position LATEST or AT_TIMESTAMP) instead of the oldest
     /// retained one.
     pub(super) from_first_archived: bool,
+    /// The event settings, with `--event-id`.
+    pub(super) events: Option<EventCheck>,
 }
 
 impl Plan {
@@ -102,9 +143,16 @@ impl Plan {
             bucket,
             prefix,
             error_prefix,
-            duplicates_prefix: _,
+            duplicates_prefix,
             lease_table,
         } = args.archive.validate()?;
+        let events = args.events.validate()?.map(|settings| EventCheck {
+            settings,
+            stream_scope: args.event_dedup_store == Some(EventStoreKind::Dynamodb),
+        });
+        if events.is_none() && args.event_dedup_store.is_some() {
+            return Err(only_with_event_id("event-dedup-store"));
+        }
         if args.since.is_some() && stream.is_none() {
             return Err(ConfigError::new(
                 "since",
@@ -117,11 +165,13 @@ impl Plan {
             prefix,
             list_prefix,
             error_prefix,
+            duplicates_prefix,
             stream,
             lease_table,
             deep: args.deep,
             since: args.since,
             from_first_archived: args.initial_position != InitialPosition::TrimHorizon,
+            events,
         })
     }
 
@@ -289,6 +339,56 @@ mod tests {
             .unwrap();
             assert_eq!(p.from_first_archived, value != "TRIM_HORIZON", "{value}");
         }
+    }
+
+    #[test]
+    fn event_settings_are_the_daemon_s_with_the_store_as_a_scope() {
+        let base = ["--bucket", "archive", "--prefix", "p"];
+        let with = |extra: &[&str]| {
+            let mut args = base.to_vec();
+            args.extend_from_slice(extra);
+            plan(&args)
+        };
+        let p = with(&[]).unwrap();
+        assert_eq!(
+            (p.events, p.duplicates_prefix.as_str()),
+            (None, "p-duplicates")
+        );
+        let p = with(&[
+            "--event-id",
+            "json-pointer:/id",
+            "--event-fingerprint",
+            "none",
+            "--event-dedup-window",
+            "10m",
+            "--duplicates-prefix",
+            "dups",
+        ])
+        .unwrap();
+        let events = p.events.unwrap();
+        assert_eq!(events.settings.source.as_setting(), "json-pointer:/id");
+        assert!(!events.settings.fingerprint && !events.stream_scope);
+        assert_eq!(events.settings.rule.window_millis, 600_000);
+        assert_eq!(p.duplicates_prefix, "dups");
+        let p = with(&["--event-id", "payload", "--event-dedup-store", "DynamoDB"]).unwrap();
+        assert!(p.events.unwrap().stream_scope);
+        for (extra, flag) in [
+            (&["--event-dedup-store", "local"][..], "--event-dedup-store"),
+            (&["--event-dedup-window", "1h"][..], "--event-dedup-window"),
+            (
+                &["--event-id", "payload", "--event-dedup-window", "0s"][..],
+                "--event-dedup-window",
+            ),
+        ] {
+            assert_eq!(with(extra).unwrap_err().flag, flag, "{extra:?}");
+        }
+        // The store's own settings are the daemon's alone.
+        assert!(parse_args(&["--bucket", "b", "--event-dedup-dir", "d"]).is_err());
+        let help = VerifyArgs::command()
+            .mut_args(|arg| arg.env(None::<&str>))
+            .render_help()
+            .to_string();
+        assert!(help.contains("Event deduplication:"), "{help}");
     }
 
     #[test]

@@ -1,16 +1,22 @@
 //! The audit: the checks in order, from a [`Plan`] to an [`Audit`].
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use sequence_range::SequenceRange;
 
 use super::args::Plan;
-use super::body::{EndsInErrors, Role, read_objects};
+use super::body::{DeepSummary, EndsInSides, Found, Role, read_objects};
 use super::gap_markers::read_markers;
-use super::keys::{Classified, classify, list_keys, read_layout};
+use super::keys::{ArchivedKey, Listing, list_archive, read_layout};
 use super::overlaps::overlaps;
-use super::report::Audit;
+use super::placement::check_batches;
+use super::report::{Audit, EventFindings, Uncommitted, WindowOutcome};
 use super::stream::{GapOutcome, check_gaps, read_checkpoints};
+use super::window::{Scope, check_window, decided_batches};
 use crate::aws::{AwsClients, Kinesis, ObjectStore};
-use sequence_range::SequenceRange;
+use crate::events::decisions::settings_description;
+use crate::events::rule::CopyRef;
 
 /// The checks, in order; progress on stderr (a bar when `tty`).
 pub(super) async fn audit(plan: &Plan, clients: &AwsClients, tty: bool) -> anyhow::Result<Audit> {
@@ -23,70 +29,133 @@ pub(super) async fn audit(plan: &Plan, clients: &AwsClients, tty: bool) -> anyho
     };
 
     let layout = read_layout(&store, &plan.prefix).await?;
-    let keys = list_keys(&store, &plan.list_prefix, tty).await?;
-    let error_layout = layout.with_prefix(plan.error_prefix.clone());
-    let (error_keys, keys): (Vec<String>, Vec<String>) = keys
-        .into_iter()
-        .partition(|key| key.starts_with(&error_layout.list_prefix()));
-    let Classified {
+    let Listing {
         objects,
+        error_objects,
+        duplicate_objects,
+        decisions,
         gap_markers,
-        mut foreign,
-    } = classify(&layout, keys);
-    // Under an empty prefix the error prefix was listed with the rest.
-    let error_keys = if plan.list_prefix.is_empty() {
-        error_keys
-    } else {
-        list_keys(&store, &error_layout.list_prefix(), tty).await?
-    };
-    let errors = classify(&error_layout, error_keys);
-    foreign.extend(errors.foreign);
-    let error_objects = errors.objects;
-    let main_batches: HashSet<(&str, &SequenceRange)> = objects
+        foreign,
+    } = list_archive(&store, &layout, plan, tty).await?;
+    let committed: HashSet<(&str, &SequenceRange)> = objects
         .iter()
         .map(|object| (object.shard_id.as_str(), &object.range))
         .collect();
-    let uncommitted_errors: Vec<String> = error_objects
-        .iter()
-        .filter(|error| !main_batches.contains(&(error.shard_id.as_str(), &error.range)))
-        .map(|error| error.key.clone())
-        .collect();
+    let uncommitted: Vec<Uncommitted> = [
+        (Role::Errors, &error_objects),
+        (Role::Duplicates, &duplicate_objects),
+        (Role::Decisions, &decisions),
+    ]
+    .into_iter()
+    .flat_map(|(role, side)| {
+        side.iter()
+            .filter(|object| !committed.contains(&(object.shard_id.as_str(), &object.range)))
+            .map(move |object| Uncommitted {
+                role,
+                key: object.key.clone(),
+            })
+    })
+    .collect();
     let overlaps = overlaps(&objects);
     let retention_gaps = read_markers(&store, gap_markers).await;
 
-    let deep = if plan.deep {
-        // Error objects first: a main object's end records may be rejected
-        // records, in its batch's error object.
-        let (errors, ends) =
-            read_objects(&store, &error_objects, Role::Errors, &HashMap::new(), tty).await;
-        let mut in_errors: EndsInErrors<'_> = HashMap::new();
-        for (error, ends) in error_objects.iter().zip(ends) {
-            let held = in_errors
-                .entry((error.shard_id.as_str(), &error.range))
-                .or_default();
-            *held = *held | ends;
-        }
-        let (mut deep, _) = read_objects(&store, &objects, Role::Main, &in_errors, tty).await;
-        deep.error_records = errors.lines;
-        deep.unreadable.extend(errors.unreadable);
-        Some(deep)
+    let read = if plan.deep {
+        Some(
+            read_deep(
+                &store,
+                &objects,
+                &error_objects,
+                &duplicate_objects,
+                &decisions,
+                tty,
+            )
+            .await,
+        )
     } else {
         None
     };
 
-    let gaps = match &plan.stream {
-        None => GapOutcome::NotRequested,
+    // With --event-id and --deep: the batches decided with the settings,
+    // whose records the gap check keys.
+    let (decided, other_settings) = match (&read, &plan.events) {
+        (Some(read), Some(events)) => {
+            let description =
+                settings_description(&events.settings.source, events.settings.fingerprint);
+            let (decided, other) = decided_batches(
+                decisions.iter().zip(&read.decisions),
+                &committed,
+                &description,
+            );
+            (Some(decided), other)
+        }
+        _ => (None, Vec::new()),
+    };
+
+    let (gaps, streamed) = match &plan.stream {
+        None => (GapOutcome::NotRequested, None),
         Some(stream) => {
             let kinesis = Kinesis::new(clients.kinesis.clone(), stream.clone());
-            check_gaps(&kinesis, &objects, checkpoints, plan, tty).await
+            let events = plan
+                .events
+                .as_ref()
+                .zip(decided)
+                .map(|(events, decided)| (&events.settings, decided));
+            let keyed = events.is_some();
+            let (gaps, streamed) =
+                check_gaps(&kinesis, &objects, checkpoints, plan, events, tty).await;
+            (gaps, keyed.then_some(streamed))
         }
     };
+
+    let events = read.as_ref().map(|read| {
+        let placement = check_batches(
+            [
+                (Role::Main, &objects, &read.main),
+                (Role::Errors, &error_objects, &read.errors),
+                (Role::Duplicates, &duplicate_objects, &read.duplicates),
+                (Role::Decisions, &decisions, &read.decisions),
+            ]
+            .into_iter()
+            .flat_map(|(role, keys, found)| {
+                keys.iter()
+                    .zip(found)
+                    .map(move |(key, found)| (role, key, found))
+            }),
+        );
+        let window = match (&plan.events, &plan.stream, &gaps, streamed.as_ref()) {
+            (None, ..) => WindowOutcome::NotRequested,
+            (Some(_), None, ..) => WindowOutcome::NotChecked("--stream reads the records"),
+            (Some(_), Some(_), GapOutcome::Skipped(_), _) => {
+                WindowOutcome::NotChecked("the stream could not be read")
+            }
+            (Some(events), Some(_), _, Some(streamed)) => {
+                let scope = if events.stream_scope {
+                    Scope::Stream
+                } else {
+                    Scope::lineage(&streamed.shards)
+                };
+                let duplicates = duplicates_named(&duplicate_objects, &read.duplicates);
+                let result =
+                    check_window(&streamed.copies, &duplicates, &events.settings.rule, &scope);
+                WindowOutcome::Checked {
+                    result,
+                    scope: scope.describe(),
+                    window_millis: events.settings.rule.window_millis,
+                    other_settings: other_settings.clone(),
+                }
+            }
+            (Some(_), Some(_), _, None) => WindowOutcome::NotChecked("the stream was not read"),
+        };
+        EventFindings { placement, window }
+    });
 
     Ok(Audit {
         target: plan.target(),
         objects: objects.len(),
         error_objects: error_objects.len(),
-        uncommitted_errors,
+        duplicate_objects: duplicate_objects.len(),
+        decisions_objects: decisions.len(),
+        uncommitted,
         shards_in_archive: objects
             .iter()
             .map(|o| o.shard_id.as_str())
@@ -94,10 +163,88 @@ pub(super) async fn audit(plan: &Plan, clients: &AwsClients, tty: bool) -> anyho
             .len(),
         foreign,
         overlaps,
-        deep,
+        deep: read.map(|read| read.summary),
+        events_requested: plan.events.is_some(),
+        events,
         gaps,
         retention_gaps,
     })
+}
+
+/// What `--deep` read: the summary, and what each object holds, in the
+/// order of the listing.
+struct DeepRead {
+    summary: DeepSummary,
+    main: Vec<Found>,
+    errors: Vec<Found>,
+    duplicates: Vec<Found>,
+    decisions: Vec<Found>,
+}
+
+/// `--deep`: error and duplicates objects first (a main object's end
+/// records may be in them), then main objects, then decisions objects.
+async fn read_deep(
+    store: &ObjectStore,
+    objects: &[ArchivedKey],
+    error_objects: &[ArchivedKey],
+    duplicate_objects: &[ArchivedKey],
+    decisions: &[ArchivedKey],
+    tty: bool,
+) -> DeepRead {
+    let none = HashMap::new();
+    let (errors_read, errors) = read_objects(store, error_objects, Role::Errors, &none, tty).await;
+    let (duplicates_read, duplicates) =
+        read_objects(store, duplicate_objects, Role::Duplicates, &none, tty).await;
+    let mut in_sides: EndsInSides<'_> = HashMap::new();
+    for (side, found) in error_objects
+        .iter()
+        .zip(&errors)
+        .chain(duplicate_objects.iter().zip(&duplicates))
+    {
+        let held = in_sides
+            .entry((side.shard_id.as_str(), &side.range))
+            .or_default();
+        *held = *held | found.ends;
+    }
+    let (mut summary, main) = read_objects(store, objects, Role::Main, &in_sides, tty).await;
+    let (decisions_read, decided) =
+        read_objects(store, decisions, Role::Decisions, &none, tty).await;
+    summary.error_records = errors_read.lines;
+    summary.duplicate_records = duplicates_read.lines;
+    for side in [errors_read, duplicates_read, decisions_read] {
+        summary.unreadable.extend(side.unreadable);
+    }
+    DeepRead {
+        summary,
+        main,
+        errors,
+        duplicates,
+        decisions: decided,
+    }
+}
+
+/// The duplicates objects' records and the accepted copies they name.
+fn duplicates_named(objects: &[ArchivedKey], found: &[Found]) -> HashMap<CopyRef, CopyRef> {
+    objects
+        .iter()
+        .zip(found)
+        .flat_map(|(object, found)| {
+            let shard_id: Arc<str> = Arc::from(object.shard_id.as_str());
+            found
+                .duplicates
+                .iter()
+                .map(move |((sequence_number, sub), of)| {
+                    (
+                        CopyRef {
+                            shard_id: shard_id.clone(),
+                            sequence_number: sequence_number.clone(),
+                            sub_sequence_number: *sub,
+                        },
+                        of.clone(),
+                    )
+                })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -107,10 +254,12 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::config::{CompressionCodec, StreamRef};
+    use crate::config::CompressionCodec;
     use crate::fake_aws::{FakeBucket, FakeStream, FakeTable};
     use crate::output::compression::Compression;
-    use crate::verify::test_support::{MINUTE_MILLIS, SHARD, missing, n, object_in};
+    use crate::verify::test_support::{
+        MINUTE_MILLIS, SHARD, missing, n, object_in, put_decided_batch, test_plan,
+    };
 
     /// In-memory Kinesis, S3 and DynamoDB; [`SHARD`] holds records 1 to 9,
     /// one a second after [`MINUTE_MILLIS`].
@@ -170,8 +319,9 @@ mod tests {
             objects.insert(stray.clone(), stray_body);
             objects.insert("p/README".to_owned(), bytes::Bytes::from_static(b"hi"));
         }
-        // Error objects: one beside its batch's main object (1-3), one whose
-        // main object is not written (4-5).
+        // Error objects: one beside its batch's main object (1-3), holding
+        // record 2 although the main object holds it too (a record twice);
+        // one whose main object is not written (4-5).
         let error_object = |first: u64, last: u64, rejected: u64| {
             let record = ShardRecord {
                 sequence_number: sequence_range::SequenceNumber::from(rejected),
@@ -220,15 +370,8 @@ mod tests {
             .await
             .unwrap();
         let plan = Plan {
-            bucket: "bucket".to_owned(),
-            prefix: "p".to_owned(),
-            list_prefix: "p/".to_owned(),
-            error_prefix: "p-errors".to_owned(),
-            stream: Some(StreamRef::Name("s".to_owned())),
-            lease_table: Some("leases".to_owned()),
             deep: true,
-            since: None,
-            from_first_archived: false,
+            ..test_plan()
         };
 
         let audit = audit(&plan, &clients, false).await.unwrap();
@@ -243,13 +386,25 @@ mod tests {
         assert_eq!((deep.lines, deep.unreadable.len()), (8, 1), "{text}");
         assert_eq!((audit.error_objects, deep.error_records), (2, 2), "{text}");
         assert_eq!(
-            audit.uncommitted_errors,
-            vec![uncommitted.clone()],
+            audit.uncommitted,
+            vec![Uncommitted {
+                role: Role::Errors,
+                key: uncommitted.clone()
+            }],
             "{text}"
         );
         assert!(
             text.contains(&format!(
                 "error object {uncommitted} has no main object yet"
+            )),
+            "{text}"
+        );
+        let twice = &audit.events.as_ref().unwrap().placement.twice;
+        assert_eq!(twice.len(), 1, "{text}");
+        assert_eq!(twice[0].keys[0], first, "{text}");
+        assert!(
+            text.contains(&format!(
+                "record twice in {SHARD}: 2 is in {first} and p-errors/"
             )),
             "{text}"
         );
@@ -310,15 +465,8 @@ mod tests {
             .await
             .unwrap();
         let plan = |since_millis: Option<i64>| Plan {
-            bucket: "bucket".to_owned(),
-            prefix: "p".to_owned(),
-            list_prefix: "p/".to_owned(),
-            error_prefix: "p-errors".to_owned(),
-            stream: Some(StreamRef::Name("s".to_owned())),
-            lease_table: Some("leases".to_owned()),
-            deep: false,
             since: since_millis.map(|millis| DateTime::from_timestamp_millis(millis).unwrap()),
-            from_first_archived: false,
+            ..test_plan()
         };
         let checked = |audit: &Audit| {
             let GapOutcome::Checked { shards, .. } = &audit.gaps else {
@@ -357,6 +505,173 @@ mod tests {
             "{}",
             earlier.render()
         );
+    }
+
+    /// An archive of six records written with event decisions by payload
+    /// (records 2 and 5 repeat 1 and 4 a second later), and the stream
+    /// they came from; `decide` gives each record's decision (the accepted
+    /// copy a duplicate repeats), and `change` alters the bucket after.
+    async fn audit_event_archive(
+        decide: &[Option<u64>; 6],
+        change: impl FnOnce(&FakeBucket),
+        stream_scope: bool,
+    ) -> Audit {
+        use shard_lease::Lease;
+
+        use crate::fake_aws;
+        use crate::verify::args::EventCheck;
+        use crate::verify::test_support::payload_settings;
+
+        let payloads = ["a", "a", "b", "c", "c", "d"];
+        let (stream, bucket, table) = (
+            Arc::new(FakeStream::default()),
+            Arc::new(FakeBucket::default()),
+            Arc::new(FakeTable::default()),
+        );
+        let shard = stream.shard(SHARD);
+        let records: Vec<(u64, &str, Option<u64>)> = (1..=6)
+            .zip(payloads)
+            .zip(decide)
+            .map(|((sequence_number, payload), of)| (sequence_number, payload, *of))
+            .collect();
+        for (sequence_number, payload, _) in &records {
+            shard.push(
+                &sequence_number.to_string(),
+                MINUTE_MILLIS + 1_000 * *sequence_number as i64,
+                payload.as_bytes(),
+            );
+        }
+        put_decided_batch(&bucket, &records[..3]);
+        put_decided_batch(&bucket, &records[3..]);
+        change(&bucket);
+        let clients = fake_aws::clients(stream, bucket, table);
+        LeaseTable::new(clients.dynamodb.clone(), "leases")
+            .create_lease(&Lease::new(SHARD, Checkpoint::SequenceNumber(n(6)), vec![]))
+            .await
+            .unwrap();
+        let plan = Plan {
+            deep: true,
+            events: Some(EventCheck {
+                settings: payload_settings(),
+                stream_scope,
+            }),
+            ..test_plan()
+        };
+        audit(&plan, &clients, false).await.unwrap()
+    }
+
+    const DECIDED: [Option<u64>; 6] = [None, Some(1), None, None, Some(4), None];
+
+    /// The key of the first batch's object under `prefix`.
+    fn first_batch_key(bucket: &FakeBucket, prefix: &str) -> String {
+        let name = crate::output::key::named(&crate::verify::test_support::range(1, 3), ".");
+        let objects = bucket.objects.lock().unwrap();
+        objects
+            .keys()
+            .find(|key| key.starts_with(prefix) && key.contains(&format!("{SHARD}/{name}")))
+            .unwrap()
+            .clone()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_event_archive_as_the_daemon_writes_it_is_exact() {
+        for stream_scope in [false, true] {
+            let audit = audit_event_archive(&DECIDED, |_| {}, stream_scope).await;
+            let text = audit.render();
+            assert!(audit.is_exact(), "{text}");
+            assert!(text.ends_with("\nexact\n"), "{text}");
+            assert_eq!(
+                (
+                    audit.objects,
+                    audit.duplicate_objects,
+                    audit.decisions_objects
+                ),
+                (2, 2, 2),
+                "{text}"
+            );
+            assert!(audit.foreign.is_empty(), "{text}");
+            let deep = audit.deep.as_ref().unwrap();
+            assert_eq!((deep.lines, deep.duplicate_records), (4, 2), "{text}");
+            for line in [
+                "duplicates objects: 2, 2 records",
+                "decisions objects: 2",
+                "one place:    0 records twice, 0 batches whose objects do not add up (2 batches with decisions checked)",
+                "once a window: 0 events kept twice, 0 duplicates not naming a kept copy (6 user records checked, 2 duplicates against their accepted copy",
+            ] {
+                assert!(text.contains(line), "{line:?} not in:\n{text}");
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn two_kept_copies_within_the_window_are_not_exact() {
+        // Record 2 kept although record 1, a second earlier, has its payload.
+        let kept = [None, None, None, None, Some(4), None];
+        let audit = audit_event_archive(&kept, |_| {}, false).await;
+        let text = audit.render();
+        assert!(!audit.is_exact(), "{text}");
+        assert!(
+            text.contains(&format!(
+                "kept twice within the window: {SHARD}/1 (arrived 2026-11-21T05:27:01.000Z) and {SHARD}/2 (arrived 2026-11-21T05:27:02.000Z), 1000 ms apart"
+            )),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(", 1 events kept twice in a window\n"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_record_in_the_main_and_the_duplicates_object_is_not_exact() {
+        // The first batch's main object as if record 2 had been kept.
+        let audit = audit_event_archive(
+            &DECIDED,
+            |bucket| {
+                let copy = Arc::new(FakeBucket::default());
+                put_decided_batch(&copy, &[(1, "a", None), (2, "a", None), (3, "b", None)]);
+                let key = first_batch_key(bucket, "p/2026");
+                let objects = copy.objects.lock().unwrap();
+                let kept = objects.get(&key).unwrap().clone();
+                let metadata = copy.metadata.lock().unwrap().get(&key).unwrap().clone();
+                bucket.objects.lock().unwrap().insert(key.clone(), kept);
+                bucket.metadata.lock().unwrap().insert(key, metadata);
+            },
+            false,
+        )
+        .await;
+        let text = audit.render();
+        assert!(!audit.is_exact(), "{text}");
+        let twice = &audit.events.as_ref().unwrap().placement.twice;
+        assert_eq!(twice.len(), 1, "{text}");
+        assert!(
+            text.contains(&format!("record twice in {SHARD}: 2 is in p/2026/")),
+            "{text}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn decisions_that_do_not_add_up_are_not_exact() {
+        // The first batch's duplicates object lost: its decisions count a
+        // record no object holds.
+        let audit = audit_event_archive(
+            &DECIDED,
+            |bucket| {
+                let key = first_batch_key(bucket, "p-duplicates/");
+                bucket.objects.lock().unwrap().remove(&key);
+            },
+            false,
+        )
+        .await;
+        let text = audit.render();
+        assert!(!audit.is_exact(), "{text}");
+        assert!(
+            text.contains(
+                "3 user records decided, but the batch's objects hold 2 (2 main, 0 error, 0 duplicates)"
+            ),
+            "{text}"
+        );
+        assert_eq!(audit.events.as_ref().unwrap().placement.miscounted.len(), 1);
     }
 
     fn overlap_keys_of(audit: &Audit) -> Vec<(String, String)> {

@@ -1,9 +1,13 @@
 //! Check 3, unreadable objects (`--deep`): every object fetched (GetObject),
-//! decompressed and read line by line (or row by row) against its key.
+//! decompressed and read line by line (or row by row) against its key —
+//! main, error and duplicates objects, and decisions objects — with what
+//! the event checks need of each: its records' positions, the copies its
+//! duplicates name, the decisions it records.
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
 use base64::Engine as _;
@@ -19,6 +23,8 @@ use super::report::minute_text;
 use super::{s3_retry, s3_stopped};
 use crate::aws::{ObjectStore, S3Error};
 use crate::commit::body::{FORMAT_METADATA, RECORDS_METADATA};
+use crate::events::decisions;
+use crate::events::rule::{CopyRef, Outcome};
 use crate::ops::log::error_chain;
 use crate::output::bucket::Bucket;
 use crate::output::compression::decompress;
@@ -48,7 +54,25 @@ struct Line<'a> {
     #[serde(borrow, default)]
     #[allow(dead_code)] // read for its type only
     error_message: Option<Cow<'a, str>>,
+    /// Only in the lines of duplicates objects: the accepted copy.
+    #[serde(borrow, default)]
+    duplicate_of: Option<DuplicateOf<'a>>,
 }
+
+/// The `duplicateOf` member of a duplicates object's line.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct DuplicateOf<'a> {
+    #[serde(borrow)]
+    shard_id: Cow<'a, str>,
+    #[serde(borrow)]
+    sequence_number: Cow<'a, str>,
+    sub_sequence_number: Option<u64>,
+}
+
+/// A user record's place in its shard: sequence number and sub-sequence
+/// number (`None` outside KPL aggregates).
+pub(super) type Position = (SequenceNumber, Option<u64>);
 
 /// What reading one object found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -65,6 +89,14 @@ struct BodyCheck {
     first_problem: Option<String>,
     /// How many problems were found.
     problems: u64,
+    /// The positions of its user records, when asked for (a batch with
+    /// more than one object compares them).
+    positions: Vec<Position>,
+    /// Duplicates objects: each user record and the accepted copy its
+    /// `duplicateOf` names.
+    duplicates: Vec<(Position, CopyRef)>,
+    /// Decisions objects: how many of the decisions are duplicates.
+    decided_duplicates: u64,
 }
 
 /// Which of its key's end records — the records of the key's first and
@@ -108,11 +140,15 @@ impl BodyCheck {
 /// present): the lines or rows counted, or for raw payloads the delimiters
 /// found (at least one a record: a payload may hold the delimiter itself).
 fn check_object(
+    role: Role,
     object: &ArchivedKey,
     body: &[u8],
     metadata: &HashMap<String, String>,
 ) -> BodyCheck {
-    let mut check = check_body(object, body);
+    let mut check = match role {
+        Role::Decisions => check_decisions(object, body),
+        Role::Main | Role::Errors | Role::Duplicates => check_body(role, object, body),
+    };
     let Some(stored) = metadata.get(RECORDS_METADATA) else {
         return check;
     };
@@ -169,10 +205,27 @@ fn check_object(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Role {
     /// A batch's main objects: every record of the range but those its
-    /// error object holds.
+    /// error and duplicates objects hold.
     Main,
     /// Error objects: some records of the range.
     Errors,
+    /// Duplicates objects: some records of the range, each line with
+    /// `duplicateOf`.
+    Duplicates,
+    /// Decisions objects: one decision per user record of the batch.
+    Decisions,
+}
+
+impl Role {
+    /// How the summary names an object of this role.
+    pub(super) fn object_name(self) -> &'static str {
+        match self {
+            Self::Main => "main object",
+            Self::Errors => "error object",
+            Self::Duplicates => "duplicates object",
+            Self::Decisions => "decisions object",
+        }
+    }
 }
 
 /// One record's identity and metadata, as read from a body.
@@ -185,12 +238,16 @@ struct Row {
     /// `approximateArrivalTimestamp` as written (RFC 3339), when the body
     /// has it as text.
     arrival: Option<String>,
+    /// `duplicateOf`: shard, sequence number and sub-sequence number.
+    duplicate_of: Option<(String, String, Option<u64>)>,
 }
 
 /// Checks an object's body against its key (check 3 of the `verify` module
 /// documentation): JSON Lines (envelope lines, or `json` lines with their
-/// metadata member), Parquet rows; raw payloads are only decompressed.
-fn check_body(object: &ArchivedKey, body: &[u8]) -> BodyCheck {
+/// metadata member), Parquet rows; raw payloads are only decompressed. A
+/// duplicates object's lines must each name an accepted copy
+/// (`duplicateOf`); no other object's may.
+fn check_body(role: Role, object: &ArchivedKey, body: &[u8]) -> BodyCheck {
     let mut check = BodyCheck::default();
     let rows = match object.body.shape {
         BodyShape::Parquet => match row_identities(Bytes::copy_from_slice(body)) {
@@ -203,6 +260,7 @@ fn check_body(object: &ArchivedKey, body: &[u8]) -> BodyCheck {
                     sequence_number,
                     sub_sequence_number: sub.and_then(|sub| u64::try_from(sub).ok()),
                     arrival: None,
+                    duplicate_of: None,
                 })
                 .collect(),
             Err(err) => return BodyCheck::failed(format!("is not a readable Parquet file: {err}")),
@@ -264,6 +322,23 @@ fn check_body(object: &ArchivedKey, body: &[u8]) -> BodyCheck {
             if !records.contains(sequence_number) {
                 records.insert(sequence_number.to_owned());
             }
+            if let Ok(parsed) = SequenceNumber::parse(sequence_number) {
+                let position = (parsed, row.sub_sequence_number);
+                match (&row.duplicate_of, role) {
+                    (Some(of), Role::Duplicates) => match copy_ref(of) {
+                        Ok(of) => check.duplicates.push((position.clone(), of)),
+                        Err(reason) => check.problem(|| format!("{at}: duplicateOf {reason}")),
+                    },
+                    (None, Role::Duplicates) => {
+                        check.problem(|| format!("{at}: a duplicate without duplicateOf"));
+                    }
+                    (Some(_), _) => {
+                        check.problem(|| format!("{at}: duplicateOf outside a duplicates object"))
+                    }
+                    (None, _) => {}
+                }
+                check.positions.push(position);
+            }
         }
         if let Some(timestamp) = &row.arrival {
             match DateTime::parse_from_rfc3339(timestamp) {
@@ -296,15 +371,16 @@ fn check_body(object: &ArchivedKey, body: &[u8]) -> BodyCheck {
 }
 
 /// A main object whose records have identities must hold its key's first
-/// and last records, unless the batch's error object holds them
-/// (`in_errors`: the format rejected them). A batch whose every record was
-/// rejected has an empty main object, with no identities to check; an
-/// error object holds only its batch's rejected records.
-fn check_ends(check: &mut BodyCheck, object: &ArchivedKey, in_errors: Ends) {
+/// and last records, unless the batch's error or duplicates object holds
+/// them (`in_sides`: the format rejected them, or they were duplicates). A
+/// batch whose every record was rejected has an empty main object, with no
+/// identities to check; an error object holds only its batch's rejected
+/// records.
+fn check_ends(check: &mut BodyCheck, object: &ArchivedKey, in_sides: Ends) {
     let Some(ends) = check.ends else {
         return;
     };
-    let held = ends | in_errors;
+    let held = ends | in_sides;
     for (held, end, name) in [
         (held.first, object.range.first(), "first"),
         (held.last, object.range.last(), "last"),
@@ -313,6 +389,67 @@ fn check_ends(check: &mut BodyCheck, object: &ArchivedKey, in_errors: Ends) {
             check.problem(|| format!("no record has the key's {name} sequence number {end}"));
         }
     }
+}
+
+/// Checks a decisions object against its key: it decompresses, every line
+/// reads as the daemon writes it ([`decisions::parse`]), and each decision's
+/// record is in the key's range, once.
+fn check_decisions(object: &ArchivedKey, body: &[u8]) -> BodyCheck {
+    let text = match decompress(object.body.codec, body) {
+        Ok(text) => text,
+        Err(err) => {
+            return BodyCheck::failed(format!(
+                "does not decompress as {}: {err}",
+                object.body.extension()
+            ));
+        }
+    };
+    let recorded = match decisions::parse(&object.shard_id, &text) {
+        Ok(recorded) => recorded,
+        Err(reason) => return BodyCheck::failed(format!("is not a decisions object: {reason}")),
+    };
+    let mut check = BodyCheck::default();
+    let mut seen: HashSet<Position> = HashSet::with_capacity(recorded.len());
+    for (index, recorded) in recorded.iter().enumerate() {
+        let n = index + 1;
+        let copy = &recorded.copy;
+        if !object.range.contains(&copy.sequence_number) {
+            check.problem(|| {
+                format!(
+                    "line {n}: sequenceNumber {} is outside the key's range {}-{}",
+                    copy.sequence_number,
+                    object.range.first(),
+                    object.range.last()
+                )
+            });
+        }
+        if !seen.insert((copy.sequence_number.clone(), copy.sub_sequence_number)) {
+            check.problem(|| {
+                format!(
+                    "line {n}: record ({}, {:?}) appears twice",
+                    copy.sequence_number, copy.sub_sequence_number
+                )
+            });
+        }
+        if recorded.decision.decision.outcome() == Outcome::Duplicate {
+            check.decided_duplicates += 1;
+        }
+    }
+    check.lines = recorded.len() as u64;
+    check
+}
+
+/// The accepted copy a `duplicateOf` names.
+fn copy_ref(
+    (shard_id, sequence_number, sub): &(String, String, Option<u64>),
+) -> Result<CopyRef, String> {
+    let number = SequenceNumber::parse(sequence_number)
+        .map_err(|err| format!("sequenceNumber {sequence_number:?}: {err}"))?;
+    Ok(CopyRef {
+        shard_id: Arc::from(shard_id.as_str()),
+        sequence_number: number,
+        sub_sequence_number: *sub,
+    })
 }
 
 /// The rows of JSON Lines: envelope lines (checked field by field, data
@@ -351,6 +488,13 @@ fn json_rows(text: &[u8], check: &mut BodyCheck) -> Vec<Row> {
                 sequence_number: line.sequence_number.into_owned(),
                 sub_sequence_number: line.sub_sequence_number,
                 arrival: Some(line.approximate_arrival_timestamp.into_owned()),
+                duplicate_of: line.duplicate_of.map(|of| {
+                    (
+                        of.shard_id.into_owned(),
+                        of.sequence_number.into_owned(),
+                        of.sub_sequence_number,
+                    )
+                }),
             });
             continue;
         }
@@ -376,6 +520,7 @@ fn json_rows(text: &[u8], check: &mut BodyCheck) -> Vec<Row> {
                 sequence_number: metadata.sequence_number,
                 sub_sequence_number: metadata.sub_sequence_number,
                 arrival: Some(metadata.approximate_arrival_timestamp),
+                duplicate_of: None,
             });
         }
     }
@@ -406,68 +551,115 @@ pub(super) struct Unreadable {
 /// What `--deep` found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct DeepSummary {
+    /// User records in the main objects.
     pub(super) lines: u64,
     /// Records in the error prefix's objects.
     pub(super) error_records: u64,
+    /// Records in the duplicates prefix's objects.
+    pub(super) duplicate_records: u64,
     pub(super) kinesis_records: u64,
     pub(super) unreadable: Vec<Unreadable>,
 }
 
-/// The end records error objects hold, by batch (shard and range).
-pub(super) type EndsInErrors<'a> = HashMap<(&'a str, &'a SequenceRange), Ends>;
+/// The end records a batch's error and duplicates objects hold, by batch
+/// (shard and range).
+pub(super) type EndsInSides<'a> = HashMap<(&'a str, &'a SequenceRange), Ends>;
+
+/// What one object read holds, for the checks across a batch's objects.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Found {
+    /// Which of its key's end records it holds.
+    pub(super) ends: Ends,
+    /// User records found: lines, rows or decisions (raw payloads: the
+    /// stored count).
+    pub(super) records: u64,
+    /// `x-amz-meta-shardsink-records`, when it is a count.
+    pub(super) stored_records: Option<u64>,
+    /// `x-amz-meta-shardsink-format`.
+    pub(super) format: Option<String>,
+    /// Its user records' positions: error and duplicates objects, and main
+    /// objects whose batch has one of those.
+    pub(super) positions: Vec<Position>,
+    /// Duplicates objects: each user record and the accepted copy it names.
+    pub(super) duplicates: Vec<(Position, CopyRef)>,
+    /// Decisions objects: the decisions that are duplicates.
+    pub(super) decided_duplicates: u64,
+}
 
 /// `--deep`: fetches and checks every object, a few at a time. Main
-/// objects' end records may be in their batch's error object
-/// (`in_errors`, from the error objects read first). Returns the summary
-/// and, per object, the end records it holds.
+/// objects' end records may be in their batch's error or duplicates object
+/// (`in_sides`, from those objects, read first). Returns the summary and,
+/// per object, what it holds.
 pub(super) async fn read_objects(
     store: &ObjectStore,
     objects: &[ArchivedKey],
     role: Role,
-    in_errors: &EndsInErrors<'_>,
+    in_sides: &EndsInSides<'_>,
     tty: bool,
-) -> (DeepSummary, Vec<Ends>) {
+) -> (DeepSummary, Vec<Found>) {
     let total = objects.len() as u64;
     let phase = Phase::start(tty, Some(total), "reading objects");
     let done = AtomicU64::new(0);
-    let mut checks: Vec<(usize, BodyCheck)> = futures::stream::iter(objects.iter().enumerate())
-        .map(|(index, object)| {
-            let (phase, done) = (&phase, &done);
-            async move {
-                let ends_in_errors = in_errors
-                    .get(&(object.shard_id.as_str(), &object.range))
-                    .copied()
-                    .unwrap_or_default();
-                let check = match get_object(store, &object.key).await {
-                    Ok((body, metadata)) => {
-                        let object = object.clone();
-                        tokio::task::spawn_blocking(move || {
-                            let mut check = check_object(&object, &body, &metadata);
-                            if role == Role::Main {
-                                check_ends(&mut check, &object, ends_in_errors);
-                            }
-                            check
-                        })
-                        .await
-                        .unwrap_or_else(|err| {
-                            BodyCheck::failed(format!("the check did not finish: {err}"))
-                        })
+    let mut checks: Vec<(usize, BodyCheck, Found)> =
+        futures::stream::iter(objects.iter().enumerate())
+            .map(|(index, object)| {
+                let (phase, done) = (&phase, &done);
+                async move {
+                    let sides = in_sides.get(&(object.shard_id.as_str(), &object.range));
+                    let keep_positions = match role {
+                        Role::Main => sides.is_some(),
+                        Role::Errors | Role::Duplicates => true,
+                        Role::Decisions => false,
+                    };
+                    let ends_in_sides = sides.copied().unwrap_or_default();
+                    let (mut check, mut found) = match get_object(store, &object.key).await {
+                        Ok((body, metadata)) => {
+                            let found = Found {
+                                stored_records: metadata
+                                    .get(RECORDS_METADATA)
+                                    .and_then(|stored| stored.parse().ok()),
+                                format: metadata.get(FORMAT_METADATA).cloned(),
+                                ..Found::default()
+                            };
+                            let object = object.clone();
+                            let check = tokio::task::spawn_blocking(move || {
+                                let mut check = check_object(role, &object, &body, &metadata);
+                                if role == Role::Main {
+                                    check_ends(&mut check, &object, ends_in_sides);
+                                }
+                                check
+                            })
+                            .await
+                            .unwrap_or_else(|err| {
+                                BodyCheck::failed(format!("the check did not finish: {err}"))
+                            });
+                            (check, found)
+                        }
+                        Err(err) => (
+                            BodyCheck::failed(format!("GET failed: {}", error_chain(&err))),
+                            Found::default(),
+                        ),
+                    };
+                    found.ends = check.ends.unwrap_or_default();
+                    found.records = check.lines;
+                    found.decided_duplicates = check.decided_duplicates;
+                    found.duplicates = std::mem::take(&mut check.duplicates);
+                    if keep_positions {
+                        found.positions = std::mem::take(&mut check.positions);
                     }
-                    Err(err) => BodyCheck::failed(format!("GET failed: {}", error_chain(&err))),
-                };
-                let n = done.fetch_add(1, AtomicOrdering::Relaxed) + 1;
-                phase.update(n, || format!("read {n} of {total} objects"));
-                (index, check)
-            }
-        })
-        .buffer_unordered(DEEP_CONCURRENCY)
-        .collect()
-        .await;
-    checks.sort_by_key(|(index, _)| *index);
+                    let n = done.fetch_add(1, AtomicOrdering::Relaxed) + 1;
+                    phase.update(n, || format!("read {n} of {total} objects"));
+                    (index, check, found)
+                }
+            })
+            .buffer_unordered(DEEP_CONCURRENCY)
+            .collect()
+            .await;
+    checks.sort_by_key(|(index, _, _)| *index);
     let mut summary = DeepSummary::default();
-    let mut ends = Vec::with_capacity(checks.len());
-    for (index, check) in checks {
-        ends.push(check.ends.unwrap_or_default());
+    let mut founds = Vec::with_capacity(checks.len());
+    for (index, check, found) in checks {
+        founds.push(found);
         summary.lines += check.lines;
         summary.kinesis_records += check.kinesis_records;
         if let Some(reason) = check.first_problem {
@@ -483,7 +675,7 @@ pub(super) async fn read_objects(
         summary.lines,
         summary.unreadable.len()
     )));
-    (summary, ends)
+    (summary, founds)
 }
 
 /// GetObject with retries of transient failures.
@@ -541,21 +733,26 @@ mod tests {
             Compression::Zstd(3),
         ] {
             let object = object_in(SHARD, MINUTE_MILLIS, 9, 12, compression.codec());
-            let check = check_body(&object, &compression.compress(&lines).unwrap());
+            let check = check_body(Role::Main, &object, &compression.compress(&lines).unwrap());
             assert_eq!(
-                check,
-                BodyCheck {
-                    lines: 3,
-                    kinesis_records: 3,
-                    ends: Some(Ends {
+                (
+                    check.lines,
+                    check.kinesis_records,
+                    check.ends,
+                    check.problems
+                ),
+                (
+                    3,
+                    3,
+                    Some(Ends {
                         first: true,
                         last: true
                     }),
-                    first_problem: None,
-                    problems: 0
-                },
+                    0
+                ),
                 "{compression:?}"
             );
+            assert_eq!(check.positions.len(), 3);
         }
     }
 
@@ -563,6 +760,7 @@ mod tests {
     fn kpl_user_records_share_a_sequence_number() {
         let object = object(7, 7);
         let check = check_body(
+            Role::Main,
             &object,
             &body(&[
                 line(SHARD, "7", Some(0), IN_MINUTE),
@@ -591,38 +789,46 @@ mod tests {
         ]);
         let object = object(1, 2);
         assert_eq!(
-            check_object(&object, &lines, &stored("envelope", 2)).problems,
+            check_object(Role::Main, &object, &lines, &stored("envelope", 2)).problems,
             0
         );
         assert_eq!(
-            check_object(&object, &lines, &stored("envelope", 3))
+            check_object(Role::Main, &object, &lines, &stored("envelope", 3))
                 .first_problem
                 .as_deref(),
             Some("2 records, but x-amz-meta-shardsink-records says 3")
         );
-        assert_eq!(check_object(&object, &lines, &HashMap::new()).problems, 0);
+        assert_eq!(
+            check_object(Role::Main, &object, &lines, &HashMap::new()).problems,
+            0
+        );
     }
 
     #[test]
     fn raw_objects_are_checked_against_their_stored_count() {
         let mut raw = object(1, 2);
         raw.body = crate::output::format::BodyKind::raw(CompressionCodec::None);
-        let check = check_object(&raw, b"a\x1eb\x1e", &stored("raw;delimiter=1e", 2));
+        let check = check_object(
+            Role::Main,
+            &raw,
+            b"a\x1eb\x1e",
+            &stored("raw;delimiter=1e", 2),
+        );
         assert_eq!((check.lines, check.problems), (2, 0));
         for (body, records) in [(&b"a\x1eb"[..], 2), (b"a\x1e", 2), (b"", 1)] {
             assert_eq!(
-                check_object(&raw, body, &stored("raw;delimiter=1e", records)).problems,
+                check_object(Role::Main, &raw, body, &stored("raw;delimiter=1e", records)).problems,
                 1,
                 "{body:?}"
             );
         }
         // Without a delimiter only an empty object can hold no record.
         assert_eq!(
-            check_object(&raw, b"ab", &stored("raw;delimiter=", 2)).problems,
+            check_object(Role::Main, &raw, b"ab", &stored("raw;delimiter=", 2)).problems,
             0
         );
         assert_eq!(
-            check_object(&raw, b"ab", &stored("raw;delimiter=", 0)).problems,
+            check_object(Role::Main, &raw, b"ab", &stored("raw;delimiter=", 0)).problems,
             1
         );
     }
@@ -754,7 +960,7 @@ mod tests {
         let object = object(1, 3);
         let middle = body(&[line(SHARD, "2", None, IN_MINUTE)]);
         let checked = |in_errors: Ends| {
-            let mut check = check_body(&object, &middle);
+            let mut check = check_body(Role::Main, &object, &middle);
             check_ends(&mut check, &object, in_errors);
             check
         };
@@ -776,13 +982,16 @@ mod tests {
             line(SHARD, "1", None, IN_MINUTE),
             line(SHARD, "3", None, IN_MINUTE),
         ]);
-        assert_eq!(check_body(&object, &errors).ends, Some(both));
+        assert_eq!(check_body(Role::Main, &object, &errors).ends, Some(both));
     }
 
     #[test]
     fn an_empty_object_holds_no_record() {
         // Every record of its batch went to the error prefix.
-        assert_eq!(check_body(&object(1, 2), b""), BodyCheck::default());
+        assert_eq!(
+            check_body(Role::Main, &object(1, 2), b""),
+            BodyCheck::default()
+        );
     }
 
     #[test]
@@ -792,18 +1001,26 @@ mod tests {
                 "{{\"order\":1,\"m\":{{\"shardId\":\"{SHARD}\",\"sequenceNumber\":\"{seq}\",\"partitionKey\":\"k\",\"approximateArrivalTimestamp\":\"{IN_MINUTE}\"}}}}\n"
             )
         };
-        let check = check_body(&object(1, 2), &body(&[metadata("1"), metadata("2")]));
+        let check = check_body(
+            Role::Main,
+            &object(1, 2),
+            &body(&[metadata("1"), metadata("2")]),
+        );
         assert_eq!(
             (check.lines, check.kinesis_records, check.problems),
             (2, 2, 0)
         );
-        let check = check_body(&object(1, 2), &body(&[metadata("1"), metadata("3")]));
+        let check = check_body(
+            Role::Main,
+            &object(1, 2),
+            &body(&[metadata("1"), metadata("3")]),
+        );
         assert_eq!(
             check.first_problem.as_deref(),
             Some("line 2: sequenceNumber 3 is outside the key's range 1-2")
         );
         // Without metadata, lines are counted.
-        let check = check_body(&object(1, 2), b"{\"a\":1}\n{\"a\":2}\n");
+        let check = check_body(Role::Main, &object(1, 2), b"{\"a\":1}\n{\"a\":2}\n");
         assert_eq!(
             (check.lines, check.kinesis_records, check.problems),
             (2, 0, 0)
@@ -881,7 +1098,7 @@ mod tests {
             ),
         ];
         for (object, body, expected) in cases {
-            let mut check = check_body(&object, &body);
+            let mut check = check_body(Role::Main, &object, &body);
             check_ends(&mut check, &object, Ends::default());
             let problem = check.first_problem.unwrap_or_default();
             assert!(

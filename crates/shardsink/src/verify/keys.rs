@@ -1,17 +1,22 @@
-//! Check 1, keys: every key under the prefix (ListObjectsV2, all pages),
-//! parsed into an [`ArchivedKey`] (a shardsink object: time bucket, shard,
-//! sequence range, body kind) or a [`ForeignKey`] (anything else: a
-//! warning), in the archive's recorded key layout.
+//! Check 1, keys: every key under the prefix, the error prefix and the
+//! duplicates prefix (ListObjectsV2, all pages), parsed into an
+//! [`ArchivedKey`] (a shardsink object: time bucket, shard, sequence range,
+//! body kind) or a [`ForeignKey`] (anything else: a warning), in the
+//! archive's recorded key layout; decisions objects (`{prefix}/_events/`)
+//! are parsed under the decisions layout.
 
 use anyhow::Context as _;
 use sequence_range::SequenceRange;
 
+use super::args::Plan;
 use super::gap_markers::is_marker_key;
 use super::progress::Phase;
 use super::{s3_retry, s3_stopped};
 use crate::aws::ObjectStore;
 use crate::aws::retry::{Retry, Stopped};
+use crate::commit::body::DECISIONS_COMPRESSION;
 use crate::config::{KeyStyle, TimeBucket};
+use crate::events::decisions::{decisions_layout, parse_decisions_name};
 use crate::output::bucket::Bucket;
 use crate::output::format::BodyKind;
 use crate::output::key::KeyLayout;
@@ -50,18 +55,112 @@ fn parse_archived_key(layout: &KeyLayout, key: &str) -> Result<ArchivedKey, Stri
     })
 }
 
-/// A listing, split.
+/// Parses a decisions object's key
+/// (`{prefix}/_events/{time path}/{shardId}/{name}.events.zst`) with the
+/// decisions layout; its body is zstd-compressed lines.
+///
+/// # Errors
+/// Why the key is foreign.
+fn parse_decisions_key(layout: &KeyLayout, key: &str) -> Result<ArchivedKey, String> {
+    let (bucket, shard_id, range) = layout.parse_key_named(key, parse_decisions_name)?;
+    Ok(ArchivedKey {
+        key: key.to_owned(),
+        bucket,
+        shard_id,
+        range,
+        body: BodyKind::lines(DECISIONS_COMPRESSION.codec()),
+    })
+}
+
+/// The archive's keys, split by what they are.
 #[derive(Debug, Default)]
-pub(super) struct Classified {
+pub(super) struct Listing {
+    /// Main objects, under the prefix.
     pub(super) objects: Vec<ArchivedKey>,
+    /// Error objects, under the error prefix.
+    pub(super) error_objects: Vec<ArchivedKey>,
+    /// Duplicates objects, under the duplicates prefix.
+    pub(super) duplicate_objects: Vec<ArchivedKey>,
+    /// Decisions objects, under `{prefix}/_events/`.
+    pub(super) decisions: Vec<ArchivedKey>,
     /// Retention gap markers (`{prefix}/_retention-gaps/…`).
     pub(super) gap_markers: Vec<String>,
     pub(super) foreign: Vec<ForeignKey>,
 }
 
+/// Lists the prefix, and the error and duplicates prefixes beside it (under
+/// an empty prefix, the one listing holds them all), and splits the keys.
+pub(super) async fn list_archive(
+    store: &ObjectStore,
+    layout: &KeyLayout,
+    plan: &Plan,
+    tty: bool,
+) -> anyhow::Result<Listing> {
+    let keys = list_keys(store, &plan.list_prefix, tty).await?;
+    let error_layout = layout.with_prefix(plan.error_prefix.clone());
+    let duplicates_layout = layout.with_prefix(plan.duplicates_prefix.clone());
+    let decisions_layout = decisions_layout(layout);
+    let (error_prefix, duplicates_prefix, decisions_prefix) = (
+        error_layout.list_prefix(),
+        duplicates_layout.list_prefix(),
+        decisions_layout.list_prefix(),
+    );
+    let (mut error_keys, mut duplicate_keys, mut decision_keys, mut main_keys) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for key in keys {
+        if key.starts_with(&error_prefix) {
+            error_keys.push(key);
+        } else if key.starts_with(&duplicates_prefix) {
+            duplicate_keys.push(key);
+        } else if key.starts_with(&decisions_prefix) {
+            decision_keys.push(key);
+        } else {
+            main_keys.push(key);
+        }
+    }
+    // Under an empty prefix the other prefixes were listed with the rest.
+    if !plan.list_prefix.is_empty() {
+        error_keys = list_keys(store, &error_prefix, tty).await?;
+        duplicate_keys = list_keys(store, &duplicates_prefix, tty).await?;
+    }
+    let Classified {
+        objects,
+        gap_markers,
+        mut foreign,
+    } = classify(layout, main_keys);
+    let errors = classify(&error_layout, error_keys);
+    let duplicates = classify(&duplicates_layout, duplicate_keys);
+    foreign.extend(errors.foreign);
+    foreign.extend(duplicates.foreign);
+    let mut decisions = Vec::with_capacity(decision_keys.len());
+    for key in decision_keys {
+        match parse_decisions_key(&decisions_layout, &key) {
+            Ok(object) => decisions.push(object),
+            Err(reason) => foreign.push(ForeignKey { key, reason }),
+        }
+    }
+    Ok(Listing {
+        objects,
+        error_objects: errors.objects,
+        duplicate_objects: duplicates.objects,
+        decisions,
+        gap_markers,
+        foreign,
+    })
+}
+
+/// A listing under one prefix, split.
+#[derive(Debug, Default)]
+struct Classified {
+    objects: Vec<ArchivedKey>,
+    /// Retention gap markers (`{prefix}/_retention-gaps/…`).
+    gap_markers: Vec<String>,
+    foreign: Vec<ForeignKey>,
+}
+
 /// Splits a listing under `layout`'s prefix into objects, retention gap
 /// markers and foreign keys (the key layout record is none of them).
-pub(super) fn classify(layout: &KeyLayout, keys: Vec<String>) -> Classified {
+fn classify(layout: &KeyLayout, keys: Vec<String>) -> Classified {
     let mut classified = Classified {
         objects: Vec::with_capacity(keys.len()),
         ..Classified::default()
@@ -108,7 +207,7 @@ pub(super) async fn read_layout(store: &ObjectStore, prefix: &str) -> anyhow::Re
 }
 
 /// Every key under `list_prefix` (ListObjectsV2, all pages).
-pub(super) async fn list_keys(
+async fn list_keys(
     store: &ObjectStore,
     list_prefix: &str,
     tty: bool,
@@ -165,6 +264,23 @@ mod tests {
             BodyKind::lines(crate::config::CompressionCodec::Zstd)
         );
         assert_eq!(parsed.bucket, Bucket::minute(MINUTE_MILLIS));
+    }
+
+    #[test]
+    fn decisions_keys_parse_under_the_decisions_layout() {
+        let main = object(9, 10);
+        let layout = decisions_layout(&KeyLayout::plain("p"));
+        let key = crate::events::decisions::decisions_key(&layout, main.bucket, SHARD, &main.range);
+        assert!(key.starts_with("p/_events/2026/11/21/05/27/"), "{key}");
+        let parsed = parse_decisions_key(&layout, &key).unwrap();
+        assert_eq!(
+            (parsed.bucket, parsed.shard_id.as_str(), &parsed.range),
+            (main.bucket, SHARD, &main.range)
+        );
+        // A batch's other names, or a main key, are not decisions keys.
+        for other in [key.replace(".events.zst", ".jsonl"), main.key] {
+            assert!(parse_decisions_key(&layout, &other).is_err(), "{other}");
+        }
     }
 
     #[test]

@@ -1,22 +1,94 @@
 //! What the audit found ([`Audit`]) and the summary printed on stdout:
-//! counts, offending objects and records, foreign keys, the verdict.
+//! counts, offending objects and records (the event checks' too), foreign
+//! keys and uncommitted objects, the verdict.
 
 use std::fmt::Write as _;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use sequence_range::SequenceRange;
 
-use super::body::DeepSummary;
+use super::body::{DeepSummary, Position, Role};
 use super::gap_markers::{RecordedGap, gap_marker_line};
 use super::gaps::{Bound, Gap, ShardGapResult};
 use super::keys::ForeignKey;
 use super::overlaps::Overlap;
+use super::placement::Placement;
 use super::stream::GapOutcome;
+use super::window::WindowResult;
 use crate::output::bucket::Bucket;
 
 /// Most offending items (overlaps, unreadable objects, gaps) the summary
 /// lists; the same for foreign keys.
 const MAX_LISTED: usize = 50;
+
+/// A batch's error, duplicates or decisions object whose main object is not
+/// there (yet): written just before a crash, replayed by the daemon with
+/// the main object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Uncommitted {
+    pub(super) role: Role,
+    pub(super) key: String,
+}
+
+/// What became of the window check (E2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum WindowOutcome {
+    /// No `--event-id`.
+    NotRequested,
+    /// Asked for, but not possible: why.
+    NotChecked(&'static str),
+    Checked {
+        result: WindowResult,
+        /// How the scope is described.
+        scope: &'static str,
+        window_millis: i64,
+        /// Decisions objects of committed batches made with other event
+        /// settings: their batches are not checked.
+        other_settings: Vec<String>,
+    },
+}
+
+/// What the event checks found (`--deep`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct EventFindings {
+    /// E1: every user record in one of its batch's objects.
+    pub(super) placement: Placement,
+    /// E2: each event once per window.
+    pub(super) window: WindowOutcome,
+}
+
+impl EventFindings {
+    fn is_clean(&self) -> bool {
+        self.placement.is_clean()
+            && match &self.window {
+                WindowOutcome::Checked { result, .. } => result.is_clean(),
+                WindowOutcome::NotRequested | WindowOutcome::NotChecked(_) => true,
+            }
+    }
+
+    /// `N records twice, …` for the verdict: the nonzero counts.
+    fn violations(&self) -> Vec<String> {
+        let mut counts = vec![
+            (self.placement.twice.len(), "records twice"),
+            (
+                self.placement.miscounted.len(),
+                "batches whose objects do not add up",
+            ),
+        ];
+        if let WindowOutcome::Checked { result, .. } = &self.window {
+            counts.push((result.kept_twice.len(), "events kept twice in a window"));
+            counts.push((
+                result.bad_duplicates.len(),
+                "duplicates not naming a kept copy",
+            ));
+        }
+        counts
+            .into_iter()
+            .filter(|(count, _)| *count > 0)
+            .map(|(count, what)| format!("{count} {what}"))
+            .collect()
+    }
+}
 
 /// Everything the audit found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,13 +97,21 @@ pub(super) struct Audit {
     pub(super) objects: usize,
     /// Objects under the error prefix.
     pub(super) error_objects: usize,
-    /// Error objects whose batch has no main object (yet): written just
-    /// before a crash, replayed by the daemon with the main object.
-    pub(super) uncommitted_errors: Vec<String>,
+    /// Objects under the duplicates prefix.
+    pub(super) duplicate_objects: usize,
+    /// Decisions objects (`{prefix}/_events/`).
+    pub(super) decisions_objects: usize,
+    /// Error, duplicates and decisions objects whose batch has no main
+    /// object (yet).
+    pub(super) uncommitted: Vec<Uncommitted>,
     pub(super) shards_in_archive: usize,
     pub(super) foreign: Vec<ForeignKey>,
     pub(super) overlaps: Vec<Overlap>,
     pub(super) deep: Option<DeepSummary>,
+    /// Whether `--event-id` was given.
+    pub(super) events_requested: bool,
+    /// The event checks, with `--deep`.
+    pub(super) events: Option<EventFindings>,
     pub(super) gaps: GapOutcome,
     /// Gaps the daemon recorded: records expired from the stream unread.
     pub(super) retention_gaps: Vec<RecordedGap>,
@@ -56,6 +136,13 @@ impl Audit {
             && self.unreadable() == 0
             && self.missing_records() == 0
             && self.retention_gaps.is_empty()
+            && self.events.as_ref().is_none_or(EventFindings::is_clean)
+    }
+
+    /// Whether the archive holds anything of event deduplication, or the
+    /// event checks were asked for.
+    fn has_events(&self) -> bool {
+        self.events_requested || self.duplicate_objects > 0 || self.decisions_objects > 0
     }
 
     /// The summary printed on stdout.
@@ -63,15 +150,30 @@ impl Audit {
         let mut out = String::new();
         let _ = writeln!(out, "verify {}", self.target);
         let _ = writeln!(out, "objects:      {}", self.objects);
-        if self.error_objects > 0 {
-            let records = match &self.deep {
-                Some(deep) => format!(", {} records", deep.error_records),
-                None => String::new(),
-            };
+        for (what, objects, records, note) in [
+            (
+                "error",
+                self.error_objects,
+                self.deep.as_ref().map(|deep| deep.error_records),
+                "records the format could not represent",
+            ),
+            (
+                "duplicates",
+                self.duplicate_objects,
+                self.deep.as_ref().map(|deep| deep.duplicate_records),
+                "copies of events accepted earlier",
+            ),
+        ] {
+            if objects > 0 {
+                let records = records.map_or_else(String::new, |n| format!(", {n} records"));
+                let _ = writeln!(out, "{what} objects: {objects}{records} ({note})");
+            }
+        }
+        if self.decisions_objects > 0 {
             let _ = writeln!(
                 out,
-                "error objects: {}{records} (records the format could not represent)",
-                self.error_objects
+                "decisions objects: {} (the event decisions of each batch)",
+                self.decisions_objects
             );
         }
         let _ = writeln!(
@@ -113,6 +215,9 @@ impl Audit {
             None => {
                 let _ = writeln!(out, "unreadable:   not checked (--deep reads every object)");
             }
+        }
+        if self.has_events() {
+            self.render_events(&mut out);
         }
         let gaps_line = match &self.gaps {
             GapOutcome::NotRequested => "not checked (--stream reads the stream; key ranges alone \
@@ -174,25 +279,16 @@ impl Audit {
                 let _ = writeln!(out, "  {line}");
             }
         }
-        let warnings = self.foreign.len() + self.uncommitted_errors.len();
-        if warnings > 0 {
+        let warnings = self.warning_lines();
+        if !warnings.is_empty() {
             let _ = writeln!(
                 out,
-                "warnings ({} shown of {warnings}):",
-                warnings.min(MAX_LISTED),
+                "warnings ({} shown of {}):",
+                warnings.len().min(MAX_LISTED),
+                warnings.len()
             );
-            for key in self.uncommitted_errors.iter().take(MAX_LISTED) {
-                let _ = writeln!(
-                    out,
-                    "  error object {key} has no main object yet: its batch is not committed (the daemon replays it)"
-                );
-            }
-            for foreign in self
-                .foreign
-                .iter()
-                .take(MAX_LISTED.saturating_sub(self.uncommitted_errors.len()))
-            {
-                let _ = writeln!(out, "  foreign key {}: {}", foreign.key, foreign.reason);
+            for line in warnings.iter().take(MAX_LISTED) {
+                let _ = writeln!(out, "  {line}");
             }
         }
         if self.is_exact() {
@@ -205,6 +301,13 @@ impl Audit {
                 GapOutcome::Skipped(_) => caveats.push("gap check skipped".to_owned()),
                 GapOutcome::Checked { .. } => {}
             }
+            let window_checked = matches!(
+                self.events.as_ref().map(|events| &events.window),
+                Some(WindowOutcome::Checked { .. })
+            );
+            if self.decisions_objects > 0 && !window_checked {
+                caveats.push("events once per window not checked".to_owned());
+            }
             if caveats.is_empty() {
                 let _ = writeln!(out, "exact");
             } else {
@@ -216,9 +319,16 @@ impl Audit {
             } else {
                 format!(", {} retention gaps", self.retention_gaps.len())
             };
+            let events = self
+                .events
+                .as_ref()
+                .map(EventFindings::violations)
+                .unwrap_or_default()
+                .into_iter()
+                .fold(String::new(), |text, part| format!("{text}, {part}"));
             let _ = writeln!(
                 out,
-                "NOT exact: {} overlaps, {} unreadable objects, {} missing records{retention}",
+                "NOT exact: {} overlaps, {} unreadable objects, {} missing records{retention}{events}",
                 self.overlaps.len(),
                 self.unreadable(),
                 self.missing_records()
@@ -253,8 +363,159 @@ impl Audit {
             lines.extend(shards.iter().flat_map(|s| &s.gaps).map(gap_line));
         }
         lines.extend(self.retention_gaps.iter().map(gap_marker_line));
+        if let Some(events) = &self.events {
+            lines.extend(events.problem_lines());
+        }
         lines
     }
+
+    /// Uncommitted objects, decisions made with other settings, foreign
+    /// keys.
+    fn warning_lines(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .uncommitted
+            .iter()
+            .map(|uncommitted| {
+                format!(
+                    "{} {} has no main object yet: its batch is not committed (the daemon replays it)",
+                    uncommitted.role.object_name(),
+                    uncommitted.key
+                )
+            })
+            .collect();
+        if let Some(EventFindings {
+            window: WindowOutcome::Checked { other_settings, .. },
+            ..
+        }) = &self.events
+        {
+            lines.extend(other_settings.iter().map(|key| {
+                format!(
+                    "decisions object {key} was made with other event settings: its batch is not \
+                     checked for the window"
+                )
+            }));
+        }
+        lines.extend(
+            self.foreign
+                .iter()
+                .map(|foreign| format!("foreign key {}: {}", foreign.key, foreign.reason)),
+        );
+        lines
+    }
+
+    /// The event checks' lines of the counts: E1 with `--deep`, E2 with
+    /// `--event-id` and `--stream` too.
+    fn render_events(&self, out: &mut String) {
+        let Some(events) = &self.events else {
+            let _ = writeln!(out, "one place:    not checked (--deep reads every object)");
+            return;
+        };
+        let placement = &events.placement;
+        let _ = writeln!(
+            out,
+            "one place:    {} records twice, {} batches whose objects do not add up ({} batches \
+             with decisions checked)",
+            placement.twice.len(),
+            placement.miscounted.len(),
+            placement.decided_batches
+        );
+        let window = match &events.window {
+            WindowOutcome::NotRequested => {
+                "not checked (--event-id and the daemon's other event settings)".to_owned()
+            }
+            WindowOutcome::NotChecked(reason) => format!("not checked ({reason})"),
+            WindowOutcome::Checked {
+                result,
+                scope,
+                window_millis,
+                other_settings,
+            } => {
+                let other = if other_settings.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; {} batches decided with other settings not checked",
+                        other_settings.len()
+                    )
+                };
+                format!(
+                    "{} events kept twice, {} duplicates not naming a kept copy ({} user records \
+                     checked, {} duplicates against their accepted copy; {scope}, window {}{other})",
+                    result.kept_twice.len(),
+                    result.bad_duplicates.len(),
+                    result.user_records,
+                    result.duplicates_checked,
+                    duration_text(*window_millis)
+                )
+            }
+        };
+        let _ = writeln!(out, "once a window: {window}");
+    }
+}
+
+impl EventFindings {
+    /// One line per record twice, batch that does not add up, event kept
+    /// twice and wrong duplicate.
+    fn problem_lines(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .placement
+            .twice
+            .iter()
+            .map(|twice| {
+                format!(
+                    "record twice in {}: {} is in {} and {}",
+                    twice.shard_id,
+                    position_text(&twice.position),
+                    twice.keys[0],
+                    twice.keys[1]
+                )
+            })
+            .collect();
+        lines.extend(
+            self.placement
+                .miscounted
+                .iter()
+                .map(|miscount| format!("does not add up: {}: {}", miscount.key, miscount.reason)),
+        );
+        if let WindowOutcome::Checked { result, .. } = &self.window {
+            lines.extend(result.kept_twice.iter().map(|twice| {
+                format!(
+                    "event {:032x} kept twice within the window: {} (arrived {}) and {} (arrived \
+                     {}), {} ms apart",
+                    twice.key.id,
+                    twice.earlier.0,
+                    millis_text(twice.earlier.1),
+                    twice.later.0,
+                    millis_text(twice.later.1),
+                    twice.later.1 - twice.earlier.1
+                )
+            }));
+            lines.extend(result.bad_duplicates.iter().map(|bad| {
+                format!(
+                    "duplicate {} names {} as its accepted copy, but {}",
+                    bad.copy, bad.of, bad.reason
+                )
+            }));
+        }
+        lines
+    }
+}
+
+/// `{sequenceNumber}` or `{sequenceNumber}/{subSequenceNumber}`.
+fn position_text((sequence_number, sub): &Position) -> String {
+    match sub {
+        Some(sub) => format!("{sequence_number}/{sub}"),
+        None => sequence_number.to_string(),
+    }
+}
+
+/// A window in the units it was most likely given in: `1h`, `90s`,
+/// `1500ms`.
+fn duration_text(millis: i64) -> String {
+    humantime::format_duration(std::time::Duration::from_millis(
+        u64::try_from(millis).unwrap_or_default(),
+    ))
+    .to_string()
 }
 
 fn shard_line(shard: &ShardGapResult, since: Option<DateTime<Utc>>) -> String {
@@ -355,7 +616,9 @@ mod tests {
             target: "s3://archive/orders/".to_owned(),
             objects: 3,
             error_objects: 0,
-            uncommitted_errors: vec![],
+            duplicate_objects: 0,
+            decisions_objects: 0,
+            uncommitted: vec![],
             shards_in_archive: 1,
             foreign: vec![ForeignKey {
                 key: "orders/notes.txt".to_owned(),
@@ -363,6 +626,8 @@ mod tests {
             }],
             overlaps,
             deep,
+            events_requested: false,
+            events: None,
             gaps,
             retention_gaps: vec![],
         }
@@ -398,6 +663,7 @@ mod tests {
             Some(DeepSummary {
                 lines: 4,
                 error_records: 0,
+                duplicate_records: 0,
                 kinesis_records: 4,
                 unreadable: vec![Unreadable {
                     key: a.key.clone(),

@@ -1,6 +1,7 @@
 //! The I/O of check 4: checkpoints from the lease table, the stream's shards
 //! (ListShards), and each shard read from `TRIM_HORIZON` with the daemon's
-//! own [`ShardReader`] into its [`ShardGapCheck`], paced and backing off.
+//! own [`ShardReader`] into its [`ShardGapCheck`] (and, with `--event-id`,
+//! its [`ShardEvents`]), paced and backing off.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
@@ -8,6 +9,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
+use sequence_range::RangeSet;
 use shard_lease::{Checkpoint, LeaseTable};
 
 use super::MAX_FAILURES;
@@ -15,8 +17,10 @@ use super::args::Plan;
 use super::gaps::{Flow, ReadEnd, ShardGapCheck, ShardGapResult, shard_bound};
 use super::keys::ArchivedKey;
 use super::progress::Phase;
+use super::window::{EventCopy, ShardEvents};
 use crate::aws::backoff::Backoff;
-use crate::aws::{AwsClients, Kinesis, KinesisError, StartingPosition};
+use crate::aws::{AwsClients, Kinesis, KinesisError, ShardInfo, StartingPosition};
+use crate::config::EventSettings;
 use crate::ops::log::error_chain;
 use crate::read::reader::ShardReader;
 
@@ -50,6 +54,20 @@ pub(super) enum GapOutcome {
     },
 }
 
+/// What reading the stream gave besides the gap check: the event copies of
+/// the records read (with `--event-id`) and the shard list.
+#[derive(Debug, Default)]
+pub(super) struct StreamEvents {
+    /// Every shard's user records in decided batches, with their keys.
+    pub(super) copies: Vec<EventCopy>,
+    /// ListShards, for the shards' ancestors.
+    pub(super) shards: Vec<ShardInfo>,
+}
+
+/// The event settings to key records with, and each shard's batches
+/// decided with them.
+pub(super) type EventsToRead<'a> = (&'a EventSettings, HashMap<String, RangeSet>);
+
 /// The lease rows' checkpoints by shard id, or why they could not be read.
 pub(super) async fn read_checkpoints(
     clients: &AwsClients,
@@ -68,19 +86,27 @@ pub(super) async fn read_checkpoints(
 }
 
 /// The gap check: ListShards, then every shard with a bound, a few at a
-/// time.
+/// time; with `events`, each record read in a decided batch is keyed too.
 pub(super) async fn check_gaps(
     kinesis: &Kinesis,
     objects: &[ArchivedKey],
     checkpoints: Option<Result<HashMap<String, Checkpoint>, String>>,
     plan: &Plan,
+    events: Option<EventsToRead<'_>>,
     tty: bool,
-) -> GapOutcome {
+) -> (GapOutcome, StreamEvents) {
     let shards = match kinesis.list_shards().await {
         Ok(shards) => shards,
         Err(err) => {
-            return GapOutcome::Skipped(format!("ListShards failed: {}", error_chain(&err)));
+            return (
+                GapOutcome::Skipped(format!("ListShards failed: {}", error_chain(&err))),
+                StreamEvents::default(),
+            );
         }
+    };
+    let (settings, mut decided) = match events {
+        Some((settings, decided)) => (Some(settings), decided),
+        None => (None, HashMap::new()),
     };
     let mut notes = Vec::new();
     let checkpoints = match checkpoints {
@@ -117,11 +143,16 @@ pub(super) async fn check_gaps(
         let shard_objects = by_shard.remove(shard.shard_id.as_str()).unwrap_or_default();
         let highest = shard_objects.iter().map(|o| o.range.last()).max();
         match shard_bound(checkpoints.get(&shard.shard_id), highest) {
-            Some(bound) => checks.push(ShardGapCheck::new(
-                &shard.shard_id,
-                bound,
-                &shard_objects,
-                plan.from_first_archived,
+            Some(bound) => checks.push((
+                ShardGapCheck::new(
+                    &shard.shard_id,
+                    bound,
+                    &shard_objects,
+                    plan.from_first_archived,
+                ),
+                settings
+                    .zip(decided.remove(&shard.shard_id))
+                    .map(|(settings, ranges)| ShardEvents::new(settings, &shard.shard_id, ranges)),
             )),
             None => notes.push(format!(
                 "{}: nothing archived or checkpointed yet: not checked",
@@ -132,8 +163,8 @@ pub(super) async fn check_gaps(
     let total = checks.len();
     let phase = Phase::start(tty, Some(total as u64), "reading shards");
     let (done, read) = (AtomicU64::new(0), AtomicU64::new(0));
-    let mut results: Vec<ShardGapResult> = futures::stream::iter(checks)
-        .map(|check| {
+    let read_all: Vec<(ShardGapResult, Vec<EventCopy>)> = futures::stream::iter(checks)
+        .map(|(check, events)| {
             let (phase, done, read) = (&phase, &done, &read);
             let progress = move |records: u64| {
                 let read = read.fetch_add(records, AtomicOrdering::Relaxed) + records;
@@ -143,30 +174,41 @@ pub(super) async fn check_gaps(
                 });
             };
             async move {
-                let result = read_shard(kinesis, check, plan.since, progress).await;
+                let (result, copies) =
+                    read_shard(kinesis, check, events, plan.since, progress).await;
                 done.fetch_add(1, AtomicOrdering::Relaxed);
                 phase.line(format!(
                     "checked shard {}: {} records",
                     result.shard_id, result.checked
                 ));
                 progress(0);
-                result
+                (result, copies)
             }
         })
         .buffer_unordered(SHARD_CONCURRENCY)
         .collect()
         .await;
     phase.finish(None);
-    results.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
-    GapOutcome::Checked {
-        shards: results,
-        notes,
-        since: plan.since,
+    let mut results = Vec::with_capacity(read_all.len());
+    let mut copies = Vec::new();
+    for (result, shard_copies) in read_all {
+        results.push(result);
+        copies.extend(shard_copies);
     }
+    results.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
+    (
+        GapOutcome::Checked {
+            shards: results,
+            notes,
+            since: plan.since,
+        },
+        StreamEvents { copies, shards },
+    )
 }
 
 /// Reads a shard from `TRIM_HORIZON` (or, with `since`, from `AT_TIMESTAMP`)
-/// into `check` until the bound, the shard's end, or caught up; at least
+/// into `check` (and `events`) until the bound, the shard's end, or caught
+/// up; at least
 /// [`MIN_CALL_INTERVAL`] between calls, backing off on throttling and
 /// transient errors. `progress` is told how many records each call returned.
 ///
@@ -177,9 +219,10 @@ pub(super) async fn check_gaps(
 async fn read_shard(
     kinesis: &Kinesis,
     mut check: ShardGapCheck,
+    mut events: Option<ShardEvents>,
     since: Option<DateTime<Utc>>,
     progress: impl Fn(u64),
-) -> ShardGapResult {
+) -> (ShardGapResult, Vec<EventCopy>) {
     let start = since.map_or(StartingPosition::TrimHorizon, StartingPosition::AtTimestamp);
     let mut reader = ShardReader::new(kinesis.clone(), &check.shard_id, start, GET_RECORDS_LIMIT);
     let mut skip_before = since.map(|t| t.timestamp_millis());
@@ -217,6 +260,10 @@ async fn read_shard(
                 Some(since) if record.arrival_millis < since => continue,
                 _ => skip_before = None,
             }
+            if let Some(events) = &mut events {
+                // Decided batches lie within the bound: no record past it.
+                events.observe(&record);
+            }
             if check.observe(record.sequence_number, record.arrival_millis) == Flow::Done {
                 break 'read ReadEnd::Bound;
             }
@@ -228,5 +275,8 @@ async fn read_shard(
             break ReadEnd::CaughtUp;
         }
     };
-    check.finish(end)
+    (
+        check.finish(end),
+        events.map(ShardEvents::finish).unwrap_or_default(),
+    )
 }

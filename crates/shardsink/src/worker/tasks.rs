@@ -15,6 +15,7 @@ use super::worker_summary;
 use crate::aws::ShardInfo;
 use crate::aws::backoff::Backoff;
 use crate::aws::retry::{Retry, Stopped};
+use crate::events::store::ancestors;
 use crate::ops::log::error_chain;
 use crate::shard::context::ShardExit;
 use crate::shard::error::ShardError;
@@ -145,58 +146,5 @@ async fn release(lease: &HeldLease) {
         Err(Stopped::Final(err) | Stopped::GaveUp(err)) => {
             debug!(shard_id = %lease.shard_id(), error = %error_chain(&err), "lease release failed; it expires instead");
         }
-    }
-}
-
-/// How many generations of ancestors a shard inherits accepted copies from.
-const ANCESTOR_GENERATIONS: usize = 3;
-
-/// A shard's ancestors, nearest first: its `parents` and, as far as the
-/// shard list knows them, their parents, up to [`ANCESTOR_GENERATIONS`].
-fn ancestors(parents: &[String], shards: &[ShardInfo]) -> Vec<String> {
-    let mut found: Vec<String> = Vec::new();
-    let mut generation: Vec<String> = parents.to_vec();
-    for _ in 0..ANCESTOR_GENERATIONS {
-        let mut next = Vec::new();
-        for id in generation {
-            if found.contains(&id) {
-                continue;
-            }
-            if let Some(shard) = shards.iter().find(|shard| shard.shard_id == id) {
-                next.extend(shard.parent_shard_ids.iter().cloned());
-            }
-            found.push(id);
-        }
-        generation = next;
-    }
-    found
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn shard(id: &str, parents: &[&str]) -> ShardInfo {
-        ShardInfo {
-            shard_id: id.to_owned(),
-            parent_shard_ids: parents.iter().map(|p| (*p).to_owned()).collect(),
-        }
-    }
-
-    #[test]
-    fn ancestors_are_found_nearest_first_and_bounded() {
-        let shards = [
-            shard("c", &["b1", "b2"]),
-            shard("b1", &["a"]),
-            shard("b2", &["a"]),
-            shard("a", &["z"]),
-            shard("z", &["y"]),
-        ];
-        assert_eq!(
-            ancestors(&["b1".to_owned(), "b2".to_owned()], &shards),
-            ["b1", "b2", "a", "z"]
-        );
-        assert!(ancestors(&[], &shards).is_empty());
-        assert_eq!(ancestors(&["gone".to_owned()], &shards), ["gone"]);
     }
 }
