@@ -321,7 +321,9 @@ impl Scenario {
     /// the main objects, error objects and records of `archive` (read
     /// after the daemons stopped) — every object read in its format and
     /// key layout, none unreadable, no error object without its main
-    /// object.
+    /// object. With event deduplication, also its duplicates and decisions
+    /// objects, no record in two places (E1) and, with `--event-id`, no
+    /// event kept twice within the window (E2).
     ///
     /// # Panics
     /// When verify cannot run or finds anything else, with what it printed.
@@ -352,6 +354,30 @@ impl Scenario {
                 archive.error_objects.len(),
                 records(&archive.error_objects)
             ));
+        }
+        if !archive.duplicate_objects.is_empty() {
+            expected.push(format!(
+                "duplicates objects: {}, {} records ",
+                archive.duplicate_objects.len(),
+                records(&archive.duplicate_objects)
+            ));
+        }
+        if !archive.decisions_objects.is_empty() {
+            expected.push(format!(
+                "decisions objects: {} ",
+                archive.decisions_objects.len()
+            ));
+            expected.push(
+                "one place:    0 records twice, 0 batches whose objects do not add up (".to_owned(),
+            );
+        }
+        if self.settings.get("event-id").is_some() {
+            // Each event once a window (E2), checked by verify itself
+            // against the stream's records.
+            expected.push(
+                "once a window: 0 events kept twice, 0 duplicates not naming a kept copy ("
+                    .to_owned(),
+            );
         }
         for line in expected {
             assert!(

@@ -342,6 +342,7 @@ async fn local_store_each_event_once_across_kills_moves_and_lost_state() {
     let rejected = rejected_records(&payloads, &produced);
     let how = Finish::stopping_all(vec![&mut a, &mut b], 120)
         .events()
+        .verify_deep()
         .rejected(rejected.iter().cloned())
         .ground_truth()
         .clean_shutdown();
@@ -468,6 +469,7 @@ async fn dynamodb_manifest_each_event_once_across_shards() {
 
     let how = Finish::stopping_all(vec![&mut b, &mut a], 120)
         .events()
+        .verify_deep()
         .ground_truth()
         .clean_shutdown();
     let archive = scenario.finish(&mut reader, &produced, how).await.archive;
