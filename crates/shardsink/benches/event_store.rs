@@ -287,7 +287,13 @@ fn bench(c: &mut Criterion) {
         stream.records,
         stream.events
     );
+    let (opened, open_cpu) = (Instant::now(), process_cpu());
     let store = LocalStore::open(&scratch, LocalOptions::default()).unwrap();
+    eprintln!(
+        "opened in {:.2?} ({:.2?} of CPU)",
+        opened.elapsed(),
+        process_cpu() - open_cpu
+    );
 
     let mut group = c.benchmark_group("local event store, 10M keys");
     group.throughput(Throughput::Elements(RUN as u64));

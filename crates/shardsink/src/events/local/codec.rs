@@ -58,6 +58,14 @@ pub fn key_tenant(key: &[u8]) -> Option<u32> {
         .map(|tenant| u32::from_be_bytes(*tenant))
 }
 
+/// The id of a `copies` key; `None` when it is not one.
+pub fn key_id(key: &[u8]) -> Option<u128> {
+    if key.len() != COPIES_KEY_LEN {
+        return None;
+    }
+    key.last_chunk::<16>().map(|id| u128::from_be_bytes(*id))
+}
+
 /// A readable rendering of a `copies` key of `shard_id` for error
 /// messages: `{shard id}/{id as 32 hex digits}`.
 pub fn describe_copies_key(key: &[u8], shard_id: &str) -> String {

@@ -11,11 +11,14 @@
 //! - `codec`: the byte layout of keys and values;
 //! - `tenants`: the short numbers that prefix a shard's keys, and the
 //!   shards' horizons;
-//! - `expiry`: the compaction filter that drops copies below the horizons.
+//! - `expiry`: the compaction filter that drops copies below the horizons;
+//! - `filter`: the in-memory filters that answer for new ids without a
+//!   read of fjall.
 
 mod codec;
 mod error;
 mod expiry;
+mod filter;
 mod options;
 mod shards;
 mod store;

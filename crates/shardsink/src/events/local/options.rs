@@ -8,6 +8,11 @@ pub const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
 /// Default memtable size of the `copies` keyspace: 16 MiB.
 pub const DEFAULT_MEMTABLE_BYTES: u64 = 16 * 1024 * 1024;
 
+/// Default bound of the in-memory filters of the `copies` keys: 48 MiB
+/// (1.5 bytes per key, up to about twice the live keys while generations
+/// wait for the horizon: 16 to 32 million keys).
+pub const DEFAULT_FILTER_BYTES: u64 = 48 * 1024 * 1024;
+
 /// A shard not written for this long, by the wall clock, is forgotten when
 /// the store opens: 7 days.
 pub const FORGET_AFTER: Duration = Duration::from_secs(7 * 24 * 60 * 60);
@@ -30,10 +35,14 @@ pub const DEFAULT_WORKER_THREADS: usize = 3;
 /// - the `shards` memtables, 5 × 1 MiB;
 /// - the index and filter blocks fjall pins outside the cache (by its
 ///   default pinning policies, the filters of level 0 and the indexes of
-///   levels 0 and 1: the newest tables only, a few MiB).
+///   levels 0 and 1: the newest tables only, a few MiB);
+/// - the in-memory filters of the `copies` keys, at most `filter_bytes`:
+///   1.5 bytes per key whose newest copy is within the horizon, up to
+///   twice that while a generation waits for the horizon to pass it
+///   (about 15 to 25 MiB for 10 million keys).
 ///
-/// With the defaults: 64 MiB + 5 × 16 MiB + 5 MiB + a few MiB, about
-/// **150 MiB**.
+/// With the defaults: 64 MiB + 5 × 16 MiB + 5 MiB + a few MiB + at most
+/// 48 MiB, about **200 MiB** (about 175 MiB with 10 million keys).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalOptions {
     /// Block cache size, bytes. Default 64 MiB (`DEFAULT_CACHE_BYTES`).
@@ -49,6 +58,11 @@ pub struct LocalOptions {
     /// fjall's background threads (flushes and compactions), at least 1.
     /// Default 3 (`DEFAULT_WORKER_THREADS`).
     pub worker_threads: usize,
+    /// Bound of the in-memory filters of the `copies` keys, bytes. Beyond
+    /// it, a shard's new keys go into no filter and its lookups read fjall
+    /// until they pass its horizon: slower, never wrong. Default 48 MiB
+    /// (`DEFAULT_FILTER_BYTES`).
+    pub filter_bytes: u64,
 }
 
 impl Default for LocalOptions {
@@ -58,6 +72,7 @@ impl Default for LocalOptions {
             memtable_bytes: DEFAULT_MEMTABLE_BYTES,
             forget_after: FORGET_AFTER,
             worker_threads: DEFAULT_WORKER_THREADS,
+            filter_bytes: DEFAULT_FILTER_BYTES,
         }
     }
 }

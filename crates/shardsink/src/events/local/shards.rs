@@ -133,6 +133,7 @@ impl LocalStore {
             .write()
             .horizons
             .insert(tenant, arrival_millis);
+        inner.filters.expire(tenant, arrival_millis);
         Ok(())
     }
 

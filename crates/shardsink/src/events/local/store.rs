@@ -24,6 +24,7 @@ use xxhash_rust::xxh3::xxh3_64;
 use super::codec::{self, Tag};
 use super::error::LocalStoreError;
 use super::expiry;
+use super::filter::{Builder, Filters, MIN_GENERATION_KEYS};
 use super::options::LocalOptions;
 use super::tenants::{FORGOTTEN, Tenants};
 use crate::events::rule::{AcceptedCopy, CopyRef, Decision, EventKey, Rule};
@@ -67,6 +68,8 @@ pub(super) struct Inner {
     pub(super) shards: Keyspace,
     /// The shards' tenants and horizons, shared with the compaction filter.
     pub(super) tenants: Tenants,
+    /// The in-memory filters of the `copies` keys, by tenant.
+    pub(super) filters: Filters,
     stripes: Vec<Mutex<()>>,
 }
 
@@ -142,9 +145,11 @@ impl LocalStore {
             copies,
             shards,
             tenants,
+            filters: Filters::new(options.filter_bytes),
             stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
         };
         inner.load_shards(options.forget_after)?;
+        inner.build_filters()?;
         Ok(Self {
             inner: Arc::new(inner),
         })
@@ -199,16 +204,22 @@ impl LocalStore {
         let mut slots: HashMap<(u128, usize), Slot> =
             HashMap::with_capacity(candidates.len() * shards.len());
         let mut decisions = Vec::with_capacity(candidates.len());
-        for candidate in candidates {
+        // Which keys fjall may hold: the others are not read.
+        let tenants: Vec<Option<u32>> = shards.iter().map(|(_, tenant)| *tenant).collect();
+        let maybe = inner.filters.probe(
+            &tenants,
+            candidates.iter().map(|candidate| candidate.key.id),
+        );
+        for (position, candidate) in candidates.iter().enumerate() {
             debug_assert_eq!(candidate.copy.shard_id, *own, "a copy of another shard");
             let id = candidate.key.id;
             for (index, (shard, tenant)) in shards.iter().enumerate() {
                 if let Entry::Vacant(vacant) = slots.entry((id, index)) {
                     let copies = match tenant {
-                        Some(tenant) => {
+                        Some(tenant) if maybe[position * shards.len() + index] => {
                             inner.read_copies(&codec::copies_key(*tenant, id), shard)?
                         }
-                        None => Vec::new(),
+                        _ => Vec::new(),
                     };
                     vacant.insert(Slot {
                         stored: copies.len(),
@@ -244,14 +255,21 @@ impl LocalStore {
         let mut batch = inner.batch();
         let horizon = inner.live_horizon(own_tenant);
         let mut value = Vec::new();
+        let mut written = Vec::new();
         for ((id, index), slot) in &slots {
             if !slot.dirty {
                 continue;
             }
             debug_assert_eq!(*index, 0, "only the shard's own keys are written");
             let key = codec::copies_key(own_tenant, *id);
-            inner.put_copies(&mut batch, &key, &slot.copies, horizon, &mut value);
+            if let Some(newest) =
+                inner.put_copies(&mut batch, &key, &slot.copies, horizon, &mut value)
+            {
+                written.push((*id, newest));
+            }
         }
+        // Before the batch commits: a filter never misses a stored key.
+        inner.filters.insert(own_tenant, &written);
         batch.insert(
             &inner.shards,
             codec::shard_key(Tag::Watermark, own),
@@ -290,7 +308,12 @@ impl LocalStore {
             let (_, slot) = match slots.entry((tenant, event.id)) {
                 Entry::Occupied(occupied) => occupied.into_mut(),
                 Entry::Vacant(vacant) => {
-                    let stored = inner.read_copies(&codec::copies_key(tenant, event.id), shard)?;
+                    let stored = if inner.filters.probe(&[Some(tenant)], [event.id].into_iter())[0]
+                    {
+                        inner.read_copies(&codec::copies_key(tenant, event.id), shard)?
+                    } else {
+                        Vec::new()
+                    };
                     vacant.insert((
                         shard,
                         Slot {
@@ -312,12 +335,21 @@ impl LocalStore {
         }
         let mut batch = inner.batch();
         let mut value = Vec::new();
+        let mut written: HashMap<u32, Vec<(u128, i64)>> = HashMap::new();
         for ((tenant, id), (_, slot)) in &slots {
             if slot.dirty {
                 let key = codec::copies_key(*tenant, *id);
                 let horizon = inner.live_horizon(*tenant);
-                inner.put_copies(&mut batch, &key, &slot.copies, horizon, &mut value);
+                if let Some(newest) =
+                    inner.put_copies(&mut batch, &key, &slot.copies, horizon, &mut value)
+                {
+                    written.entry(*tenant).or_default().push((*id, newest));
+                }
             }
+        }
+        // Before the batch commits, as in `decide`.
+        for (tenant, keys) in &written {
+            inner.filters.insert(*tenant, keys);
         }
         for shard in shards {
             inner.touch(&mut batch, shard);
@@ -432,7 +464,8 @@ impl Inner {
     }
 
     /// Adds the write of `copies` under `key` to `batch`, without those
-    /// below `horizon` (the key is removed when none is left).
+    /// below `horizon` (the key is removed when none is left). Returns the
+    /// newest arrival written (ms since the epoch), `None` for a removal.
     fn put_copies(
         &self,
         batch: &mut OwnedWriteBatch,
@@ -440,17 +473,59 @@ impl Inner {
         copies: &[AcceptedCopy],
         horizon: Option<i64>,
         value: &mut Vec<u8>,
-    ) {
-        let mut kept = copies
-            .iter()
-            .filter(|copy| Tenants::keeps(horizon, copy.arrival_millis))
-            .peekable();
-        if kept.peek().is_none() {
+    ) -> Option<i64> {
+        let kept = || {
+            copies
+                .iter()
+                .filter(|copy| Tenants::keeps(horizon, copy.arrival_millis))
+        };
+        let Some(newest) = kept().map(|copy| copy.arrival_millis).max() else {
             batch.remove(&self.copies, key);
-            return;
-        }
-        codec::encode_copies(kept, value);
+            return None;
+        };
+        codec::encode_copies(kept(), value);
         batch.insert(&self.copies, key, value.as_slice());
+        Some(newest)
+    }
+
+    /// Builds the filters from the `copies` keyspace: one generation per
+    /// tenant holding its keys whose newest copy is not below its horizon
+    /// (a value that does not decode is kept, so that reads report it).
+    /// One scan; each generation is sized for the keys not yet scanned
+    /// (fjall's estimate), then folded to fit its tenant's.
+    fn build_filters(&self) -> Result<(), LocalStoreError> {
+        let horizons = self.tenants.horizons();
+        let mut left = self.copies.approximate_len() as u64;
+        let mut building: Option<(u32, Builder)> = None;
+        for item in self.copies.iter() {
+            let (key, value) = item.into_inner().map_err(|source| self.storage(source))?;
+            let (Some(tenant), Some(id)) = (codec::key_tenant(&key), codec::key_id(&key)) else {
+                continue;
+            };
+            // Keys are ordered by tenant: one generation at a time.
+            if building
+                .as_ref()
+                .is_none_or(|(current, _)| *current != tenant)
+            {
+                if let Some((done, builder)) = building.take() {
+                    self.filters.add_built(done, builder);
+                }
+                let keys = left.min(self.filters.room()).max(MIN_GENERATION_KEYS);
+                building = Some((tenant, Builder::new(keys)));
+            }
+            left = left.saturating_sub(1);
+            let newest = codec::newest_arrival(&value).unwrap_or(i64::MAX);
+            if !Tenants::keeps(horizons.get(&tenant).copied(), newest) {
+                continue;
+            }
+            if let Some((_, builder)) = building.as_mut() {
+                builder.insert(id, newest);
+            }
+        }
+        if let Some((done, builder)) = building {
+            self.filters.add_built(done, builder);
+        }
+        Ok(())
     }
 }
 
@@ -795,6 +870,8 @@ mod tests {
         let tenant = store.inner.tenant(&lineage.shard_id).unwrap();
         let key = codec::copies_key(tenant, run[0].key.id);
         store.inner.copies.insert(key, [9_u8]).unwrap();
+        // Written behind the store's back: its filter learns of it.
+        store.inner.filters.insert(tenant, &[(run[0].key.id, 0)]);
         let error = store
             .decide(&lineage, &rule(true), SETTINGS, &run, &through(&run))
             .unwrap_err();
@@ -943,6 +1020,85 @@ mod tests {
         let store = open(&dir);
         assert_eq!(store.horizon(shard), None, "persisted");
         assert!(store.watermark(shard).unwrap().is_some());
+    }
+
+    /// Every key of `copies` whose newest copy is not below its tenant's
+    /// horizon, by tenant.
+    fn live_keys(store: &LocalStore) -> Vec<(u32, u128)> {
+        let horizons = store.inner.tenants.horizons();
+        store
+            .inner
+            .copies
+            .iter()
+            .map(|item| item.into_inner().unwrap())
+            .filter_map(|(key, value)| {
+                let tenant = codec::key_tenant(&key).unwrap();
+                let newest = codec::newest_arrival(&value).unwrap();
+                Tenants::keeps(horizons.get(&tenant).copied(), newest)
+                    .then(|| (tenant, codec::key_id(&key).unwrap()))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_filters_never_miss_a_live_key_after_writes_inserts_reopens_and_expiry() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        let lineage = Lineage::root("shardId-000000000000");
+        let shard = &lineage.shard_id;
+        let run: Vec<Candidate> = (0..200_u8)
+            .map(|n| candidate(shard, (n, 0, i64::from(n) * 10), u64::from(n) + 1, None))
+            .collect();
+        store
+            .decide(&lineage, &rule(true), SETTINGS, &run, &through(&run))
+            .unwrap();
+        let other: Arc<str> = Arc::from("shardId-000000000007");
+        let copies: Vec<(EventKey, AcceptedCopy)> = (0..50_u8)
+            .map(|n| {
+                let candidate = candidate(&other, (n, 1, 5_000), u64::from(n) + 1, None);
+                (candidate.key, candidate.accepted())
+            })
+            .collect();
+        store.insert(&copies).unwrap();
+        let check = |store: &LocalStore, expected: usize| {
+            let keys = live_keys(store);
+            assert_eq!(keys.len(), expected);
+            for (tenant, id) in keys {
+                assert!(
+                    store.inner.filters.may_contain(tenant, id),
+                    "{tenant} {id:x}"
+                );
+            }
+        };
+        check(&store, 250);
+        drop(store);
+        let store = open(&dir);
+        check(&store, 250);
+        // New ids of an unknown shard: the filter answers "absent".
+        let fresh = (0..200_u8)
+            .filter(|n| {
+                let id = candidate(shard, (*n, 0, 0), 1, None).key.id;
+                store.inner.filters.may_contain(99, id)
+            })
+            .count();
+        assert_eq!(fresh, 0);
+
+        store.advance_horizon(shard, 1_000).unwrap();
+        check(&store, 150);
+        store.compact();
+        check(&store, 150);
+        drop(store);
+        let store = open(&dir);
+        check(&store, 150);
+        // Below the horizon, ids are new again to the filter and to fjall.
+        let again = [candidate(shard, (1, 0, 2_100), 1_000, None)];
+        assert_eq!(
+            store
+                .decide(&lineage, &rule(true), SETTINGS, &again, &through(&again))
+                .unwrap(),
+            vec![Decision::Keep(Outcome::Unique)]
+        );
+        check(&store, 151);
     }
 
     #[test]
