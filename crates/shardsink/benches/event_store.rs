@@ -11,18 +11,26 @@
 //! - criterion's `decide 500`: the calling thread, wall time, fjall's
 //!   flushes and compactions running on other cores;
 //! - `decisions per CPU-second`: the whole process's CPU time (calling
-//!   thread and fjall's background threads) over one million decisions —
-//!   the per-core throughput.
+//!   thread and fjall's background threads) over one million decisions
+//!   (`BENCH_DECISIONS` sets another number: a level-0 merge comes every
+//!   million or so, so one million may catch none or one; 5 million give
+//!   a steadier figure) — the per-core throughput.
 //!
-//! It also prints the process's resident memory with the store open (to
-//! compare with `LocalOptions`' budget) and the store's size on disk.
+//! It also prints the time to open the store (its in-memory filters are
+//! built by a scan of the keys), the process's resident memory with the
+//! store open (to compare with `LocalOptions`' budget) and the store's size
+//! on disk. `BENCH_FILTER_BYTES=0` runs without the filters.
 //!
-//! On a 2-core machine shared with other builds: 100,000 to 145,000
-//! decisions per CPU-second, about 1 GiB on disk for 10 million keys,
-//! about 155 MiB resident; the aim is 500,000. About half of the CPU is
-//! fjall's compactions (random ids rewrite level 1 on every level-0
-//! merge), the rest mostly memtable skip-list searches and Bloom filter
-//! probes, one per table, of the lookups.
+//! On a 2-core machine shared with other builds, by CPU time: about
+//! 165,000 decisions per CPU-second over 5 million decisions (130,000 to
+//! 140,000 over one million; about 100,000 without the filters), about
+//! 300,000 a second on the calling thread by the wall clock; opening scans
+//! 10 million keys in about 10 s of CPU; about 1 GiB on disk, about 210 MiB
+//! resident. The aim is 500,000. About two thirds of the CPU is fjall's
+//! flushes and compactions (random ids rewrite level 1 on every level-0
+//! merge); most of the rest is memtable inserts, the journal and
+//! allocation. The filters took the lookups of new ids (memtable searches
+//! and a Bloom probe per table, a third of the CPU before) off.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 use std::hint::black_box;
@@ -288,7 +296,12 @@ fn bench(c: &mut Criterion) {
         stream.events
     );
     let (opened, open_cpu) = (Instant::now(), process_cpu());
-    let store = LocalStore::open(&scratch, LocalOptions::default()).unwrap();
+    let options = LocalOptions {
+        filter_bytes: std::env::var("BENCH_FILTER_BYTES")
+            .map_or(LocalOptions::default().filter_bytes, |n| n.parse().unwrap()),
+        ..LocalOptions::default()
+    };
+    let store = LocalStore::open(&scratch, options).unwrap();
     eprintln!(
         "opened in {:.2?} ({:.2?} of CPU)",
         opened.elapsed(),
@@ -311,11 +324,14 @@ fn bench(c: &mut Criterion) {
     // benchmark's own being small.
     eprintln!("resident memory: {} MiB", resident_mib());
 
-    let runs: Vec<Vec<Candidate>> = (0..2_000).map(|_| stream.run(RUN)).collect();
+    let decisions: usize =
+        std::env::var("BENCH_DECISIONS").map_or(1_000_000, |n| n.parse().unwrap());
+    let runs: Vec<Vec<Candidate>> = (0..decisions / RUN).map(|_| stream.run(RUN)).collect();
     let (wall, cpu) = timed(&store, &lineage, &runs);
     let decisions = (runs.len() * RUN) as f64;
     eprintln!(
-        "1M decisions: {:.0}/s on the calling thread, {:.0} per CPU-second of the process",
+        "{} decisions: {:.0}/s on the calling thread, {:.0} per CPU-second of the process",
+        runs.len() * RUN,
         decisions / wall.as_secs_f64(),
         decisions / cpu.as_secs_f64(),
     );

@@ -3,8 +3,9 @@
 //! `fjall` crate docs, <https://docs.rs/fjall/3>) under one directory.
 //!
 //! Two keyspaces (fjall's column families), laid out in `codec`:
-//! `copies` (one key per shard's tenant and event id; point reads, answered
-//! by the Bloom filters when the id is new) and `shards` (a few keys per
+//! `copies` (one key per shard's tenant and event id; point reads, skipped
+//! when the in-memory filters (`filter`) know the id is new, else answered
+//! by fjall's Bloom filters when it is) and `shards` (a few keys per
 //! shard).
 //! The store is a cache: a shard it does not know, or knows only up to an
 //! older watermark, is rebuilt by the caller from the archive with
