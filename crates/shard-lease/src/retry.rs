@@ -8,13 +8,16 @@
 
 use std::error::Error as StdError;
 
+use aws_sdk_dynamodb::operation::batch_get_item::BatchGetItemError;
 use aws_sdk_dynamodb::operation::create_table::CreateTableError;
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::describe_table::DescribeTableError;
+use aws_sdk_dynamodb::operation::describe_time_to_live::DescribeTimeToLiveError;
 use aws_sdk_dynamodb::operation::get_item::GetItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::scan::ScanError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::operation::update_time_to_live::UpdateTimeToLiveError;
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
@@ -25,9 +28,10 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 /// DescribeTable) answer when made too often.
 const UNMODELED_THROTTLING_CODES: &[&str] = &["ThrottlingException"];
 
-/// What a DynamoDB error is, as far as the lease table cares.
+/// What a DynamoDB error is, for the lease table and for the daemon's other
+/// DynamoDB tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub enum Kind {
     /// `ConditionalCheckFailedException`: the row did not match the write's
     /// condition.
     ConditionalCheckFailed,
@@ -44,10 +48,10 @@ pub(crate) enum Kind {
     Other,
 }
 
-/// The errors each DynamoDB operation the lease table calls models
-/// (DynamoDB API reference, each operation's "Errors"), matched as typed
-/// variants.
-pub(crate) trait Modeled: ProvideErrorMetadata + StdError + Send + Sync + 'static {
+/// The errors each DynamoDB operation the lease table and the daemon's
+/// other tables call models (DynamoDB API reference, each operation's
+/// "Errors"), matched as typed variants.
+pub trait Modeled: ProvideErrorMetadata + StdError + Send + Sync + 'static {
     /// What this error is; [`Kind::Other`] for the variants not listed.
     fn kind(&self) -> Kind;
 }
@@ -91,11 +95,17 @@ crate::modeled_kinds! {
         LimitExceededException => Throttled,
         ResourceInUseException => ResourceInUse,
     }
-    DescribeTableError => {
+    DescribeTableError, DescribeTimeToLiveError => {
         InternalServerError => Transient,
         ResourceNotFoundException => ResourceNotFound,
     }
-    ScanError, GetItemError => {
+    UpdateTimeToLiveError => {
+        InternalServerError => Transient,
+        LimitExceededException => Throttled,
+        ResourceInUseException => ResourceInUse,
+        ResourceNotFoundException => ResourceNotFound,
+    }
+    ScanError, GetItemError, BatchGetItemError => {
         InternalServerError => Transient,
         ProvisionedThroughputExceededException => Throttled,
         RequestLimitExceeded => Throttled,
@@ -117,7 +127,7 @@ crate::modeled_kinds! {
 /// or [`Kind::Throttled`] for an unmodeled error with one of the
 /// [`UNMODELED_THROTTLING_CODES`]; `None` when DynamoDB did not answer (a
 /// timeout, a failed connection, an unreadable response).
-pub(crate) fn kind<E: Modeled>(err: &SdkError<E, HttpResponse>) -> Option<Kind> {
+pub fn kind<E: Modeled>(err: &SdkError<E, HttpResponse>) -> Option<Kind> {
     let service_error = err.as_service_error()?;
     Some(match service_error.kind() {
         Kind::Other

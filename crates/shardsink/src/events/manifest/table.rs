@@ -9,13 +9,6 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::BuildError;
-use aws_sdk_dynamodb::operation::batch_get_item::BatchGetItemError;
-use aws_sdk_dynamodb::operation::create_table::CreateTableError;
-use aws_sdk_dynamodb::operation::describe_table::DescribeTableError;
-use aws_sdk_dynamodb::operation::describe_time_to_live::DescribeTimeToLiveError;
-use aws_sdk_dynamodb::operation::get_item::GetItemError;
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
-use aws_sdk_dynamodb::operation::update_time_to_live::UpdateTimeToLiveError;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, KeysAndAttributes,
     ScalarAttributeType, TableStatus, TimeToLiveSpecification, TimeToLiveStatus,
@@ -23,94 +16,13 @@ use aws_sdk_dynamodb::types::{
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
-use shard_lease::retry::is_transport_or_server_failure;
+use shard_lease::retry::{Kind, Modeled, is_transport_or_server_failure, kind};
 use shard_lease::{Condition, Expressions, Update};
 
 use super::item::{Item, attr, event_id};
 use crate::aws::BoxError;
 use crate::aws::retry::{Classify, Failure};
 use crate::ops::metrics::{Metrics, RetryCause};
-
-/// What a DynamoDB error of a manifest call is, for its retry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    /// `ConditionalCheckFailedException`.
-    ConditionalCheckFailed,
-    /// `ResourceNotFoundException`: the table does not exist.
-    ResourceNotFound,
-    /// `ResourceInUseException`: the table is being created or deleted.
-    ResourceInUse,
-    /// Throttling: `ProvisionedThroughputExceededException`,
-    /// `RequestLimitExceeded`, `ThrottlingException`,
-    /// `LimitExceededException`.
-    Throttled,
-    /// `InternalServerError`: try again.
-    Transient,
-    /// Anything else: bad requests, denied access.
-    Other,
-}
-
-/// The errors each DynamoDB operation the manifest calls models (DynamoDB
-/// API reference, each operation's "Errors"), matched as typed variants.
-trait Modeled: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static {
-    /// What this error is; [`Kind::Other`] for the variants not listed.
-    fn kind(&self) -> Kind;
-}
-
-shard_lease::modeled_kinds! {
-    Modeled => Kind;
-    CreateTableError => {
-        InternalServerError => Transient,
-        LimitExceededException => Throttled,
-        ResourceInUseException => ResourceInUse,
-    }
-    DescribeTableError, DescribeTimeToLiveError => {
-        InternalServerError => Transient,
-        ResourceNotFoundException => ResourceNotFound,
-    }
-    UpdateTimeToLiveError => {
-        InternalServerError => Transient,
-        LimitExceededException => Throttled,
-        ResourceInUseException => ResourceInUse,
-        ResourceNotFoundException => ResourceNotFound,
-    }
-    BatchGetItemError, GetItemError => {
-        InternalServerError => Transient,
-        ProvisionedThroughputExceededException => Throttled,
-        RequestLimitExceeded => Throttled,
-        ThrottlingException => Throttled,
-        ResourceNotFoundException => ResourceNotFound,
-    }
-    PutItemError => {
-        ConditionalCheckFailedException => ConditionalCheckFailed,
-        InternalServerError => Transient,
-        ProvisionedThroughputExceededException => Throttled,
-        RequestLimitExceeded => Throttled,
-        ThrottlingException => Throttled,
-        ResourceNotFoundException => ResourceNotFound,
-        TransactionConflictException => Transient,
-    }
-}
-
-/// Codes of DynamoDB's common errors that mean "slow down" and that the SDK
-/// models for no operation: `ThrottlingException` on the control-plane
-/// calls.
-const UNMODELED_THROTTLING_CODES: &[&str] = &["ThrottlingException"];
-
-/// What a failed call's error is; `None` when DynamoDB did not answer.
-fn kind<E: Modeled>(err: &SdkError<E, HttpResponse>) -> Option<Kind> {
-    let service_error = err.as_service_error()?;
-    Some(match service_error.kind() {
-        Kind::Other
-            if service_error
-                .code()
-                .is_some_and(|code| UNMODELED_THROTTLING_CODES.contains(&code)) =>
-        {
-            Kind::Throttled
-        }
-        kind => kind,
-    })
-}
 
 /// Keys per BatchGetItem request: DynamoDB's limit.
 pub const BATCH_GET_KEYS: usize = 100;
