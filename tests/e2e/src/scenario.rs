@@ -15,7 +15,8 @@ use crate::archive::{
     overwritten_keys,
 };
 use crate::check::{
-    RecordId, clean_shutdown_problems, each_record_in_one_place, exactly_once_with_rejected,
+    RecordId, checkpoint_problems, clean_shutdown_problems, each_record_in_one_place,
+    exactly_once_with_rejected, prefix_problems,
 };
 use crate::cleanup::{ResourceGuard, Resources};
 use crate::daemon::{Daemon, Settings, run_verify};
@@ -387,6 +388,29 @@ impl Scenario {
             );
         }
         assert!(!run.stdout.contains("has no main object"), "{}", run.stdout);
+    }
+
+    /// Contract lines 3 and 4 right after a crash (`what` names it): every
+    /// record at or below a checkpoint is placed, and each shard's placed
+    /// records are a gap-free prefix of `produced`. Returns the lease rows
+    /// and the archive it read.
+    ///
+    /// # Panics
+    /// When the lease table or the archive cannot be read, or with the
+    /// problems found.
+    pub async fn assert_frozen(
+        &self,
+        reader: &mut ArchiveReader,
+        produced: &[ProducedRecord],
+        what: &str,
+    ) -> (Vec<LeaseRow>, Archive) {
+        let rows = self.lease_rows().await.unwrap_or_else(|e| panic!("{e:#}"));
+        let archive = reader.read().await.unwrap_or_else(|e| panic!("{e:#}"));
+        let problems = checkpoint_problems(&rows, produced, &archive);
+        assert!(problems.is_empty(), "line 3 after {what}: {problems:#?}");
+        let gaps = prefix_problems(produced, &archive);
+        assert!(gaps.is_empty(), "line 4 after {what}: {gaps:#?}");
+        (rows, archive)
     }
 
     /// Deletes the stream, the bucket (every object and version) and the

@@ -31,10 +31,10 @@ use aws_sdk_dynamodb::operation::describe_table::DescribeTableError;
 use rand::rngs::StdRng;
 use rand::{RngExt as _, SeedableRng as _};
 use shardsink_e2e::archive::{Archive, CopyRef, Outcome};
+use shardsink_e2e::check::RecordId;
 use shardsink_e2e::check::events::{
     EventReport, EventRules, Scope, each_event_once, json_pointer_id,
 };
-use shardsink_e2e::check::{RecordId, checkpoint_problems, prefix_problems};
 use shardsink_e2e::fixtures::{clear_lease_table, delete_lease_table};
 use shardsink_e2e::payloads::{Payloads, event_payloads};
 use shardsink_e2e::producer::{RetryOptions, RetryingProducer};
@@ -112,12 +112,7 @@ async fn check_frozen(
     produced: &[ProducedRecord],
     what: &str,
 ) {
-    let rows = scenario.lease_rows().await.unwrap();
-    let archive = reader.read().await.unwrap();
-    let problems = checkpoint_problems(&rows, produced, &archive);
-    assert!(problems.is_empty(), "after {what}: {problems:#?}");
-    let gaps = prefix_problems(produced, &archive);
-    assert!(gaps.is_empty(), "after {what}: {gaps:#?}");
+    let (_, archive) = scenario.assert_frozen(reader, produced, what).await;
     println!(
         "{what}: {} of {} records placed",
         archive.placed_count(),

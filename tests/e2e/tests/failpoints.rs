@@ -29,7 +29,6 @@
 use std::time::Duration;
 
 use shardsink_e2e::archive::{delete_object, get_object};
-use shardsink_e2e::check::{checkpoint_problems, prefix_problems};
 use shardsink_e2e::fixtures::PendingBatch;
 use shardsink_e2e::payloads::json_payloads;
 use shardsink_e2e::producer::small_record_specs;
@@ -293,19 +292,9 @@ async fn crash_at(
         "the {failpoint} failpoint must abort the process, but it exited with {status}"
     );
     println!("crashed at {failpoint}: {status}");
-    let rows = scenario.lease_rows().await.unwrap();
-    let archive = reader.read().await.unwrap();
-    let problems = checkpoint_problems(&rows, produced, &archive);
-    assert!(
-        problems.is_empty(),
-        "line 3 after the crash at {failpoint}: {problems:#?}"
-    );
-    let gaps = prefix_problems(produced, &archive);
-    assert!(
-        gaps.is_empty(),
-        "line 4 after the {failpoint} crash: {gaps:#?}"
-    );
-    (rows, archive)
+    scenario
+        .assert_frozen(reader, produced, &format!("the crash at {failpoint}"))
+        .await
 }
 
 /// The recorded key must be a valid key for the recorded shard and range.

@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use shardsink_e2e::archive::{ObjectFormat, Shape};
-use shardsink_e2e::check::{RecordId, checkpoint_problems, prefix_problems};
+use shardsink_e2e::check::RecordId;
 use shardsink_e2e::env::per_profile;
 use shardsink_e2e::fixtures::clear_lease_table;
 use shardsink_e2e::payloads::{
@@ -133,12 +133,7 @@ async fn check_frozen(
     produced: &[ProducedRecord],
     what: &str,
 ) -> usize {
-    let rows = scenario.lease_rows().await.unwrap();
-    let archive = reader.read().await.unwrap();
-    let problems = checkpoint_problems(&rows, produced, &archive);
-    assert!(problems.is_empty(), "after {what}: {problems:#?}");
-    let gaps = prefix_problems(produced, &archive);
-    assert!(gaps.is_empty(), "after {what}: {gaps:#?}");
+    let (_, archive) = scenario.assert_frozen(reader, produced, what).await;
     println!(
         "{what}: {} records archived in {} objects",
         archive.record_count(),

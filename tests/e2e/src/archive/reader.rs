@@ -161,11 +161,7 @@ impl ArchiveReader {
                     match ObjectKey::parse_in(self.options.layout, &decisions_prefix, &entry.key) {
                         Ok(key) => key,
                         Err(message) => {
-                            found.stray_keys.push(ArchiveProblem {
-                                object_key: entry.key,
-                                line: None,
-                                message: format!("key does not follow the contract: {message}"),
-                            });
+                            found.stray_keys.push(stray_key(entry.key, &message));
                             continue;
                         }
                     };
@@ -174,13 +170,7 @@ impl ArchiveReader {
                         Arc::clone(cached)
                     }
                     _ => {
-                        let Some(metadata) =
-                            head_object_metadata(&self.env, &self.bucket, &entry.key).await?
-                        else {
-                            continue;
-                        };
-                        let Some(body) = get_object(&self.env, &self.bucket, &entry.key).await?
-                        else {
+                        let Some((metadata, body)) = self.fetch(&entry.key).await? else {
                             continue;
                         };
                         Arc::new(decisions_object(key, &metadata, &body, entry.e_tag))
@@ -212,11 +202,7 @@ impl ArchiveReader {
                     continue;
                 }
                 Err(message) => {
-                    found.stray_keys.push(ArchiveProblem {
-                        object_key: entry.key,
-                        line: None,
-                        message: format!("key does not follow the contract: {message}"),
-                    });
+                    found.stray_keys.push(stray_key(entry.key, &message));
                     continue;
                 }
             };
@@ -225,13 +211,7 @@ impl ArchiveReader {
                     Arc::clone(cached)
                 }
                 _ => {
-                    // Deleted between LIST and HEAD or GET: not listed.
-                    let Some(metadata) =
-                        head_object_metadata(&self.env, &self.bucket, &entry.key).await?
-                    else {
-                        continue;
-                    };
-                    let Some(body) = get_object(&self.env, &self.bucket, &entry.key).await? else {
+                    let Some((metadata, body)) = self.fetch(&entry.key).await? else {
                         continue;
                     };
                     let object = self
@@ -250,6 +230,17 @@ impl ArchiveReader {
         self.cache = cache;
         self.decisions_cache = decisions_cache;
         Ok(assemble(&self.bucket, &self.options.prefix, found))
+    }
+
+    /// The user metadata and body of `key`; `None` when it was deleted
+    /// between the LIST and the HEAD or GET (it is then not listed).
+    async fn fetch(&self, key: &str) -> Result<Option<(HashMap<String, String>, Vec<u8>)>> {
+        let Some(metadata) = head_object_metadata(&self.env, &self.bucket, key).await? else {
+            return Ok(None);
+        };
+        Ok(get_object(&self.env, &self.bucket, key)
+            .await?
+            .map(|body| (metadata, body)))
     }
 
     /// Decodes one object by the format its metadata names (by its
@@ -745,6 +736,15 @@ fn decisions_disagree(
 /// As [`ArchiveReader::read`].
 pub async fn read_archive(env: &TestEnv, bucket: &str, prefix: &str) -> Result<Archive> {
     ArchiveReader::new(env, bucket, prefix).read().await
+}
+
+/// A listed key that no parser accepts.
+fn stray_key(object_key: String, message: &str) -> ArchiveProblem {
+    ArchiveProblem {
+        object_key,
+        line: None,
+        message: format!("key does not follow the contract: {message}"),
+    }
 }
 
 #[cfg(test)]
