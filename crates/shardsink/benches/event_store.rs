@@ -21,16 +21,16 @@
 //! store open (to compare with `LocalOptions`' budget) and the store's size
 //! on disk. `BENCH_FILTER_BYTES=0` runs without the filters.
 //!
-//! On a 2-core machine shared with other builds, by CPU time: about
-//! 165,000 decisions per CPU-second over 5 million decisions (130,000 to
-//! 140,000 over one million; about 100,000 without the filters), about
-//! 300,000 a second on the calling thread by the wall clock; opening scans
-//! 10 million keys in about 10 s of CPU; about 1 GiB on disk, about 210 MiB
-//! resident. The aim is 500,000. About two thirds of the CPU is fjall's
-//! flushes and compactions (random ids rewrite level 1 on every level-0
-//! merge); most of the rest is memtable inserts, the journal and
-//! allocation. The filters took the lookups of new ids (memtable searches
-//! and a Bloom probe per table, a third of the CPU before) off.
+//! On a 2-core machine, by CPU time: about 245,000 decisions per
+//! CPU-second over 5 million decisions (165,000 before the keys were split
+//! into epochs, 100,000 before the in-memory filters), about 340,000 a
+//! second on the calling thread by the wall clock; opening scans 10 million
+//! keys in about 15 s of CPU; about 1.2 GiB on disk, about 180 MiB
+//! resident. The aim is 500,000. Most of what is left is fjall's per-key
+//! work: memtable skip-list inserts, the lookups of repeated events
+//! (memtable searches, Bloom probes), the journal's writes, allocation.
+//! `BENCH_EPOCH_KEYS` and `BENCH_MEMTABLE_BYTES` set those options (the
+//! memtable size applies to epochs started during the run).
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 use std::hint::black_box;
@@ -53,7 +53,7 @@ const RUN: usize = 500;
 const FIRST_ARRIVAL: i64 = 1_795_238_820_000;
 /// Bump when the store's layout or options change: the prepared store is
 /// rebuilt under a new name.
-const PREPARED: &str = "event-store-10m-v3";
+const PREPARED: &str = "event-store-10m-v4";
 
 /// A stream of user records: mostly new events, some retried.
 struct Stream {
@@ -299,6 +299,12 @@ fn bench(c: &mut Criterion) {
     let options = LocalOptions {
         filter_bytes: std::env::var("BENCH_FILTER_BYTES")
             .map_or(LocalOptions::default().filter_bytes, |n| n.parse().unwrap()),
+        memtable_bytes: std::env::var("BENCH_MEMTABLE_BYTES")
+            .map_or(LocalOptions::default().memtable_bytes, |n| {
+                n.parse().unwrap()
+            }),
+        epoch_keys: std::env::var("BENCH_EPOCH_KEYS")
+            .map_or(LocalOptions::default().epoch_keys, |n| n.parse().unwrap()),
         ..LocalOptions::default()
     };
     let store = LocalStore::open(&scratch, options).unwrap();

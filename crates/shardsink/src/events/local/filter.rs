@@ -74,12 +74,16 @@ struct Generation {
     capacity: u64,
     /// The newest arrival (ms since the epoch) of the values added.
     newest_arrival: i64,
+    /// The store's write epoch when the generation started: its keys are
+    /// in this epoch or later ones (`epochs`; generations are filled in
+    /// turn, epochs written in turn).
+    first_epoch: u32,
 }
 
 impl Generation {
     /// A generation of at least `capacity` keys: a power of two of blocks
     /// (so that it can be folded in half).
-    fn with_capacity(capacity: u64) -> Self {
+    fn with_capacity(capacity: u64, first_epoch: u32) -> Self {
         let blocks = (capacity * BITS_PER_KEY)
             .div_ceil(512)
             .max(1)
@@ -89,6 +93,7 @@ impl Generation {
             len: 0,
             capacity: blocks * 512 / BITS_PER_KEY,
             newest_arrival: i64::MIN,
+            first_epoch,
         }
     }
 
@@ -164,13 +169,17 @@ fn mix(mut z: u64) -> u64 {
 }
 
 impl TenantFilter {
-    fn may_contain(&self, hash: u64) -> bool {
-        self.untracked_through.is_some()
-            || self
-                .generations
-                .iter()
-                .rev()
-                .any(|generation| generation.may_contain(hash))
+    /// `None` when the tenant holds no key of `hash`, else the first epoch
+    /// that may hold one: that of the oldest generation answering "maybe"
+    /// (0 while keys are untracked).
+    fn first_epoch(&self, hash: u64) -> Option<u32> {
+        if self.untracked_through.is_some() {
+            return Some(0);
+        }
+        self.generations
+            .iter()
+            .find(|generation| generation.may_contain(hash))
+            .map(|generation| generation.first_epoch)
     }
 }
 
@@ -204,13 +213,19 @@ impl Filters {
         state
             .tenants
             .get(&tenant)
-            .is_some_and(|filter| filter.may_contain(hash_id(id)))
+            .is_some_and(|filter| filter.first_epoch(hash_id(id)).is_some())
     }
 
-    /// [`may_contain`](Self::may_contain) for each id of `ids` under each
-    /// tenant of `tenants` (`None`: a shard without a tenant, no keys), in
-    /// one lock: `result[i * tenants.len() + t]`.
-    pub fn probe(&self, tenants: &[Option<u32>], ids: impl Iterator<Item = u128>) -> Vec<bool> {
+    /// For each id of `ids` under each tenant of `tenants` (`None`: a shard
+    /// without a tenant, no keys), in one lock, `result[i * tenants.len() +
+    /// t]`: `None` when the tenant holds no key of the id newer than its
+    /// horizon, else the first epoch that may hold one (the generations
+    /// are oldest first, so the first answering "maybe" is the oldest).
+    pub fn probe(
+        &self,
+        tenants: &[Option<u32>],
+        ids: impl Iterator<Item = u128>,
+    ) -> Vec<Option<u32>> {
         let state = self.read();
         let filters: Vec<Option<&TenantFilter>> = tenants
             .iter()
@@ -222,15 +237,17 @@ impl Filters {
             result.extend(
                 filters
                     .iter()
-                    .map(|filter| filter.is_some_and(|filter| filter.may_contain(hash))),
+                    .map(|filter| filter.and_then(|filter| filter.first_epoch(hash))),
             );
         }
         result
     }
 
-    /// Adds keys of `tenant`: each id with the newest arrival of the value
-    /// written under it (ms since the epoch).
-    pub fn insert(&self, tenant: u32, keys: &[(u128, i64)]) {
+    /// Adds keys of `tenant` written to epoch `epoch`: each id with the
+    /// newest arrival of the value written under it (ms since the epoch).
+    /// Epochs are written in turn: `epoch` is never below an earlier
+    /// call's.
+    pub fn insert(&self, tenant: u32, keys: &[(u128, i64)], epoch: u32) {
         if keys.is_empty() {
             return;
         }
@@ -249,7 +266,7 @@ impl Filters {
             if !room {
                 let live: u64 = filter.generations.iter().map(|g| g.len).sum();
                 let capacity = (live / 2).clamp(MIN_GENERATION_KEYS, MAX_GENERATION_KEYS);
-                let generation = Generation::with_capacity(capacity);
+                let generation = Generation::with_capacity(capacity, epoch);
                 if *bytes + generation.bytes() > *budget {
                     filter.untracked_through = filter.untracked_through.max(Some(arrival_millis));
                     continue;
@@ -269,7 +286,7 @@ impl Filters {
     /// passes the newest of them.
     #[cfg(test)]
     pub fn insert_generation(&self, tenant: u32, ids: &[(u128, i64)]) {
-        let mut builder = Builder::new(ids.len() as u64);
+        let mut builder = Builder::new(ids.len() as u64, 0);
         for &(id, arrival_millis) in ids {
             builder.insert(id, arrival_millis);
         }
@@ -285,6 +302,9 @@ impl Filters {
             return;
         }
         generation.shrink_to_fit();
+        // Closed: keys written later go into generations of their own,
+        // whose first epoch bounds the epochs a probe sends reads to.
+        generation.capacity = generation.len;
         let mut state = self.write();
         let State {
             tenants,
@@ -350,10 +370,10 @@ pub struct Builder {
 
 impl Builder {
     /// A generation for about `keys` keys (more still fit, with more false
-    /// "maybe"s).
-    pub fn new(keys: u64) -> Self {
+    /// "maybe"s) of epochs `first_epoch` and later.
+    pub fn new(keys: u64, first_epoch: u32) -> Self {
         Self {
-            generation: Generation::with_capacity(keys.max(1)),
+            generation: Generation::with_capacity(keys.max(1), first_epoch),
         }
     }
 
@@ -376,7 +396,7 @@ mod tests {
         let filters = Filters::new(u64::MAX);
         let keys: Vec<(u128, i64)> = (0..300_000).map(|n| (id(n), 5)).collect();
         for chunk in keys.chunks(500) {
-            filters.insert(7, chunk);
+            filters.insert(7, chunk, 0);
         }
         assert!(keys.iter().all(|(id, _)| filters.may_contain(7, *id)));
         assert!(!filters.may_contain(8, id(1)), "another tenant");
@@ -394,8 +414,8 @@ mod tests {
         let later: Vec<(u128, i64)> = (10..MIN_GENERATION_KEYS + 10)
             .map(|n| (id(n), 300))
             .collect();
-        filters.insert(1, &later);
-        filters.insert(1, &[(id(3), 400)]);
+        filters.insert(1, &later, 0);
+        filters.insert(1, &[(id(3), 400)], 0);
         filters.expire(1, 200);
         assert!(filters.may_contain(1, id(1)) && filters.may_contain(1, id(2)));
         filters.expire(1, 201);
@@ -409,17 +429,17 @@ mod tests {
 
     #[test]
     fn beyond_the_budget_a_tenant_answers_maybe_until_the_horizon_passes() {
-        let generation = Generation::with_capacity(MIN_GENERATION_KEYS);
+        let generation = Generation::with_capacity(MIN_GENERATION_KEYS, 0);
         let one = generation.bytes();
         let filters = Filters::new(one);
         let first: Vec<(u128, i64)> = (0..generation.capacity).map(|n| (id(n), 10)).collect();
-        filters.insert(1, &first);
-        filters.insert(1, &[(id(u64::MAX >> 8), 20)]);
+        filters.insert(1, &first, 0);
+        filters.insert(1, &[(id(u64::MAX >> 8), 20)], 0);
         assert!(filters.may_contain(1, id(123_456_789)), "untracked keys");
         assert_eq!(filters.bytes(), one);
         filters.insert_generation(2, &[(id(1), 15)]);
         assert!(filters.may_contain(2, id(99)), "over budget at open");
-        let mut big = Builder::new(1 << 20);
+        let mut big = Builder::new(1 << 20, 0);
         for n in 0..1_000 {
             big.insert(id(n), 1);
         }
@@ -434,7 +454,29 @@ mod tests {
         assert!(filters.may_contain(1, id(123_456_789)), "still untracked");
         filters.expire(1, 21);
         assert!(!filters.may_contain(1, id(0)));
-        filters.insert(1, &[(id(5), 30)]);
+        filters.insert(1, &[(id(5), 30)], 0);
         assert!(filters.may_contain(1, id(5)));
+    }
+
+    #[test]
+    fn a_probe_names_the_first_epoch_of_the_oldest_generation_that_may_hold_the_id() {
+        let filters = Filters::new(u64::MAX);
+        let mut built = Builder::new(1_000, 2);
+        built.insert(id(1), 1);
+        filters.add_built(1, built);
+        // Fills a generation started in epoch 5, then one started in 9.
+        let capacity = Generation::with_capacity(MIN_GENERATION_KEYS, 0).capacity;
+        let fill: Vec<(u128, i64)> = (100..capacity + 100).map(|n| (id(n), 2)).collect();
+        filters.insert(1, &fill, 5);
+        filters.insert(1, &[(id(7), 3)], 9);
+        filters.insert(1, &[(id(1), 4)], 9);
+        let probe = |n: u64| filters.probe(&[Some(1), Some(2), None], [id(n)].into_iter());
+        assert_eq!(probe(7), vec![Some(9), None, None]);
+        assert_eq!(probe(100), vec![Some(5), None, None]);
+        assert_eq!(probe(1), vec![Some(2), None, None], "the oldest");
+        let absent = (1_000_000..1_010_000)
+            .filter(|n| probe(*n)[0].is_some())
+            .count();
+        assert!(absent < 200, "{absent}");
     }
 }

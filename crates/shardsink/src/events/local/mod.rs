@@ -9,6 +9,8 @@
 //! - `options`: [`LocalOptions`] and the memory budget;
 //! - `error`: [`LocalStoreError`];
 //! - `codec`: the byte layout of keys and values;
+//! - `epochs`: the `copies` keys split into one keyspace per epoch of
+//!   writes, deleted whole when expired;
 //! - `tenants`: the short numbers that prefix a shard's keys, and the
 //!   shards' horizons;
 //! - `expiry`: the compaction filter that drops copies below the horizons;
@@ -16,6 +18,7 @@
 //!   read of fjall.
 
 mod codec;
+mod epochs;
 mod error;
 mod expiry;
 mod filter;

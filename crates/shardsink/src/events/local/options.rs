@@ -13,6 +13,11 @@ pub const DEFAULT_MEMTABLE_BYTES: u64 = 16 * 1024 * 1024;
 /// wait for the horizon: 16 to 32 million keys).
 pub const DEFAULT_FILTER_BYTES: u64 = 48 * 1024 * 1024;
 
+/// Default number of key writes to one epoch of the `copies` keys before
+/// the next starts: 1,048,576 (about 70 MB on disk, about eight memtables
+/// of the default size).
+pub const DEFAULT_EPOCH_KEYS: u64 = 1024 * 1024;
+
 /// A shard not written for this long, by the wall clock, is forgotten when
 /// the store opens: 7 days.
 pub const FORGET_AFTER: Duration = Duration::from_secs(7 * 24 * 60 * 60);
@@ -30,8 +35,10 @@ pub const DEFAULT_WORKER_THREADS: usize = 3;
 /// The store's memory is bounded by
 /// - the block cache, `cache_bytes` (data, index and filter blocks; about
 ///   20 MiB of index and filter blocks per 10 million keys compete for it);
-/// - the `copies` memtables: one active and at most 4 sealed ones waiting
-///   for their flush (fjall halts writes at 4), so 5 × `memtable_bytes`;
+/// - the `copies` memtables: the write epoch's active one and at most 4
+///   sealed ones waiting for their flush (fjall halts writes at 4), so 5 ×
+///   `memtable_bytes`; those of past epochs are flushed as the journal
+///   reaches 64 MiB, which bounds all memtables not yet flushed;
 /// - the `shards` memtables, 5 × 1 MiB;
 /// - the index and filter blocks fjall pins outside the cache (by its
 ///   default pinning policies, the filters of level 0 and the indexes of
@@ -63,6 +70,10 @@ pub struct LocalOptions {
     /// until they pass its horizon: slower, never wrong. Default 48 MiB
     /// (`DEFAULT_FILTER_BYTES`).
     pub filter_bytes: u64,
+    /// Key writes to one epoch of the `copies` keys (one fjall keyspace)
+    /// before the next starts; old epochs are deleted whole. Default
+    /// 1,048,576 (`DEFAULT_EPOCH_KEYS`).
+    pub epoch_keys: u64,
 }
 
 impl Default for LocalOptions {
@@ -73,6 +84,7 @@ impl Default for LocalOptions {
             forget_after: FORGET_AFTER,
             worker_threads: DEFAULT_WORKER_THREADS,
             filter_bytes: DEFAULT_FILTER_BYTES,
+            epoch_keys: DEFAULT_EPOCH_KEYS,
         }
     }
 }

@@ -96,9 +96,10 @@ impl LocalStore {
     }
 
     /// Raises the horizon of `shard_id` to `arrival_millis` (ms since the
-    /// epoch): its values whose newest copy arrived earlier are removed by
-    /// compaction, and copies that arrived earlier are dropped when their
-    /// value is rewritten. Callers pass the last decided arrival minus twice
+    /// epoch): reads leave out its copies that arrived earlier; its values
+    /// whose newest copy arrived earlier are removed by compaction or with
+    /// their epoch, and such copies are dropped when their value is
+    /// rewritten. Callers pass the last decided arrival minus twice
     /// the window minus an hour, so nothing a replay may consult goes. A
     /// horizon never moves back: a lower one is ignored.
     ///

@@ -2,11 +2,14 @@
 //! watermarks and ended marks, in a `fjall` database (an LSM tree: see the
 //! `fjall` crate docs, <https://docs.rs/fjall/3>) under one directory.
 //!
-//! Two keyspaces (fjall's column families), laid out in `codec`:
-//! `copies` (one key per shard's tenant and event id; point reads, skipped
-//! when the in-memory filters (`filter`) know the id is new, else answered
-//! by fjall's Bloom filters when it is) and `shards` (a few keys per
-//! shard).
+//! Keyspaces (fjall's column families), laid out in `codec`: the `copies`
+//! keys, one per shard's tenant and event id, split into one keyspace per
+//! epoch of writes (`epochs`; point reads, skipped when the in-memory
+//! filters (`filter`) know the id is new, else sent to the epochs from the
+//! one the filters name, and answered by fjall's Bloom filters when the
+//! key is not there), and `shards` (a few keys per shard). Reads leave out
+//! copies below their shard's horizon, so when compaction or an epoch's
+//! deletion drops them changes no decision.
 //! The store is a cache: a shard it does not know, or knows only up to an
 //! older watermark, is rebuilt by the caller from the archive with
 //! [`LocalStore::insert`].
@@ -16,13 +19,12 @@ use std::collections::hash_map::Entry;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use fjall::compaction::Leveled;
-use fjall::config::CompressionPolicy;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, OwnedWriteBatch, PersistMode};
 use sequence_range::SequenceNumber;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::codec::{self, Tag};
+use super::epochs::{self, Epoch, Epochs};
 use super::error::LocalStoreError;
 use super::expiry;
 use super::filter::{Builder, Filters, MIN_GENERATION_KEYS};
@@ -31,15 +33,16 @@ use super::tenants::{FORGOTTEN, Tenants};
 use crate::events::rule::{AcceptedCopy, CopyRef, Decision, EventKey, Rule};
 use crate::events::store::{Candidate, Lineage, precedes_in_shard};
 
+/// The journal's bound (fjall's minimum), 64 MiB: past it, fjall flushes
+/// the memtables holding its oldest part.
+const JOURNAL_BYTES: u64 = 64 * 1024 * 1024;
+
 /// Memtable size of the small `shards` keyspace.
 const SHARDS_MEMTABLE_BYTES: u64 = 1024 * 1024;
 
 /// Locks that serialize the writers of one shard's keys (read, merge,
 /// write back); shards share them by hash.
 const LOCK_STRIPES: usize = 64;
-
-/// The keyspace of accepted copies.
-const COPIES: &str = "copies";
 
 /// The keyspace of per-shard facts.
 const SHARDS: &str = "shards";
@@ -64,7 +67,8 @@ pub(super) struct Inner {
     /// The directory.
     pub(super) path: PathBuf,
     db: Database,
-    copies: Keyspace,
+    /// The `copies` keyspaces, one per epoch.
+    epochs: Epochs,
     /// The `shards` keyspace.
     pub(super) shards: Keyspace,
     /// The shards' tenants and horizons, shared with the compaction filter.
@@ -75,11 +79,32 @@ pub(super) struct Inner {
 }
 
 /// What one `decide` call knows of one key: the copies read from the store
-/// (`copies[..stored]`) and those it accepted since.
+/// (`copies[..stored]`, those of the write epoch last:
+/// `copies[stored - in_write_epoch..stored]`) and those it accepted since.
 struct Slot {
     copies: Vec<AcceptedCopy>,
     stored: usize,
+    in_write_epoch: usize,
     dirty: bool,
+}
+
+impl Slot {
+    /// A slot of the copies read, `in_write_epoch` of them (the last) from
+    /// the write epoch.
+    fn read((copies, in_write_epoch): (Vec<AcceptedCopy>, usize)) -> Self {
+        Self {
+            stored: copies.len(),
+            in_write_epoch,
+            copies,
+            dirty: false,
+        }
+    }
+
+    /// The copies the write epoch is to hold for the key: those it held
+    /// and those accepted since.
+    fn for_write_epoch(&self) -> &[AcceptedCopy] {
+        &self.copies[self.stored - self.in_write_epoch..]
+    }
 }
 
 impl LocalStore {
@@ -109,32 +134,17 @@ impl LocalStore {
         let db = Database::builder(dir)
             .cache_size(options.cache_bytes)
             .worker_threads(options.worker_threads.max(1))
+            // Bounds the memtables not yet flushed, those of past epochs
+            // among them: fjall flushes the oldest when its journal would
+            // exceed this.
+            .max_journaling_size(JOURNAL_BYTES)
             .with_compaction_filter_factories(Arc::new(move |keyspace: &str| {
-                (keyspace == COPIES).then(|| Arc::clone(&factory))
+                epochs::number(keyspace).map(|_| Arc::clone(&factory))
             }))
             .open()
             .map_err(open_error)?;
-        let copies = db
-            .keyspace(COPIES, || {
-                // Most reads look for new ids: keep Bloom filters on the
-                // last level too (fjall's default filter policy: 0.01 %
-                // false positives on level 0, 10 bits per key below).
-                KeyspaceCreateOptions::default()
-                    .expect_point_read_hits(false)
-                    .max_memtable_size(options.memtable_bytes)
-                    // Ids are hashes: blocks barely compress.
-                    .data_block_compression_policy(CompressionPolicy::disabled())
-                    // Random keys overlap all of level 1, so each merge of
-                    // level 0 rewrites it: merge 8 flushed tables at a time
-                    // rather than 4, into tables of 32 MiB (level 1 stays
-                    // 8 × 32 MiB).
-                    .compaction_strategy(Arc::new(
-                        Leveled::default()
-                            .with_l0_threshold(8)
-                            .with_table_target_size(32 * 1024 * 1024),
-                    ))
-            })
-            .map_err(open_error)?;
+        let epochs =
+            Epochs::open(&db, options.memtable_bytes, options.epoch_keys).map_err(open_error)?;
         let shards = db
             .keyspace(SHARDS, || {
                 KeyspaceCreateOptions::default().max_memtable_size(SHARDS_MEMTABLE_BYTES)
@@ -143,7 +153,7 @@ impl LocalStore {
         let inner = Inner {
             path,
             db,
-            copies,
+            epochs,
             shards,
             tenants,
             filters: Filters::new(options.filter_bytes),
@@ -192,6 +202,7 @@ impl LocalStore {
         let own = &lineage.shard_id;
         let _lock = inner.lock(own);
         let own_tenant = inner.tenant(own)?;
+        let epochs = inner.epochs.read();
         // The shards whose copies count, and their tenants (an ancestor
         // without one has no copies here).
         let shards: Vec<(&Arc<str>, Option<u32>)> = std::iter::once((own, Some(own_tenant)))
@@ -207,6 +218,11 @@ impl LocalStore {
         let mut decisions = Vec::with_capacity(candidates.len());
         // Which keys fjall may hold: the others are not read.
         let tenants: Vec<Option<u32>> = shards.iter().map(|(_, tenant)| *tenant).collect();
+        // The epochs holding keys of each shard.
+        let holding: Vec<Vec<&Epoch>> = tenants
+            .iter()
+            .map(|tenant| holding(&epochs, *tenant))
+            .collect();
         let maybe = inner.filters.probe(
             &tenants,
             candidates.iter().map(|candidate| candidate.key.id),
@@ -216,17 +232,16 @@ impl LocalStore {
             let id = candidate.key.id;
             for (index, (shard, tenant)) in shards.iter().enumerate() {
                 if let Entry::Vacant(vacant) = slots.entry((id, index)) {
-                    let copies = match tenant {
-                        Some(tenant) if maybe[position * shards.len() + index] => {
-                            inner.read_copies(&codec::copies_key(*tenant, id), shard)?
-                        }
-                        _ => Vec::new(),
+                    let read = match (tenant, maybe[position * shards.len() + index]) {
+                        (Some(tenant), Some(first_epoch)) => inner.read_copies(
+                            from(&holding[index], first_epoch),
+                            &epochs,
+                            &codec::copies_key(*tenant, id),
+                            shard,
+                        )?,
+                        _ => (Vec::new(), 0),
                     };
-                    vacant.insert(Slot {
-                        stored: copies.len(),
-                        copies,
-                        dirty: false,
-                    });
+                    vacant.insert(Slot::read(read));
                 }
             }
             // Invariant: the loop above filled every slot of this id.
@@ -253,6 +268,7 @@ impl LocalStore {
             decisions.push(decision);
         }
 
+        let write_epoch = write_epoch(&epochs);
         let mut batch = inner.batch();
         let horizon = inner.live_horizon(own_tenant);
         let mut value = Vec::new();
@@ -263,14 +279,23 @@ impl LocalStore {
             }
             debug_assert_eq!(*index, 0, "only the shard's own keys are written");
             let key = codec::copies_key(own_tenant, *id);
-            if let Some(newest) =
-                inner.put_copies(&mut batch, &key, &slot.copies, horizon, &mut value)
-            {
+            if let Some(newest) = inner.put_copies(
+                &mut batch,
+                write_epoch,
+                &key,
+                slot.for_write_epoch(),
+                horizon,
+                &mut value,
+            ) {
                 written.push((*id, newest));
             }
         }
-        // Before the batch commits: a filter never misses a stored key.
-        inner.filters.insert(own_tenant, &written);
+        // Before the batch commits: a filter never misses a stored key, an
+        // epoch never forgets a tenant it holds.
+        inner
+            .filters
+            .insert(own_tenant, &written, write_epoch.number);
+        note_written(write_epoch, own_tenant, &written);
         batch.insert(
             &inner.shards,
             codec::shard_key(Tag::Watermark, own),
@@ -278,6 +303,8 @@ impl LocalStore {
         );
         inner.touch(&mut batch, own);
         batch.commit().map_err(|source| inner.storage(source))?;
+        drop(epochs);
+        inner.maintain_epochs()?;
         Ok(decisions)
     }
 
@@ -300,6 +327,11 @@ impl LocalStore {
         for shard in &shards {
             tenants.insert(shard, inner.tenant(shard)?);
         }
+        let epochs = inner.epochs.read();
+        let holding: HashMap<u32, Vec<&Epoch>> = tenants
+            .values()
+            .map(|tenant| (*tenant, holding(&epochs, Some(*tenant))))
+            .collect();
         let mut slots: HashMap<(u32, u128), (&Arc<str>, Slot)> =
             HashMap::with_capacity(copies.len());
         for (event, copy) in copies {
@@ -309,20 +341,17 @@ impl LocalStore {
             let (_, slot) = match slots.entry((tenant, event.id)) {
                 Entry::Occupied(occupied) => occupied.into_mut(),
                 Entry::Vacant(vacant) => {
-                    let stored = if inner.filters.probe(&[Some(tenant)], [event.id].into_iter())[0]
-                    {
-                        inner.read_copies(&codec::copies_key(tenant, event.id), shard)?
-                    } else {
-                        Vec::new()
+                    let maybe = inner.filters.probe(&[Some(tenant)], [event.id].into_iter());
+                    let read = match maybe.first().copied().flatten() {
+                        Some(first_epoch) => inner.read_copies(
+                            from(&holding[&tenant], first_epoch),
+                            &epochs,
+                            &codec::copies_key(tenant, event.id),
+                            shard,
+                        )?,
+                        None => (Vec::new(), 0),
                     };
-                    vacant.insert((
-                        shard,
-                        Slot {
-                            stored: stored.len(),
-                            copies: stored,
-                            dirty: false,
-                        },
-                    ))
+                    vacant.insert((shard, Slot::read(read)))
                 }
             };
             if !slot
@@ -334,6 +363,7 @@ impl LocalStore {
                 slot.dirty = true;
             }
         }
+        let write_epoch = write_epoch(&epochs);
         let mut batch = inner.batch();
         let mut value = Vec::new();
         let mut written: HashMap<u32, Vec<(u128, i64)>> = HashMap::new();
@@ -341,21 +371,29 @@ impl LocalStore {
             if slot.dirty {
                 let key = codec::copies_key(*tenant, *id);
                 let horizon = inner.live_horizon(*tenant);
-                if let Some(newest) =
-                    inner.put_copies(&mut batch, &key, &slot.copies, horizon, &mut value)
-                {
+                if let Some(newest) = inner.put_copies(
+                    &mut batch,
+                    write_epoch,
+                    &key,
+                    slot.for_write_epoch(),
+                    horizon,
+                    &mut value,
+                ) {
                     written.entry(*tenant).or_default().push((*id, newest));
                 }
             }
         }
         // Before the batch commits, as in `decide`.
         for (tenant, keys) in &written {
-            inner.filters.insert(*tenant, keys);
+            inner.filters.insert(*tenant, keys, write_epoch.number);
+            note_written(write_epoch, *tenant, keys);
         }
         for shard in shards {
             inner.touch(&mut batch, shard);
         }
-        batch.commit().map_err(|source| inner.storage(source))
+        batch.commit().map_err(|source| inner.storage(source))?;
+        drop(epochs);
+        inner.maintain_epochs()
     }
 }
 
@@ -443,33 +481,54 @@ impl Inner {
             .filter(|horizon| *horizon != FORGOTTEN)
     }
 
-    /// The copies stored under `key` of `shard_id`.
+    /// The copies stored under `key` of `shard_id` in the epochs `holding`
+    /// it (oldest first), but those below the horizon of the key's tenant
+    /// (which no decision consults, wherever compaction and the epochs'
+    /// deletion have got to), and how many of them (the last) are in the
+    /// write epoch, the last of `epochs`.
     fn read_copies(
         &self,
+        holding: &[&Epoch],
+        epochs: &[Arc<Epoch>],
         key: &[u8],
         shard_id: &Arc<str>,
-    ) -> Result<Vec<AcceptedCopy>, LocalStoreError> {
-        match self
-            .copies
-            .get(key)
-            .map_err(|source| self.storage(source))?
-        {
-            None => Ok(Vec::new()),
-            Some(value) => {
+    ) -> Result<(Vec<AcceptedCopy>, usize), LocalStoreError> {
+        let horizon = codec::key_tenant(key).and_then(|tenant| self.live_horizon(tenant));
+        let mut copies = Vec::new();
+        let mut in_write_epoch = 0;
+        for epoch in holding {
+            let Some(value) = epoch
+                .keyspace
+                .get(key)
+                .map_err(|source| self.storage(source))?
+            else {
+                continue;
+            };
+            let found =
                 codec::decode_copies(&value, shard_id).map_err(|_| LocalStoreError::Corrupt {
                     path: self.path.clone(),
                     key: codec::describe_copies_key(key, shard_id),
-                })
+                })?;
+            let before = copies.len();
+            copies.extend(
+                found
+                    .into_iter()
+                    .filter(|copy| Tenants::keeps(horizon, copy.arrival_millis)),
+            );
+            if std::ptr::eq(*epoch, write_epoch(epochs)) {
+                in_write_epoch = copies.len() - before;
             }
         }
+        Ok((copies, in_write_epoch))
     }
 
-    /// Adds the write of `copies` under `key` to `batch`, without those
+    /// Adds the write of `copies` under `key` in `epoch` to `batch`, without those
     /// below `horizon` (the key is removed when none is left). Returns the
     /// newest arrival written (ms since the epoch), `None` for a removal.
     fn put_copies(
         &self,
         batch: &mut OwnedWriteBatch,
+        epoch: &Epoch,
         key: &[u8],
         copies: &[AcceptedCopy],
         horizon: Option<i64>,
@@ -481,11 +540,11 @@ impl Inner {
                 .filter(|copy| Tenants::keeps(horizon, copy.arrival_millis))
         };
         let Some(newest) = kept().map(|copy| copy.arrival_millis).max() else {
-            batch.remove(&self.copies, key);
+            batch.remove(&epoch.keyspace, key);
             return None;
         };
         codec::encode_copies(kept(), value);
-        batch.insert(&self.copies, key, value.as_slice());
+        batch.insert(&epoch.keyspace, key, value.as_slice());
         Some(newest)
     }
 
@@ -496,37 +555,90 @@ impl Inner {
     /// (fjall's estimate), then folded to fit its tenant's.
     fn build_filters(&self) -> Result<(), LocalStoreError> {
         let horizons = self.tenants.horizons();
-        let mut left = self.copies.approximate_len() as u64;
-        let mut building: Option<(u32, Builder)> = None;
-        for item in self.copies.iter() {
-            let (key, value) = item.into_inner().map_err(|source| self.storage(source))?;
-            let (Some(tenant), Some(id)) = (codec::key_tenant(&key), codec::key_id(&key)) else {
-                continue;
-            };
-            // Keys are ordered by tenant: one generation at a time.
-            if building
-                .as_ref()
-                .is_none_or(|(current, _)| *current != tenant)
-            {
-                if let Some((done, builder)) = building.take() {
-                    self.filters.add_built(done, builder);
+        let mut tenants: Vec<u32> = self.tenants.read().by_shard.values().copied().collect();
+        tenants.sort_unstable();
+        let epochs = self.epochs.read();
+        let mut left: u64 = epochs
+            .iter()
+            .map(|epoch| epoch.keyspace.approximate_len() as u64)
+            .sum();
+        // One generation per tenant, from its keys in every epoch.
+        for tenant in tenants {
+            let keys = left.min(self.filters.room()).max(MIN_GENERATION_KEYS);
+            let first_epoch = epochs.first().map_or(0, |epoch| epoch.number);
+            let mut builder = Builder::new(keys, first_epoch);
+            for epoch in epochs.iter() {
+                let (mut count, mut newest_here) = (0, i64::MIN);
+                for item in epoch.keyspace.prefix(tenant.to_be_bytes()) {
+                    let (key, value) = item.into_inner().map_err(|source| self.storage(source))?;
+                    let Some(id) = codec::key_id(&key) else {
+                        continue;
+                    };
+                    count += 1;
+                    let newest = codec::newest_arrival(&value).unwrap_or(i64::MAX);
+                    newest_here = newest_here.max(newest);
+                    if Tenants::keeps(horizons.get(&tenant).copied(), newest) {
+                        builder.insert(id, newest);
+                    }
                 }
-                let keys = left.min(self.filters.room()).max(MIN_GENERATION_KEYS);
-                building = Some((tenant, Builder::new(keys)));
+                if count > 0 {
+                    epoch.note_written(tenant, count, newest_here);
+                }
+                left = left.saturating_sub(count);
             }
-            left = left.saturating_sub(1);
-            let newest = codec::newest_arrival(&value).unwrap_or(i64::MAX);
-            if !Tenants::keeps(horizons.get(&tenant).copied(), newest) {
-                continue;
-            }
-            if let Some((_, builder)) = building.as_mut() {
-                builder.insert(id, newest);
-            }
-        }
-        if let Some((done, builder)) = building {
-            self.filters.add_built(done, builder);
+            self.filters.add_built(tenant, builder);
         }
         Ok(())
+    }
+
+    /// Starts the next epoch when the write epoch is full and deletes the
+    /// expired ones ([`Epochs::maintain`]).
+    ///
+    /// # Errors
+    /// [`LocalStoreError::Storage`].
+    fn maintain_epochs(&self) -> Result<(), LocalStoreError> {
+        let deleted = self
+            .epochs
+            .maintain(&self.db, || self.tenants.horizons())
+            .map_err(|source| self.storage(source))?;
+        if deleted > 0 {
+            tracing::debug!(path = %self.path.display(), deleted, "event store deleted expired epochs");
+        }
+        Ok(())
+    }
+}
+
+/// The epochs of `epochs` that hold keys of `tenant` (none for no tenant).
+fn holding(epochs: &[Arc<Epoch>], tenant: Option<u32>) -> Vec<&Epoch> {
+    tenant.map_or_else(Vec::new, |tenant| {
+        epochs
+            .iter()
+            .map(|epoch| &**epoch)
+            .filter(|epoch| epoch.holds(tenant))
+            .collect()
+    })
+}
+
+/// The epochs of `holding` numbered `first_epoch` or later.
+fn from<'a>(holding: &'a [&'a Epoch], first_epoch: u32) -> &'a [&'a Epoch] {
+    // `holding` is in epoch order.
+    let start = holding.partition_point(|epoch| epoch.number < first_epoch);
+    &holding[start..]
+}
+
+/// The write epoch: the last.
+fn write_epoch(epochs: &[Arc<Epoch>]) -> &Epoch {
+    // `Epochs` always holds at least one epoch.
+    epochs
+        .last()
+        .map(|epoch| &**epoch)
+        .unwrap_or_else(|| unreachable!("no epoch"))
+}
+
+/// Records in `epoch` the keys of `tenant` written: `(id, newest arrival)`.
+fn note_written(epoch: &Epoch, tenant: u32, written: &[(u128, i64)]) {
+    if let Some(newest) = written.iter().map(|(_, newest)| *newest).max() {
+        epoch.note_written(tenant, written.len() as u64, newest);
     }
 }
 
@@ -566,8 +678,16 @@ mod tests {
         }
     }
 
+    /// Epochs of 16 keys: most tests read keys across several epochs.
+    fn options() -> LocalOptions {
+        LocalOptions {
+            epoch_keys: 16,
+            ..LocalOptions::default()
+        }
+    }
+
     fn open(dir: &tempfile::TempDir) -> LocalStore {
-        LocalStore::open(dir.path(), LocalOptions::default()).unwrap()
+        LocalStore::open(dir.path(), options()).unwrap()
     }
 
     /// A candidate of `shard`: (id, fingerprint, arrival) at `(sequence, sub)`.
@@ -870,9 +990,13 @@ mod tests {
         let run = [candidate(&lineage.shard_id, (1, 0, 0), 1, None)];
         let tenant = store.inner.tenant(&lineage.shard_id).unwrap();
         let key = codec::copies_key(tenant, run[0].key.id);
-        store.inner.copies.insert(key, [9_u8]).unwrap();
+        write_epoch(&store.inner.epochs.read())
+            .keyspace
+            .insert(key, [9_u8])
+            .unwrap();
+        write_epoch(&store.inner.epochs.read()).note_written(tenant, 1, 0);
         // Written behind the store's back: its filter learns of it.
-        store.inner.filters.insert(tenant, &[(run[0].key.id, 0)]);
+        store.inner.filters.insert(tenant, &[(run[0].key.id, 0)], 0);
         let error = store
             .decide(&lineage, &rule(true), SETTINGS, &run, &through(&run))
             .unwrap_err();
@@ -885,17 +1009,26 @@ mod tests {
     impl LocalStore {
         /// Flushes the memtables and compacts everything into the last level.
         fn compact(&self) {
-            self.inner.copies.rotate_memtable_and_wait().unwrap();
-            self.inner.copies.major_compact().unwrap();
+            for epoch in self.inner.epochs.read().iter() {
+                epoch.keyspace.rotate_memtable_and_wait().unwrap();
+                epoch.keyspace.major_compact().unwrap();
+            }
         }
 
         fn stored(&self, shard: &Arc<str>, id: u128) -> Vec<AcceptedCopy> {
             let Some(tenant) = self.inner.tenants.get(shard) else {
                 return Vec::new();
             };
+            let epochs = self.inner.epochs.read();
             self.inner
-                .read_copies(&codec::copies_key(tenant, id), shard)
+                .read_copies(
+                    &holding(&epochs, Some(tenant)),
+                    &epochs,
+                    &codec::copies_key(tenant, id),
+                    shard,
+                )
                 .unwrap()
+                .0
         }
     }
 
@@ -933,6 +1066,11 @@ mod tests {
         store.advance_horizon(shard, 4_000).unwrap();
         assert_eq!(store.horizon(shard), Some(5_000), "never moves back");
         store.compact();
+        assert_eq!(
+            stored_keys(&store),
+            1 + 50 + 10,
+            "ids 1..50 of the shard are gone, id 0 and 50..100 and the other shard's stay"
+        );
         for n in 1_u8..50 {
             assert!(
                 store.stored(shard, run[usize::from(n)].key.id).is_empty(),
@@ -948,8 +1086,8 @@ mod tests {
         }
         assert_eq!(
             store.stored(shard, run[0].key.id).len(),
-            2,
-            "the newest copy is recent"
+            1,
+            "its value stays (its newest copy is recent); reads leave out its old copy"
         );
         for candidate in &others {
             assert_eq!(
@@ -959,7 +1097,7 @@ mod tests {
             );
         }
 
-        // A rewrite drops the copies below the horizon; the horizon persists.
+        // Reads leave out the copies below the horizon; the horizon persists.
         let again = [candidate(shard, (0, 2, 10_050), 300, None)];
         store
             .decide(&lineage, &rule, SETTINGS, &again, &through(&again))
@@ -997,7 +1135,7 @@ mod tests {
         drop(store);
         let forgetful = LocalOptions {
             forget_after: Duration::ZERO,
-            ..LocalOptions::default()
+            ..options()
         };
         let store = LocalStore::open(dir.path(), forgetful).unwrap();
         assert_eq!(store.watermark(shard).unwrap(), None);
@@ -1023,14 +1161,27 @@ mod tests {
         assert!(store.watermark(shard).unwrap().is_some());
     }
 
+    /// The keys in all epochs, a key of several epochs once per epoch.
+    fn stored_keys(store: &LocalStore) -> usize {
+        store
+            .inner
+            .epochs
+            .read()
+            .iter()
+            .map(|epoch| epoch.keyspace.iter().count())
+            .sum()
+    }
+
     /// Every key of `copies` whose newest copy is not below its tenant's
     /// horizon, by tenant.
     fn live_keys(store: &LocalStore) -> Vec<(u32, u128)> {
         let horizons = store.inner.tenants.horizons();
-        store
+        let mut keys: Vec<(u32, u128)> = store
             .inner
-            .copies
+            .epochs
+            .read()
             .iter()
+            .flat_map(|epoch| epoch.keyspace.iter())
             .map(|item| item.into_inner().unwrap())
             .filter_map(|(key, value)| {
                 let tenant = codec::key_tenant(&key).unwrap();
@@ -1038,7 +1189,10 @@ mod tests {
                 Tenants::keeps(horizons.get(&tenant).copied(), newest)
                     .then(|| (tenant, codec::key_id(&key).unwrap()))
             })
-            .collect()
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        keys
     }
 
     #[test]
@@ -1100,6 +1254,66 @@ mod tests {
             vec![Decision::Keep(Outcome::Unique)]
         );
         check(&store, 151);
+    }
+
+    /// The numbers of the store's epochs, oldest first.
+    fn epoch_numbers(store: &LocalStore) -> Vec<u32> {
+        store
+            .inner
+            .epochs
+            .read()
+            .iter()
+            .map(|epoch| epoch.number)
+            .collect()
+    }
+
+    #[test]
+    fn expired_epochs_are_deleted_whole_and_the_others_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        let a = Lineage::root("shardId-000000000000");
+        let b = Lineage::root("shardId-000000000001");
+        let run_of =
+            |lineage: &Lineage, ids: std::ops::Range<u8>, arrival: i64| -> Vec<Candidate> {
+                ids.map(|n| candidate(&lineage.shard_id, (n, 0, arrival), u64::from(n) + 1, None))
+                    .collect()
+            };
+        let decide = |store: &LocalStore, lineage: &Lineage, run: &[Candidate]| {
+            store
+                .decide(lineage, &rule(true), SETTINGS, run, &through(run))
+                .unwrap()
+        };
+        // 20 keys of each shard fill an epoch of 16 each.
+        decide(&store, &a, &run_of(&a, 0..20, 1_000));
+        decide(&store, &b, &run_of(&b, 0..20, 1_000));
+        assert_eq!(epoch_numbers(&store), vec![0, 1, 2]);
+
+        // Epoch 0 holds only shard a's copies, all below its horizon: the
+        // next epoch's start deletes it. Epoch 1 holds shard b's, which has
+        // no horizon: it stays.
+        store.advance_horizon(&a.shard_id, 5_000).unwrap();
+        decide(&store, &a, &run_of(&a, 20..40, 10_000));
+        assert_eq!(epoch_numbers(&store), vec![1, 2, 3]);
+        let names = store.inner.db.list_keyspace_names();
+        assert!(!names.iter().any(|name| &**name == "copies"), "{names:?}");
+        let again = [candidate(&b.shard_id, (0, 0, 1_050), 100, None)];
+        assert!(
+            matches!(decide(&store, &b, &again)[..], [Decision::Duplicate { .. }]),
+            "shard b's copies stay"
+        );
+
+        // After a reopen, the epochs and what they hold are found again.
+        drop(store);
+        let store = open(&dir);
+        assert_eq!(epoch_numbers(&store), vec![1, 2, 3]);
+        store.advance_horizon(&b.shard_id, 5_000).unwrap();
+        decide(&store, &b, &run_of(&b, 40..60, 10_000));
+        assert_eq!(epoch_numbers(&store), vec![2, 3, 4]);
+        let late = [candidate(&a.shard_id, (25, 0, 10_010), 500, None)];
+        assert!(
+            matches!(decide(&store, &a, &late)[..], [Decision::Duplicate { .. }]),
+            "shard a's recent copies stay"
+        );
     }
 
     #[test]
