@@ -21,14 +21,15 @@
 //! store open (to compare with `LocalOptions`' budget) and the store's size
 //! on disk. `BENCH_FILTER_BYTES=0` runs without the filters.
 //!
-//! On a 2-core machine, by CPU time: about 245,000 decisions per
-//! CPU-second over 5 million decisions (165,000 before the keys were split
-//! into epochs, 100,000 before the in-memory filters), about 340,000 a
-//! second on the calling thread by the wall clock; opening scans 10 million
-//! keys in about 15 s of CPU; about 1.2 GiB on disk, about 180 MiB
-//! resident. The aim is 500,000. Most of what is left is fjall's per-key
-//! work: memtable skip-list inserts, the lookups of repeated events
-//! (memtable searches, Bloom probes), the journal's writes, allocation.
+//! On a 2-core machine, by CPU time, with the daemon's allocator: about
+//! 340,000 decisions per CPU-second over 5 million decisions (316,000 to
+//! 387,000 over several runs; 245,000 before the recent keys and foldhash,
+//! 165,000 before the epochs, 100,000 before the in-memory filters), about
+//! 420,000 to 490,000 a second on the calling thread by the wall clock;
+//! opening scans 10 million keys in about 15 s of CPU; about 1.2 GiB on
+//! disk, about 205 MiB resident. The aim is 500,000. Most of what is left
+//! is fjall's per-key work: memtable skip-list inserts and the journal's
+//! writes on the calling thread, flushes on its background threads.
 //! `BENCH_EPOCH_KEYS` and `BENCH_MEMTABLE_BYTES` set those options (the
 //! memtable size applies to epochs started during the run).
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
@@ -43,6 +44,12 @@ use sequence_range::SequenceNumber;
 use shardsink::bench::{
     Candidate, CopyRef, EventIdSource, Lineage, LocalOptions, LocalStore, Rule, UserRecordView,
 };
+
+/// The daemon's allocator (see `main.rs`), so that the figures are the
+/// daemon's.
+#[cfg(unix)]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 const SHARD: &str = "shardId-000000000000";
 const SETTINGS: &str = "events;id=partition-key;fingerprint=payload";

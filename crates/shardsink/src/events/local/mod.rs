@@ -14,6 +14,8 @@
 //! - `tenants`: the short numbers that prefix a shard's keys, and the
 //!   shards' horizons;
 //! - `expiry`: the compaction filter that drops copies below the horizons;
+//! - `recent`: each shard's keys decided lately, so that retries are
+//!   decided without a read of fjall;
 //! - `filter`: the in-memory filters that answer for new ids without a
 //!   read of fjall.
 
@@ -23,6 +25,7 @@ mod error;
 mod expiry;
 mod filter;
 mod options;
+mod recent;
 mod shards;
 mod store;
 mod tenants;

@@ -46,10 +46,12 @@ pub const DEFAULT_WORKER_THREADS: usize = 3;
 /// - the in-memory filters of the `copies` keys, at most `filter_bytes`:
 ///   1.5 bytes per key whose newest copy is within the horizon, up to
 ///   twice that while a generation waits for the horizon to pass it
-///   (about 15 to 25 MiB for 10 million keys).
+///   (about 15 to 25 MiB for 10 million keys);
+/// - the recent keys (`recent`): about 2 MiB per shard.
 ///
 /// With the defaults: 64 MiB + 5 × 16 MiB + 5 MiB + a few MiB + at most
-/// 48 MiB, about **200 MiB** (about 175 MiB with 10 million keys).
+/// 48 MiB + 2 MiB per shard, about **200 MiB** (the benchmark's process,
+/// one shard and 10 million keys, is about 205 MiB resident).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalOptions {
     /// Block cache size, bytes. Default 64 MiB (`DEFAULT_CACHE_BYTES`).

@@ -29,6 +29,7 @@ use super::error::LocalStoreError;
 use super::expiry;
 use super::filter::{Builder, Filters, MIN_GENERATION_KEYS};
 use super::options::LocalOptions;
+use super::recent::{self, Recent};
 use super::tenants::{FORGOTTEN, Tenants};
 use crate::events::rule::{AcceptedCopy, CopyRef, Decision, EventKey, Rule};
 use crate::events::store::{Candidate, Lineage, precedes_in_shard};
@@ -75,7 +76,9 @@ pub(super) struct Inner {
     pub(super) tenants: Tenants,
     /// The in-memory filters of the `copies` keys, by tenant.
     pub(super) filters: Filters,
-    stripes: Vec<Mutex<()>>,
+    /// Locks that serialize the writers of a shard's keys, each guarding
+    /// the recent keys of the shards that share it.
+    stripes: Vec<Mutex<Recent>>,
 }
 
 /// What one `decide` call knows of one key: the copies read from the store
@@ -104,6 +107,18 @@ impl Slot {
     /// and those accepted since.
     fn for_write_epoch(&self) -> &[AcceptedCopy] {
         &self.copies[self.stored - self.in_write_epoch..]
+    }
+
+    /// What the store holds for the key once the call's batch committed,
+    /// `write_epoch` being the epoch it wrote to.
+    fn into_recent(self, write_epoch: u32) -> recent::Entry {
+        let mut older = self.copies;
+        let in_epoch = older.split_off(self.stored - self.in_write_epoch);
+        recent::Entry {
+            older,
+            in_epoch,
+            epoch: write_epoch,
+        }
     }
 }
 
@@ -157,7 +172,9 @@ impl LocalStore {
             shards,
             tenants,
             filters: Filters::new(options.filter_bytes),
-            stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+            stripes: (0..LOCK_STRIPES)
+                .map(|_| Mutex::new(Recent::default()))
+                .collect(),
         };
         inner.load_shards(options.forget_after)?;
         inner.build_filters()?;
@@ -200,9 +217,11 @@ impl LocalStore {
     ) -> Result<Vec<Decision>, LocalStoreError> {
         let inner = &*self.inner;
         let own = &lineage.shard_id;
-        let _lock = inner.lock(own);
+        let mut recent = inner.lock(own);
         let own_tenant = inner.tenant(own)?;
         let epochs = inner.epochs.read();
+        let write_epoch = write_epoch(&epochs);
+        let horizon = inner.live_horizon(own_tenant);
         // The shards whose copies count, and their tenants (an ancestor
         // without one has no copies here).
         let shards: Vec<(&Arc<str>, Option<u32>)> = std::iter::once((own, Some(own_tenant)))
@@ -213,8 +232,8 @@ impl LocalStore {
                     .map(|ancestor| (ancestor, inner.tenants.get(ancestor))),
             )
             .collect();
-        let mut slots: HashMap<(u128, usize), Slot> =
-            HashMap::with_capacity(candidates.len() * shards.len());
+        let mut slots: foldhash::HashMap<(u128, usize), Slot> =
+            HashMap::with_capacity_and_hasher(candidates.len() * shards.len(), Default::default());
         let mut decisions = Vec::with_capacity(candidates.len());
         // Which keys fjall may hold: the others are not read.
         let tenants: Vec<Option<u32>> = shards.iter().map(|(_, tenant)| *tenant).collect();
@@ -232,8 +251,10 @@ impl LocalStore {
             let id = candidate.key.id;
             for (index, (shard, tenant)) in shards.iter().enumerate() {
                 if let Entry::Vacant(vacant) = slots.entry((id, index)) {
-                    let read = match (tenant, maybe[position * shards.len() + index]) {
-                        (Some(tenant), Some(first_epoch)) => inner.read_copies(
+                    let known = (index == 0).then(|| recent.get(own_tenant, id)).flatten();
+                    let read = match (tenant, maybe[position * shards.len() + index], known) {
+                        (Some(_), Some(_), Some(known)) => known.read(write_epoch.number, horizon),
+                        (Some(tenant), Some(first_epoch), None) => inner.read_copies(
                             from(&holding[index], first_epoch),
                             &epochs,
                             &codec::copies_key(*tenant, id),
@@ -268,9 +289,7 @@ impl LocalStore {
             decisions.push(decision);
         }
 
-        let write_epoch = write_epoch(&epochs);
         let mut batch = inner.batch();
-        let horizon = inner.live_horizon(own_tenant);
         let mut value = Vec::new();
         let mut written = Vec::new();
         for ((id, index), slot) in &slots {
@@ -303,7 +322,14 @@ impl LocalStore {
         );
         inner.touch(&mut batch, own);
         batch.commit().map_err(|source| inner.storage(source))?;
+        // What the store now holds for the shard's keys read or written.
+        for ((id, index), slot) in slots {
+            if index == 0 && (slot.dirty || slot.stored > 0) {
+                recent.put(own_tenant, id, slot.into_recent(write_epoch.number));
+            }
+        }
         drop(epochs);
+        drop(recent);
         inner.maintain_epochs()?;
         Ok(decisions)
     }
@@ -322,7 +348,7 @@ impl LocalStore {
             copies.iter().map(|(_, copy)| &copy.copy.shard_id).collect();
         shards.sort();
         shards.dedup();
-        let _locks = inner.lock_all(shards.iter().map(|shard| &***shard));
+        let mut locks = inner.lock_all(shards.iter().map(|shard| &***shard));
         let mut tenants: HashMap<&str, u32> = HashMap::with_capacity(shards.len());
         for shard in &shards {
             tenants.insert(shard, inner.tenant(shard)?);
@@ -383,10 +409,18 @@ impl LocalStore {
                 }
             }
         }
-        // Before the batch commits, as in `decide`.
+        // Before the batch commits, as in `decide`; and whatever the batch
+        // does, no recent entry is left to differ from the store.
         for (tenant, keys) in &written {
             inner.filters.insert(*tenant, keys, write_epoch.number);
             note_written(write_epoch, *tenant, keys);
+        }
+        for ((tenant, id), (_, slot)) in &slots {
+            if slot.dirty {
+                for recent in &mut locks {
+                    recent.remove(*tenant, *id);
+                }
+            }
         }
         for shard in shards {
             inner.touch(&mut batch, shard);
@@ -399,15 +433,16 @@ impl LocalStore {
 
 impl Inner {
     /// The lock of `shard_id`'s writers.
-    pub(super) fn lock(&self, shard_id: &str) -> MutexGuard<'_, ()> {
-        // The lock guards no data, so a poisoned one is as good.
+    pub(super) fn lock(&self, shard_id: &str) -> MutexGuard<'_, Recent> {
+        // Each update of the recent keys is one whole insert or removal,
+        // each true of the store, so a poisoned lock is as good.
         self.stripes[stripe(shard_id)]
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The locks of several shards, taken in one order (no deadlock).
-    fn lock_all<'a>(&self, shards: impl Iterator<Item = &'a str>) -> Vec<MutexGuard<'_, ()>> {
+    fn lock_all<'a>(&self, shards: impl Iterator<Item = &'a str>) -> Vec<MutexGuard<'_, Recent>> {
         let mut stripes: Vec<usize> = shards.map(stripe).collect();
         stripes.sort_unstable();
         stripes.dedup();
@@ -1313,6 +1348,61 @@ mod tests {
         assert!(
             matches!(decide(&store, &a, &late)[..], [Decision::Duplicate { .. }]),
             "shard a's recent copies stay"
+        );
+    }
+
+    #[test]
+    fn a_key_written_in_several_epochs_keeps_all_its_copies_recent_or_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        let lineage = Lineage::root("shardId-000000000000");
+        let shard = &lineage.shard_id;
+        let rule = Rule {
+            window_millis: 10_000,
+            match_fingerprint: true,
+        };
+        let decide = |store: &LocalStore, run: &[Candidate]| {
+            store
+                .decide(&lineage, &rule, SETTINGS, run, &through(run))
+                .unwrap()
+        };
+        // Id 0 with fingerprint 1 in epoch 0, then enough other ids to end
+        // two epochs of 16, then id 0 with fingerprint 2 (another payload:
+        // kept) in the write epoch.
+        decide(&store, &[candidate(shard, (0, 1, 1_000), 1, None)]);
+        let others: Vec<Candidate> = (1..40)
+            .map(|n| candidate(shard, (n, 0, 1_100), u64::from(n) + 1, None))
+            .collect();
+        decide(&store, &others[..20]);
+        decide(&store, &others[20..]);
+        assert!(epoch_numbers(&store).len() >= 3);
+        assert_eq!(
+            decide(&store, &[candidate(shard, (0, 2, 1_200), 100, None)]),
+            vec![Decision::Keep(Outcome::IdReused)]
+        );
+        let first = |store: &LocalStore, sequence: u64| {
+            decide(store, &[candidate(shard, (0, 1, 1_300), sequence, None)])
+        };
+        let duplicate_of_the_first = vec![Decision::Duplicate {
+            of: candidate(shard, (0, 1, 1_000), 1, None).copy,
+        }];
+        assert_eq!(
+            first(&store, 101),
+            duplicate_of_the_first,
+            "from the recent keys"
+        );
+        drop(store);
+        let store = open(&dir);
+        assert_eq!(
+            first(&store, 102),
+            duplicate_of_the_first,
+            "read from both epochs"
+        );
+        assert_eq!(
+            store
+                .stored(shard, candidate(shard, (0, 0, 0), 1, None).key.id)
+                .len(),
+            2
         );
     }
 
