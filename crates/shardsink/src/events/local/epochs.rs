@@ -8,9 +8,13 @@
 //! down a tree of 10 million keys (about two thirds of the store's CPU).
 //! Split by epochs, a keyspace holds a few memtables' worth of keys and is
 //! never written again once the next epoch starts: a key is written to
-//! disk once or twice, and an epoch is deleted whole
+//! disk once, and an epoch is deleted whole
 //! ([`fjall::Database::delete_keyspace`]) when every shard with keys in it
-//! has its horizon past the newest copy it wrote there.
+//! has its horizon past the newest copy it wrote there — looked at each
+//! time an epoch starts. A shard that stops deciding here (its lease moved,
+//! it ended, its stream went quiet) keeps the epochs holding its last
+//! copies until it is forgotten (`LocalOptions::forget_after` without a
+//! write, at the store's next open).
 //!
 //! A key may be in several epochs: each holds the copies accepted while it
 //! was the write epoch. A read gathers the copies of all the epochs that
@@ -178,13 +182,15 @@ impl Epochs {
     }
 
     /// Starts the next epoch when the write epoch is full, then deletes the
-    /// older epochs that have expired under `horizons`. Call with no read
-    /// guard held. Returns how many epochs were deleted.
+    /// older epochs that have expired under `horizons` (so deletions are
+    /// looked at once per epoch written). Call with no read guard held.
+    /// Returns how many epochs were deleted.
     ///
     /// # Errors
-    /// fjall's, when the new keyspace cannot be created or an old one
-    /// deleted (the store stays usable: the write epoch keeps taking
-    /// writes, an epoch not deleted is tried again later).
+    /// fjall's, when the new keyspace cannot be created (the write epoch
+    /// goes on taking writes; the next call tries again) or an old one
+    /// deleted (it stays in the list and is tried again at the next
+    /// epoch's start).
     pub fn maintain(
         &self,
         db: &Database,
@@ -207,17 +213,22 @@ impl Epochs {
         let horizons = horizons();
         let write_epoch = list.len() - 1;
         let mut deleted = 0;
+        let mut failed = None;
         let mut index = 0;
         while index < write_epoch - deleted {
-            if list[index].expired(&horizons) {
-                let epoch = list.remove(index);
-                db.delete_keyspace(epoch.keyspace.clone())?;
-                deleted += 1;
-            } else {
-                index += 1;
+            if failed.is_none() && list[index].expired(&horizons) {
+                match db.delete_keyspace(list[index].keyspace.clone()) {
+                    Ok(()) => {
+                        list.remove(index);
+                        deleted += 1;
+                        continue;
+                    }
+                    Err(error) => failed = Some(error),
+                }
             }
+            index += 1;
         }
-        Ok(deleted)
+        failed.map_or(Ok(deleted), Err)
     }
 }
 

@@ -4,7 +4,9 @@
 //! whose newest copy arrived before its shard's horizon as the LSM tree
 //! compacts (`fjall::compaction::filter`; fjall runs the filter on every
 //! item a compaction rewrites). A rewritten value also drops its copies
-//! below the horizon ([`Tenants::keeps`]).
+//! below the horizon ([`Tenants::keeps`]). Keys are written in epochs
+//! (`epochs`), which seldom compact: most old copies leave with their
+//! whole epoch, and this filter cleans what a compaction does rewrite.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,7 +18,7 @@ use fjall::compaction::filter::{
 use super::codec;
 use super::tenants::Tenants;
 
-/// The filter factory to install on the `copies` keyspace.
+/// The filter factory to install on each epoch's `copies` keyspace.
 pub fn factory(tenants: &Tenants) -> Arc<dyn Factory> {
     Arc::new(ExpiryFactory {
         tenants: tenants.clone(),

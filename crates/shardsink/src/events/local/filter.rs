@@ -6,7 +6,8 @@
 //! of new ids per generation, below), but never "absent" for a key that
 //! fjall holds and whose newest copy arrived at or after its tenant's
 //! horizon: every write adds the key first (before its batch commits), and
-//! the store builds the filters at open by scanning the `copies` keyspace.
+//! the store builds the filters at open by scanning the epochs' `copies`
+//! keyspaces.
 //! Keys older than the horizon may be forgotten by the filter as by
 //! compaction (`expiry`): nothing consults them.
 //!

@@ -5,7 +5,7 @@ use std::time::Duration;
 /// Default size of the block cache: 64 MiB.
 pub const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
 
-/// Default memtable size of the `copies` keyspace: 16 MiB.
+/// Default memtable size of the `copies` keyspaces: 16 MiB.
 pub const DEFAULT_MEMTABLE_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Default bound of the in-memory filters of the `copies` keys: 48 MiB
@@ -56,9 +56,9 @@ pub const DEFAULT_WORKER_THREADS: usize = 3;
 pub struct LocalOptions {
     /// Block cache size, bytes. Default 64 MiB (`DEFAULT_CACHE_BYTES`).
     pub cache_bytes: u64,
-    /// Memtable size of the `copies` keyspace, bytes; applies when the
-    /// store is created (fjall keeps a keyspace's options). Default 16 MiB
-    /// (`DEFAULT_MEMTABLE_BYTES`).
+    /// Memtable size of the `copies` keyspaces, bytes; applies to each
+    /// epoch's keyspace when it is created (fjall keeps a keyspace's
+    /// options). Default 16 MiB (`DEFAULT_MEMTABLE_BYTES`).
     pub memtable_bytes: u64,
     /// Shards not written for this long (wall clock) are forgotten at open:
     /// watermark and ended mark removed, copies dropped by compaction.

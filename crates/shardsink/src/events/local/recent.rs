@@ -13,11 +13,15 @@
 //! leave them out.
 //!
 //! Each shard keeps two generations of at most [`RECENT_KEYS`] entries: when
-//! the newer is full, the older is dropped and the newer takes its place.
+//! the newer is full, the older is dropped and the newer takes its place. A
+//! shard's entries are dropped once no call has decided its keys for
+//! [`IDLE`] (its lease moved, it ended, its stream went quiet), at the next
+//! call of a shard sharing its lock.
 //! Memory: about 250 bytes per entry (a copy with its 56-digit sequence
 //! number, the maps' own share), so at most about 2 MiB per shard.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use crate::events::rule::AcceptedCopy;
 
@@ -25,6 +29,10 @@ use super::tenants::Tenants;
 
 /// Entries of one generation of one shard: 4,096.
 pub const RECENT_KEYS: usize = 4096;
+
+/// A shard whose keys no call decided for this long loses its entries: a
+/// minute.
+pub const IDLE: Duration = Duration::from_secs(60);
 
 /// What the store holds for one key.
 #[derive(Debug, Clone)]
@@ -67,13 +75,31 @@ pub struct Recent {
     tenants: HashMap<u32, Generations>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Generations {
     newer: foldhash::HashMap<u128, Entry>,
     older: foldhash::HashMap<u128, Entry>,
+    /// When a call last decided the shard's keys.
+    used: Instant,
 }
 
 impl Recent {
+    /// Starts a call deciding keys of `tenant` at `now`: the tenant is in
+    /// use, and the others not in use for [`IDLE`] lose their entries.
+    pub fn start(&mut self, tenant: u32, now: Instant) {
+        self.tenants.retain(|other, generations| {
+            *other == tenant || now.saturating_duration_since(generations.used) < IDLE
+        });
+        self.tenants
+            .entry(tenant)
+            .or_insert_with(|| Generations {
+                newer: foldhash::HashMap::default(),
+                older: foldhash::HashMap::default(),
+                used: now,
+            })
+            .used = now;
+    }
+
     /// The entry of `id` under `tenant`, if recent.
     pub fn get(&self, tenant: u32, id: u128) -> Option<&Entry> {
         let generations = self.tenants.get(&tenant)?;
@@ -83,9 +109,12 @@ impl Recent {
             .or_else(|| generations.older.get(&id))
     }
 
-    /// Records what the store now holds for `id` under `tenant`.
+    /// Records what the store now holds for `id` under `tenant`, a tenant
+    /// [`start`](Self::start)ed (else nothing is recorded).
     pub fn put(&mut self, tenant: u32, id: u128, entry: Entry) {
-        let generations = self.tenants.entry(tenant).or_default();
+        let Some(generations) = self.tenants.get_mut(&tenant) else {
+            return;
+        };
         if generations.newer.len() >= RECENT_KEYS && !generations.newer.contains_key(&id) {
             generations.older = std::mem::take(&mut generations.newer);
             generations.newer.reserve(RECENT_KEYS);
@@ -166,9 +195,14 @@ mod tests {
             in_epoch: vec![copy(1, 1)],
             epoch: 0,
         };
+        let now = Instant::now();
+        recent.start(1, now);
         for id in 0..(3 * RECENT_KEYS as u128) {
             recent.put(1, id, entry.clone());
         }
+        recent.put(2, 0, entry.clone());
+        assert_eq!(recent.len(), 2 * RECENT_KEYS, "tenant 2 was not started");
+        recent.start(2, now);
         recent.put(2, 0, entry.clone());
         assert_eq!(recent.len(), 2 * RECENT_KEYS + 1);
         assert!(recent.get(1, 0).is_none(), "dropped with its generation");
@@ -177,5 +211,13 @@ mod tests {
         assert!(recent.get(2, 0).is_some() && recent.get(3, 0).is_none());
         recent.remove(1, 3 * RECENT_KEYS as u128 - 1);
         assert!(recent.get(1, 3 * RECENT_KEYS as u128 - 1).is_none());
+
+        // Tenant 1 idle for a minute: the next start of another drops it.
+        recent.start(2, now + IDLE / 2);
+        assert!(recent.get(1, RECENT_KEYS as u128 + 1).is_some());
+        recent.start(2, now + IDLE);
+        assert!(recent.get(1, RECENT_KEYS as u128 + 1).is_none());
+        assert!(recent.get(2, 0).is_some());
+        assert_eq!(recent.len(), 1);
     }
 }

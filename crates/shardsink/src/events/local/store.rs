@@ -219,6 +219,7 @@ impl LocalStore {
         let own = &lineage.shard_id;
         let mut recent = inner.lock(own);
         let own_tenant = inner.tenant(own)?;
+        recent.start(own_tenant, std::time::Instant::now());
         let epochs = inner.epochs.read();
         let write_epoch = write_epoch(&epochs);
         let horizon = inner.live_horizon(own_tenant);
@@ -330,7 +331,7 @@ impl LocalStore {
         }
         drop(epochs);
         drop(recent);
-        inner.maintain_epochs()?;
+        inner.maintain_epochs();
         Ok(decisions)
     }
 
@@ -427,7 +428,9 @@ impl LocalStore {
         }
         batch.commit().map_err(|source| inner.storage(source))?;
         drop(epochs);
-        inner.maintain_epochs()
+        drop(locks);
+        inner.maintain_epochs();
+        Ok(())
     }
 }
 
@@ -583,7 +586,7 @@ impl Inner {
         Some(newest)
     }
 
-    /// Builds the filters from the `copies` keyspace: one generation per
+    /// Builds the filters from the epochs' `copies` keyspaces: one generation per
     /// tenant holding its keys whose newest copy is not below its horizon
     /// (a value that does not decode is kept, so that reads report it).
     /// One scan; each generation is sized for the keys not yet scanned
@@ -627,19 +630,23 @@ impl Inner {
     }
 
     /// Starts the next epoch when the write epoch is full and deletes the
-    /// expired ones ([`Epochs::maintain`]).
-    ///
-    /// # Errors
-    /// [`LocalStoreError::Storage`].
-    fn maintain_epochs(&self) -> Result<(), LocalStoreError> {
-        let deleted = self
-            .epochs
-            .maintain(&self.db, || self.tenants.horizons())
-            .map_err(|source| self.storage(source))?;
-        if deleted > 0 {
-            tracing::debug!(path = %self.path.display(), deleted, "event store deleted expired epochs");
+    /// expired ones ([`Epochs::maintain`]). A failure is logged, not
+    /// returned: the call's batch has committed, the store stays usable
+    /// (the full epoch goes on taking writes) and the next call tries again.
+    fn maintain_epochs(&self) {
+        match self.epochs.maintain(&self.db, || self.tenants.horizons()) {
+            Ok(0) => {}
+            Ok(deleted) => tracing::debug!(
+                path = %self.path.display(),
+                deleted,
+                "event store deleted expired epochs"
+            ),
+            Err(error) => tracing::warn!(
+                path = %self.path.display(),
+                %error,
+                "event store could not start its next epoch or delete an expired one; trying again later"
+            ),
         }
-        Ok(())
     }
 }
 

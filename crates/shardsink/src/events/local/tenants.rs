@@ -1,5 +1,5 @@
 //! [`Tenants`]: the number that prefixes a shard's keys in the `copies`
-//! keyspace, and the shard's horizon.
+//! keyspaces, and the shard's horizon.
 //!
 //! A shard's copies are keyed by a 4-byte *tenant* number rather than by
 //! the shard id (20 bytes or more): with the 16-byte id, a key is 20 bytes,
