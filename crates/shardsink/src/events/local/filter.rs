@@ -170,6 +170,19 @@ fn mix(mut z: u64) -> u64 {
 }
 
 impl TenantFilter {
+    /// Charges a generation of `cost` bytes to the filters' `bytes`, if it
+    /// fits within `budget`; if not, the tenant answers "maybe" until its
+    /// horizon passes `newest_arrival`, the generation's newest key.
+    /// Returns whether it was charged.
+    fn charge(&mut self, bytes: &mut u64, budget: u64, cost: u64, newest_arrival: i64) -> bool {
+        if *bytes + cost > budget {
+            self.untracked_through = self.untracked_through.max(Some(newest_arrival));
+            return false;
+        }
+        *bytes += cost;
+        true
+    }
+
     /// `None` when the tenant holds no key of `hash`, else the first epoch
     /// that may hold one: that of the oldest generation answering "maybe"
     /// (0 while keys are untracked).
@@ -268,11 +281,9 @@ impl Filters {
                 let live: u64 = filter.generations.iter().map(|g| g.len).sum();
                 let capacity = (live / 2).clamp(MIN_GENERATION_KEYS, MAX_GENERATION_KEYS);
                 let generation = Generation::with_capacity(capacity, epoch);
-                if *bytes + generation.bytes() > *budget {
-                    filter.untracked_through = filter.untracked_through.max(Some(arrival_millis));
+                if !filter.charge(bytes, *budget, generation.bytes(), arrival_millis) {
                     continue;
                 }
-                *bytes += generation.bytes();
                 filter.generations.push(generation);
             }
             if let Some(last) = filter.generations.last_mut() {
@@ -313,13 +324,14 @@ impl Filters {
             budget,
         } = &mut *state;
         let filter = tenants.entry(tenant).or_default();
-        if *bytes + generation.bytes() > *budget {
-            filter.untracked_through = filter
-                .untracked_through
-                .max(Some(generation.newest_arrival));
+        if !filter.charge(
+            bytes,
+            *budget,
+            generation.bytes(),
+            generation.newest_arrival,
+        ) {
             return;
         }
-        *bytes += generation.bytes();
         // Older than any written since: kept first, it is dropped first.
         filter.generations.insert(0, generation);
     }

@@ -252,15 +252,18 @@ impl LocalStore {
             let id = candidate.key.id;
             for (index, (shard, tenant)) in shards.iter().enumerate() {
                 if let Entry::Vacant(vacant) = slots.entry((id, index)) {
-                    let known = (index == 0).then(|| recent.get(own_tenant, id)).flatten();
-                    let read = match (tenant, maybe[position * shards.len() + index], known) {
-                        (Some(_), Some(_), Some(known)) => known.read(write_epoch.number, horizon),
-                        (Some(tenant), Some(first_epoch), None) => inner.read_copies(
-                            from(&holding[index], first_epoch),
-                            &epochs,
-                            &codec::copies_key(*tenant, id),
-                            shard,
-                        )?,
+                    let read = match (tenant, maybe[position * shards.len() + index]) {
+                        (Some(tenant), Some(first_epoch)) => {
+                            match (index == 0).then(|| recent.get(own_tenant, id)).flatten() {
+                                Some(known) => known.read(write_epoch.number, horizon),
+                                None => inner.read_copies(
+                                    from(&holding[index], first_epoch),
+                                    write_epoch,
+                                    &codec::copies_key(*tenant, id),
+                                    shard,
+                                )?,
+                            }
+                        }
                         _ => (Vec::new(), 0),
                     };
                     vacant.insert(Slot::read(read));
@@ -355,6 +358,7 @@ impl LocalStore {
             tenants.insert(shard, inner.tenant(shard)?);
         }
         let epochs = inner.epochs.read();
+        let write_epoch = write_epoch(&epochs);
         let holding: HashMap<u32, Vec<&Epoch>> = tenants
             .values()
             .map(|tenant| (*tenant, holding(&epochs, Some(*tenant))))
@@ -372,7 +376,7 @@ impl LocalStore {
                     let read = match maybe.first().copied().flatten() {
                         Some(first_epoch) => inner.read_copies(
                             from(&holding[&tenant], first_epoch),
-                            &epochs,
+                            write_epoch,
                             &codec::copies_key(tenant, event.id),
                             shard,
                         )?,
@@ -390,7 +394,6 @@ impl LocalStore {
                 slot.dirty = true;
             }
         }
-        let write_epoch = write_epoch(&epochs);
         let mut batch = inner.batch();
         let mut value = Vec::new();
         let mut written: HashMap<u32, Vec<(u128, i64)>> = HashMap::new();
@@ -522,12 +525,12 @@ impl Inner {
     /// The copies stored under `key` of `shard_id` in the epochs `holding`
     /// it (oldest first), but those below the horizon of the key's tenant
     /// (which no decision consults, wherever compaction and the epochs'
-    /// deletion have got to), and how many of them (the last) are in the
-    /// write epoch, the last of `epochs`.
+    /// deletion have got to), and how many of them (the last) are in
+    /// `write_epoch`.
     fn read_copies(
         &self,
         holding: &[&Epoch],
-        epochs: &[Arc<Epoch>],
+        write_epoch: &Epoch,
         key: &[u8],
         shard_id: &Arc<str>,
     ) -> Result<(Vec<AcceptedCopy>, usize), LocalStoreError> {
@@ -553,7 +556,7 @@ impl Inner {
                     .into_iter()
                     .filter(|copy| Tenants::keeps(horizon, copy.arrival_millis)),
             );
-            if std::ptr::eq(*epoch, write_epoch(epochs)) {
+            if std::ptr::eq(*epoch, write_epoch) {
                 in_write_epoch = copies.len() - before;
             }
         }
@@ -600,10 +603,10 @@ impl Inner {
             .iter()
             .map(|epoch| epoch.keyspace.approximate_len() as u64)
             .sum();
+        let first_epoch = epochs.first().map_or(0, |epoch| epoch.number);
         // One generation per tenant, from its keys in every epoch.
         for tenant in tenants {
             let keys = left.min(self.filters.room()).max(MIN_GENERATION_KEYS);
-            let first_epoch = epochs.first().map_or(0, |epoch| epoch.number);
             let mut builder = Builder::new(keys, first_epoch);
             for epoch in epochs.iter() {
                 let (mut count, mut newest_here) = (0, i64::MIN);
@@ -1065,7 +1068,7 @@ mod tests {
             self.inner
                 .read_copies(
                     &holding(&epochs, Some(tenant)),
-                    &epochs,
+                    write_epoch(&epochs),
                     &codec::copies_key(tenant, id),
                     shard,
                 )
