@@ -16,18 +16,33 @@
 //! copies until it is forgotten (`LocalOptions::forget_after` without a
 //! write, at the store's next open).
 //!
+//! While an epoch takes writes it is *open*: its keys are written as runs,
+//! one fjall entry per call in the epoch's runs keyspace, and read from an
+//! in-memory index (`runs`). Once the next epoch has started, the open
+//! epoch is *closed*: its keys, sorted, are loaded into its `copies`
+//! keyspace by fjall's bulk ingestion, then its index is dropped and its
+//! runs keyspace deleted. A crash before the ingestion finished leaves the
+//! runs keyspace and an empty `copies` keyspace: the next open reads the
+//! runs again and closes the epoch; a crash after it leaves a `copies`
+//! keyspace that is not empty: the runs keyspace is deleted.
+//!
 //! A key may be in several epochs: each holds the copies accepted while it
 //! was the write epoch. A read gathers the copies of all the epochs that
 //! hold keys of the key's tenant (a few; most reads are skipped by the
 //! in-memory filters, `filter`), oldest first, the write epoch last.
 //!
 //! Names: epoch 0 is the keyspace `copies` (a store written before epochs
-//! holds all its keys there), epoch `n` the keyspace `copies.{n}`.
+//! holds all its keys there), epoch `n` the keyspace `copies.{n}`; the runs
+//! keyspace of epoch `n` is `copies.{n}.runs`. An epoch without a runs
+//! keyspace is closed (so are the epochs of a store written before runs).
 //!
 //! Concurrency: a `decide` or `insert` holds the epochs' read lock
-//! ([`Epochs::read`]) from its reads to its commit, so an epoch is neither
-//! replaced as the write epoch nor deleted while a call uses it; starting
-//! an epoch and deleting old ones take the write lock between calls.
+//! ([`Epochs::read`]) from its reads to its commit and the index update
+//! after it, so an epoch is neither replaced as the write epoch nor
+//! deleted while a call uses it; starting an epoch and deleting old ones
+//! take the write lock between calls. Closing an epoch needs no lock: no
+//! call writes to it any more, and a read finds its keys in the index
+//! until the ingestion has finished, in the keyspace after.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,12 +50,16 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard};
 
 use fjall::compaction::Leveled;
 use fjall::config::CompressionPolicy;
-use fjall::{Database, Keyspace, KeyspaceCreateOptions};
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, OwnedWriteBatch};
 
+use super::runs::{self, Index, Run};
 use super::tenants::Tenants;
 
 /// The name prefix of the epochs' keyspaces (epoch 0's whole name).
 pub const PREFIX: &str = "copies";
+
+/// The name suffix of a runs keyspace.
+const RUNS_SUFFIX: &str = ".runs";
 
 /// The keyspace name of epoch `number`.
 pub fn name(number: u32) -> String {
@@ -59,6 +78,21 @@ pub fn number(name: &str) -> Option<u32> {
     }
 }
 
+/// The name of epoch `number`'s runs keyspace.
+pub fn runs_name(number: u32) -> String {
+    format!("{PREFIX}.{number}{RUNS_SUFFIX}")
+}
+
+/// The epoch number of runs keyspace `name`; `None` when it is not a runs
+/// keyspace.
+pub fn runs_number(name: &str) -> Option<u32> {
+    name.strip_prefix(PREFIX)?
+        .strip_prefix('.')?
+        .strip_suffix(RUNS_SUFFIX)?
+        .parse()
+        .ok()
+}
+
 /// The options of a new epoch's keyspace (fjall keeps a keyspace's
 /// options; these apply when it is created).
 pub fn create_options(memtable_bytes: u64) -> KeyspaceCreateOptions {
@@ -70,11 +104,11 @@ pub fn create_options(memtable_bytes: u64) -> KeyspaceCreateOptions {
         .max_memtable_size(memtable_bytes)
         // Ids are hashes: blocks barely compress.
         .data_block_compression_policy(CompressionPolicy::disabled())
-        // An epoch's flushed tables all overlap (random ids). An epoch
-        // ends after about eight flushes of the default memtable, so with
-        // merges at 16 level-0 tables (fjall slows writes from 20) its keys
-        // are written to disk once and never merged; reads, rare behind
-        // the filters and the recent keys, probe each table's Bloom filter.
+        // An epoch's keys are loaded once, sorted, when it closes (and a
+        // store written before runs has epochs of flushed memtables, which
+        // all overlap): merges at 16 level-0 tables (fjall slows writes
+        // from 20) keep them from being rewritten; reads, rare behind the
+        // filters and the recent keys, probe each table's Bloom filter.
         .compaction_strategy(Arc::new(
             Leveled::default()
                 .with_l0_threshold(16)
@@ -82,12 +116,47 @@ pub fn create_options(memtable_bytes: u64) -> KeyspaceCreateOptions {
         ))
 }
 
-/// One epoch: its keyspace and what was written to it.
+/// The options of a new runs keyspace: a few large values, read back only
+/// when the store opens.
+fn runs_options(memtable_bytes: u64) -> KeyspaceCreateOptions {
+    KeyspaceCreateOptions::default()
+        .max_memtable_size(memtable_bytes)
+        // Mostly ids and packed digits: they barely compress.
+        .data_block_compression_policy(CompressionPolicy::disabled())
+}
+
+/// An epoch not yet loaded into its keyspace: its runs and their index.
+struct Open {
+    runs: Keyspace,
+    next_run: AtomicU64,
+    index: RwLock<Index>,
+}
+
+/// How opening the epochs fails.
+#[derive(Debug)]
+pub enum OpenError {
+    /// fjall's error.
+    Fjall(fjall::Error),
+    /// A run that does not decode: the keyspace's name and the run's
+    /// number.
+    CorruptRun(String, u64),
+}
+
+impl From<fjall::Error> for OpenError {
+    fn from(error: fjall::Error) -> Self {
+        Self::Fjall(error)
+    }
+}
+
+/// One epoch: its keyspace, its runs while open, and what was written to
+/// it.
 pub struct Epoch {
     /// The epoch's number; later epochs have larger ones.
     pub number: u32,
-    /// Its keyspace.
+    /// Its keyspace, which holds its keys once it is closed.
     pub keyspace: Keyspace,
+    /// Its runs and their index while it is open.
+    open: RwLock<Option<Arc<Open>>>,
     /// Keys written to it (counted at open by the scan, then per write; a
     /// key written twice counts twice).
     keys: AtomicU64,
@@ -97,13 +166,210 @@ pub struct Epoch {
 }
 
 impl Epoch {
-    fn new(number: u32, keyspace: Keyspace) -> Self {
+    fn new(number: u32, keyspace: Keyspace, open: Option<Open>) -> Self {
         Self {
             number,
             keyspace,
+            open: RwLock::new(open.map(Arc::new)),
             keys: AtomicU64::new(0),
             newest: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Creates epoch `number`, open, in `db`: its keyspace, then its runs
+    /// keyspace (a crash between the two leaves an empty closed epoch).
+    fn create(db: &Database, number: u32, memtable_bytes: u64) -> fjall::Result<Self> {
+        let keyspace = db.keyspace(&name(number), || create_options(memtable_bytes))?;
+        let runs = db.keyspace(&runs_name(number), || runs_options(memtable_bytes))?;
+        Ok(Self::new(
+            number,
+            keyspace,
+            Some(Open {
+                runs,
+                next_run: AtomicU64::new(0),
+                index: RwLock::new(Index::default()),
+            }),
+        ))
+    }
+
+    /// Opens epoch `number` found in `db`, its runs read into its index
+    /// when it is open.
+    fn reopen(db: &Database, number: u32, memtable_bytes: u64) -> Result<Self, OpenError> {
+        let keyspace = db.keyspace(&name(number), || create_options(memtable_bytes))?;
+        if !db.keyspace_exists(&runs_name(number)) {
+            return Ok(Self::new(number, keyspace, None));
+        }
+        let runs = db.keyspace(&runs_name(number), || runs_options(memtable_bytes))?;
+        if !keyspace.is_empty()? {
+            // Loaded before a crash kept its runs from being deleted.
+            db.delete_keyspace(runs)?;
+            return Ok(Self::new(number, keyspace, None));
+        }
+        let mut index = Index::default();
+        let mut next_run = 0;
+        for item in runs.iter() {
+            let (key, value) = item.into_inner()?;
+            let run = runs::run_number(&key)
+                .ok_or_else(|| OpenError::CorruptRun(runs_name(number), u64::MAX))?;
+            let entries = runs::entries(&value)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|_| OpenError::CorruptRun(runs_name(number), run))?;
+            index.apply(entries);
+            next_run = run + 1;
+        }
+        Ok(Self::new(
+            number,
+            keyspace,
+            Some(Open {
+                runs,
+                next_run: AtomicU64::new(next_run),
+                index: RwLock::new(index),
+            }),
+        ))
+    }
+
+    fn open(&self) -> Option<Arc<Open>> {
+        // Replaced whole: a panic cannot leave it half-updated.
+        self.open
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Whether the epoch is open: its keys in its runs and index, not yet
+    /// in its keyspace.
+    pub fn is_open(&self) -> bool {
+        self.open().is_some()
+    }
+
+    /// Calls `f` with the value of `key` in this epoch, if any.
+    ///
+    /// # Errors
+    /// fjall's, when reading a closed epoch's keyspace fails.
+    pub fn with_value<R>(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(Option<&[u8]>) -> R,
+    ) -> fjall::Result<R> {
+        if let Some(open) = self.open() {
+            let index = open.index.read().unwrap_or_else(PoisonError::into_inner);
+            return Ok(f(index.get(key)));
+        }
+        let value = self.keyspace.get(key)?;
+        Ok(f(value.as_deref()))
+    }
+
+    /// Calls `f` with each key starting with `prefix` and its value, in
+    /// key order when the epoch is closed, in no order when it is open.
+    ///
+    /// # Errors
+    /// fjall's, when reading a closed epoch's keyspace fails.
+    pub fn for_each_with_prefix(
+        &self,
+        prefix: &[u8],
+        mut f: impl FnMut(&[u8], &[u8]),
+    ) -> fjall::Result<()> {
+        if let Some(open) = self.open() {
+            let index = open.index.read().unwrap_or_else(PoisonError::into_inner);
+            for (key, value) in index.iter() {
+                if key.starts_with(prefix) {
+                    f(&key, value);
+                }
+            }
+            return Ok(());
+        }
+        for item in self.keyspace.prefix(prefix) {
+            let (key, value) = item.into_inner()?;
+            f(&key, &value);
+        }
+        Ok(())
+    }
+
+    /// About how many keys it holds (fjall's estimate once closed).
+    pub fn approximate_len(&self) -> usize {
+        match self.open() {
+            Some(open) => open
+                .index
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .len(),
+            None => self.keyspace.approximate_len(),
+        }
+    }
+
+    /// Adds the writes of `run` to `batch`: one entry of the runs keyspace
+    /// while the epoch is open, else a write per key of its keyspace.
+    /// Once the batch has committed, [`applied`](Self::applied) must be
+    /// called with the same run, before the caller's read guard of the
+    /// epochs is dropped.
+    pub fn stage(&self, batch: &mut OwnedWriteBatch, run: &Run) {
+        if run.is_empty() {
+            return;
+        }
+        match self.open() {
+            Some(open) => {
+                let number = open.next_run.fetch_add(1, Ordering::Relaxed);
+                batch.insert(&open.runs, runs::run_key(number), run.as_bytes());
+            }
+            None => {
+                for (key, value) in run.entries() {
+                    match value {
+                        Some(value) => batch.insert(&self.keyspace, key.as_slice(), value),
+                        None => batch.remove(&self.keyspace, key.as_slice()),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Records in the index that `run`, [`stage`](Self::stage)d, has
+    /// committed.
+    pub fn applied(&self, run: &Run) {
+        if let Some(open) = self.open() {
+            open.index
+                .write()
+                .unwrap_or_else(PoisonError::into_inner)
+                .apply(run.entries());
+        }
+    }
+
+    /// Closes the epoch if it is open: loads its keys, sorted, into its
+    /// keyspace (one bulk ingestion), then drops its index and deletes its
+    /// runs keyspace. Call only once it is no longer the write epoch.
+    ///
+    /// # Errors
+    /// fjall's: when the ingestion fails the epoch stays open (its keyspace
+    /// gets none of it); when only the deletion fails, the next open
+    /// deletes the runs keyspace.
+    fn close(&self, db: &Database) -> fjall::Result<()> {
+        let Some(open) = self.open() else {
+            return Ok(());
+        };
+        self.load(&open)?;
+        *self.open.write().unwrap_or_else(PoisonError::into_inner) = None;
+        // Readers may hold `open` a little longer; the keyspace handle
+        // outlives the deletion of its files.
+        db.delete_keyspace(open.runs.clone())
+    }
+
+    /// Loads the keys of `open`'s index, sorted, into the keyspace: one
+    /// bulk ingestion, whose tables fjall registers at once when it
+    /// finishes (nothing of it is visible before).
+    fn load(&self, open: &Open) -> fjall::Result<()> {
+        let index = open.index.read().unwrap_or_else(PoisonError::into_inner);
+        let mut ingestion = self.keyspace.start_ingestion()?;
+        for (key, value) in index.sorted() {
+            ingestion.write(key.as_slice(), value)?;
+        }
+        ingestion.finish()
+    }
+
+    /// Loads the open epoch's keys into its keyspace and stops there, as
+    /// a crash before its runs keyspace is deleted would.
+    #[cfg(test)]
+    #[allow(clippy::unwrap_used)]
+    pub fn load_without_closing(&self) {
+        self.load(&self.open().unwrap()).unwrap();
     }
 
     /// Records that `keys` keys were written, the newest copy of `tenant`
@@ -133,44 +399,65 @@ impl Epoch {
             .iter()
             .all(|(tenant, newest)| !Tenants::keeps(horizons.get(tenant).copied(), *newest))
     }
+
+    /// Deletes its keyspaces.
+    fn delete(&self, db: &Database) -> fjall::Result<()> {
+        if let Some(open) = self.open() {
+            db.delete_keyspace(open.runs.clone())?;
+        }
+        db.delete_keyspace(self.keyspace.clone())
+    }
 }
 
 /// The epochs of a store, oldest first; the last takes the writes.
 pub struct Epochs {
     list: RwLock<Vec<Arc<Epoch>>>,
+    /// Held by the call closing epochs, so that one call does.
+    closing: Mutex<()>,
     memtable_bytes: u64,
     epoch_keys: u64,
 }
 
 impl Epochs {
-    /// Opens the epochs' keyspaces found in `db`, or creates epoch 0; new
+    /// Opens the epochs' keyspaces found in `db` (the open ones' runs read
+    /// into their indexes, those left open before the last loaded into
+    /// their keyspaces, runs keyspaces of no epoch deleted), and starts a
+    /// new write epoch when the last is closed or there is none; new
     /// epochs get memtables of `memtable_bytes`, and the next epoch starts
     /// after `epoch_keys` writes.
     ///
     /// # Errors
-    /// fjall's, when a keyspace cannot be opened or created.
-    pub fn open(db: &Database, memtable_bytes: u64, epoch_keys: u64) -> fjall::Result<Self> {
-        let mut numbers: Vec<u32> = db
-            .list_keyspace_names()
-            .iter()
-            .filter_map(|name| number(name))
-            .collect();
+    /// [`OpenError::Fjall`] when a keyspace cannot be opened, created,
+    /// loaded or deleted; [`OpenError::CorruptRun`] for a run that does
+    /// not decode.
+    pub fn open(db: &Database, memtable_bytes: u64, epoch_keys: u64) -> Result<Self, OpenError> {
+        let names = db.list_keyspace_names();
+        let mut numbers: Vec<u32> = names.iter().filter_map(|name| number(name)).collect();
         numbers.sort_unstable();
-        if numbers.is_empty() {
-            numbers.push(0);
+        for orphan in names
+            .iter()
+            .filter_map(|name| runs_number(name))
+            .filter(|number| !numbers.contains(number))
+        {
+            let runs = db.keyspace(&runs_name(orphan), || runs_options(memtable_bytes))?;
+            db.delete_keyspace(runs)?;
         }
-        let list = numbers
+        let mut list = numbers
             .into_iter()
-            .map(|number| {
-                let keyspace = db.keyspace(&name(number), || create_options(memtable_bytes))?;
-                Ok(Arc::new(Epoch::new(number, keyspace)))
-            })
-            .collect::<fjall::Result<_>>()?;
-        Ok(Self {
+            .map(|number| Epoch::reopen(db, number, memtable_bytes).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        if !list.last().is_some_and(|last| last.is_open()) {
+            let next = list.last().map_or(0, |last| last.number.saturating_add(1));
+            list.push(Arc::new(Epoch::create(db, next, memtable_bytes)?));
+        }
+        let epochs = Self {
             list: RwLock::new(list),
+            closing: Mutex::new(()),
             memtable_bytes,
             epoch_keys: epoch_keys.max(1),
-        })
+        };
+        epochs.close_past(db)?;
+        Ok(epochs)
     }
 
     /// The epochs, oldest first, the write epoch last; held by a call from
@@ -181,16 +468,18 @@ impl Epochs {
         self.list.read().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Starts the next epoch when the write epoch is full, then deletes the
-    /// older epochs that have expired under `horizons` (so deletions are
-    /// looked at once per epoch written). Call with no read guard held.
+    /// Starts the next epoch when the write epoch is full, closes the
+    /// epochs before it that are still open, then deletes the older
+    /// epochs that have expired under `horizons` (so deletions are looked
+    /// at once per epoch written). Call with no read guard held.
     /// Returns how many epochs were deleted.
     ///
     /// # Errors
-    /// fjall's, when the new keyspace cannot be created (the write epoch
-    /// goes on taking writes; the next call tries again) or an old one
-    /// deleted (it stays in the list and is tried again at the next
-    /// epoch's start).
+    /// fjall's, when the new keyspaces cannot be created (the write epoch
+    /// goes on taking writes; the next call tries again), an epoch cannot
+    /// be closed (it stays open, and is closed at the next epoch's start)
+    /// or an old one deleted (it stays in the list and is tried again at
+    /// the next epoch's start).
     pub fn maintain(
         &self,
         db: &Database,
@@ -203,21 +492,24 @@ impl Epochs {
         if !full(&self.read()) {
             return Ok(0);
         }
-        let mut list = self.list.write().unwrap_or_else(PoisonError::into_inner);
-        if !full(&list) {
-            return Ok(0);
+        {
+            let mut list = self.list.write().unwrap_or_else(PoisonError::into_inner);
+            if !full(&list) {
+                return Ok(0);
+            }
+            let next = list.last().map_or(0, |last| last.number.saturating_add(1));
+            list.push(Arc::new(Epoch::create(db, next, self.memtable_bytes)?));
         }
-        let next = list.last().map_or(0, |last| last.number.saturating_add(1));
-        let keyspace = db.keyspace(&name(next), || create_options(self.memtable_bytes))?;
-        list.push(Arc::new(Epoch::new(next, keyspace)));
+        self.close_past(db)?;
         let horizons = horizons();
+        let mut list = self.list.write().unwrap_or_else(PoisonError::into_inner);
         let write_epoch = list.len() - 1;
         let mut deleted = 0;
         let mut failed = None;
         let mut index = 0;
         while index < write_epoch - deleted {
             if failed.is_none() && list[index].expired(&horizons) {
-                match db.delete_keyspace(list[index].keyspace.clone()) {
+                match list[index].delete(db) {
                     Ok(()) => {
                         list.remove(index);
                         deleted += 1;
@@ -229,6 +521,41 @@ impl Epochs {
             index += 1;
         }
         failed.map_or(Ok(deleted), Err)
+    }
+
+    /// Closes the epochs before the write epoch that are still open, unless
+    /// another call is at it.
+    ///
+    /// # Errors
+    /// fjall's, from [`Epoch::close`].
+    fn close_past(&self, db: &Database) -> fjall::Result<()> {
+        let Ok(_closing) = self.closing.try_lock() else {
+            return Ok(());
+        };
+        let past: Vec<Arc<Epoch>> = {
+            let list = self.read();
+            let before_write = list.len().saturating_sub(1);
+            list[..before_write]
+                .iter()
+                .filter(|epoch| epoch.is_open())
+                .cloned()
+                .collect()
+        };
+        for epoch in past {
+            epoch.close(db)?;
+        }
+        Ok(())
+    }
+
+    /// Closes every epoch, the write epoch too (its later writes then go
+    /// to its keyspace key by key): the tests' way to have keys in
+    /// keyspaces.
+    #[cfg(test)]
+    #[allow(clippy::unwrap_used)]
+    pub fn close_all(&self, db: &Database) {
+        for epoch in self.read().iter() {
+            epoch.close(db).unwrap();
+        }
     }
 }
 
@@ -243,6 +570,14 @@ mod tests {
         }
         assert_eq!(name(0), "copies");
         assert_eq!(name(3), "copies.3");
+        for n in [0, 1, 7, u32::MAX] {
+            assert_eq!(runs_number(&runs_name(n)), Some(n));
+            assert_eq!(number(&runs_name(n)), None, "a runs keyspace is no epoch");
+        }
+        assert_eq!(runs_name(3), "copies.3.runs");
+        for other in ["copies.runs", "copies.3", "copies.x.runs", "shards"] {
+            assert_eq!(runs_number(other), None, "{other}");
+        }
         for other in [
             "shards",
             "copies.",

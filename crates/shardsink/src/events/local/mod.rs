@@ -11,6 +11,8 @@
 //! - `codec`: the byte layout of keys and values;
 //! - `epochs`: the `copies` keys split into one keyspace per epoch of
 //!   writes, deleted whole when expired;
+//! - `runs`: the write epoch's keys as one fjall entry per call, with an
+//!   in-memory index, loaded into the epoch's keyspace when it closes;
 //! - `tenants`: the short numbers that prefix a shard's keys, and the
 //!   shards' horizons;
 //! - `expiry`: the compaction filter that drops copies below the horizons;
@@ -26,6 +28,7 @@ mod expiry;
 mod filter;
 mod options;
 mod recent;
+mod runs;
 mod shards;
 mod store;
 mod tenants;

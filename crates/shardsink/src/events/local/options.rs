@@ -2,11 +2,11 @@
 
 use std::time::Duration;
 
-/// Default size of the block cache: 64 MiB.
-pub const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
+/// Default size of the block cache: 48 MiB.
+pub const DEFAULT_CACHE_BYTES: u64 = 48 * 1024 * 1024;
 
-/// Default memtable size of the `copies` keyspaces: 16 MiB.
-pub const DEFAULT_MEMTABLE_BYTES: u64 = 16 * 1024 * 1024;
+/// Default memtable size of the epochs' keyspaces: 8 MiB.
+pub const DEFAULT_MEMTABLE_BYTES: u64 = 8 * 1024 * 1024;
 
 /// Default bound of the in-memory filters of the `copies` keys: 48 MiB
 /// (1.5 bytes per key, up to about twice the live keys while generations
@@ -14,9 +14,9 @@ pub const DEFAULT_MEMTABLE_BYTES: u64 = 16 * 1024 * 1024;
 pub const DEFAULT_FILTER_BYTES: u64 = 48 * 1024 * 1024;
 
 /// Default number of key writes to one epoch of the `copies` keys before
-/// the next starts: 1,048,576 (about 70 MB on disk, about eight memtables
-/// of the default size).
-pub const DEFAULT_EPOCH_KEYS: u64 = 1024 * 1024;
+/// the next starts: 262,144 (about 20 MiB in memory while the epoch is
+/// open, about 18 MB on disk once closed).
+pub const DEFAULT_EPOCH_KEYS: u64 = 256 * 1024;
 
 /// A shard not written for this long, by the wall clock, is forgotten when
 /// the store opens: 7 days.
@@ -35,10 +35,13 @@ pub const DEFAULT_WORKER_THREADS: usize = 3;
 /// The store's memory is bounded by
 /// - the block cache, `cache_bytes` (data, index and filter blocks; about
 ///   20 MiB of index and filter blocks per 10 million keys compete for it);
-/// - the `copies` memtables: the write epoch's active one and at most 4
-///   sealed ones waiting for their flush (fjall halts writes at 4), so 5 ×
-///   `memtable_bytes`; those of past epochs are flushed as the journal
-///   reaches 64 MiB, which bounds all memtables not yet flushed;
+/// - the memtables of the write epoch's runs keyspace (`runs`): the active
+///   one and at most 4 sealed ones waiting for their flush (fjall halts
+///   writes at 4), so 5 × `memtable_bytes` (the `copies` keyspaces take no
+///   memtable writes: their keys are loaded by bulk ingestion);
+/// - the write epoch's index (`runs`): about 90 bytes per key, so about
+///   24 MiB for `epoch_keys`; and while the epoch before it is loaded into
+///   its keyspace, that epoch's index too and its sorted keys (10 MiB);
 /// - the `shards` memtables, 5 × 1 MiB;
 /// - the index and filter blocks fjall pins outside the cache (by its
 ///   default pinning policies, the filters of level 0 and the indexes of
@@ -49,16 +52,18 @@ pub const DEFAULT_WORKER_THREADS: usize = 3;
 ///   (about 15 to 25 MiB for 10 million keys);
 /// - the recent keys (`recent`): about 2 MiB per shard.
 ///
-/// With the defaults: 64 MiB + 5 × 16 MiB + 5 MiB + a few MiB + at most
-/// 48 MiB + 2 MiB per shard, about **200 MiB** (the benchmark's process,
-/// one shard and 10 million keys, is about 205 MiB resident).
+/// With the defaults: 48 MiB + 5 × 8 MiB + 2 × 24 MiB + 10 MiB + 5 MiB +
+/// a few MiB + at most 48 MiB + 2 MiB per shard, about **200 MiB** (the
+/// benchmark's process, one shard and 10 million keys, is about 165 MiB
+/// resident).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalOptions {
-    /// Block cache size, bytes. Default 64 MiB (`DEFAULT_CACHE_BYTES`).
+    /// Block cache size, bytes. Default 48 MiB (`DEFAULT_CACHE_BYTES`).
     pub cache_bytes: u64,
-    /// Memtable size of the `copies` keyspaces, bytes; applies to each
-    /// epoch's keyspace when it is created (fjall keeps a keyspace's
-    /// options). Default 16 MiB (`DEFAULT_MEMTABLE_BYTES`).
+    /// Memtable size of the epochs' keyspaces (the runs keyspace takes the
+    /// writes), bytes; applies to each epoch's keyspaces when they are
+    /// created (fjall keeps a keyspace's options). Default 8 MiB
+    /// (`DEFAULT_MEMTABLE_BYTES`).
     pub memtable_bytes: u64,
     /// Shards not written for this long (wall clock) are forgotten at open:
     /// watermark and ended mark removed, copies dropped by compaction.
@@ -73,8 +78,9 @@ pub struct LocalOptions {
     /// (`DEFAULT_FILTER_BYTES`).
     pub filter_bytes: u64,
     /// Key writes to one epoch of the `copies` keys (one fjall keyspace)
-    /// before the next starts; old epochs are deleted whole. Default
-    /// 1,048,576 (`DEFAULT_EPOCH_KEYS`).
+    /// before the next starts, which also bounds the write epoch's index
+    /// in memory; old epochs are deleted whole. Default
+    /// 262,144 (`DEFAULT_EPOCH_KEYS`).
     pub epoch_keys: u64,
 }
 

@@ -7,7 +7,9 @@
 //! epoch of writes (`epochs`; point reads, skipped when the in-memory
 //! filters (`filter`) know the id is new, else sent to the epochs from the
 //! one the filters name, and answered by fjall's Bloom filters when the
-//! key is not there), and `shards` (a few keys per shard). Reads leave out
+//! key is not there); the write epoch's keys as runs, one entry per call,
+//! with their index in memory (`runs`), until the epoch closes and its
+//! keys are loaded into its keyspace; and `shards` (a few keys per shard). Reads leave out
 //! copies below their shard's horizon, so when compaction or an epoch's
 //! deletion drops them changes no decision.
 //! The store is a cache: a shard it does not know, or knows only up to an
@@ -24,12 +26,13 @@ use sequence_range::SequenceNumber;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::codec::{self, Tag};
-use super::epochs::{self, Epoch, Epochs};
+use super::epochs::{self, Epoch, Epochs, OpenError};
 use super::error::LocalStoreError;
 use super::expiry;
 use super::filter::{Builder, Filters, MIN_GENERATION_KEYS};
 use super::options::LocalOptions;
 use super::recent::{self, Recent};
+use super::runs::Run;
 use super::tenants::{FORGOTTEN, Tenants};
 use crate::events::rule::{AcceptedCopy, CopyRef, Decision, EventKey, Rule};
 use crate::events::store::{Candidate, Lineage, precedes_in_shard};
@@ -113,7 +116,13 @@ impl Slot {
     /// `write_epoch` being the epoch it wrote to.
     fn into_recent(self, write_epoch: u32) -> recent::Entry {
         let mut older = self.copies;
-        let in_epoch = older.split_off(self.stored - self.in_write_epoch);
+        let at = self.stored - self.in_write_epoch;
+        // Most keys have all their copies in the write epoch: no copy.
+        let in_epoch = if at == 0 {
+            std::mem::take(&mut older)
+        } else {
+            older.split_off(at)
+        };
         recent::Entry {
             older,
             in_epoch,
@@ -153,13 +162,24 @@ impl LocalStore {
             // among them: fjall flushes the oldest when its journal would
             // exceed this.
             .max_journaling_size(JOURNAL_BYTES)
+            // The write epoch's runs are large values of ids and packed
+            // digits, which barely compress.
+            .journal_compression(fjall::CompressionType::None)
             .with_compaction_filter_factories(Arc::new(move |keyspace: &str| {
                 epochs::number(keyspace).map(|_| Arc::clone(&factory))
             }))
             .open()
             .map_err(open_error)?;
         let epochs =
-            Epochs::open(&db, options.memtable_bytes, options.epoch_keys).map_err(open_error)?;
+            Epochs::open(&db, options.memtable_bytes, options.epoch_keys).map_err(|error| {
+                match error {
+                    OpenError::Fjall(source) => open_error(source),
+                    OpenError::CorruptRun(keyspace, run) => LocalStoreError::Corrupt {
+                        path: path.clone(),
+                        key: format!("{keyspace}/run {run}"),
+                    },
+                }
+            })?;
         let shards = db
             .keyspace(SHARDS, || {
                 KeyspaceCreateOptions::default().max_memtable_size(SHARDS_MEMTABLE_BYTES)
@@ -286,6 +306,8 @@ impl LocalStore {
                     .iter()
                     .any(|copy| same_position(copy, candidate));
                 if !already {
+                    // Most keys get one copy.
+                    own_slot.copies.reserve_exact(1);
                     own_slot.copies.push(candidate.accepted());
                     own_slot.dirty = true;
                 }
@@ -294,6 +316,7 @@ impl LocalStore {
         }
 
         let mut batch = inner.batch();
+        let mut run = Run::with_capacity(candidates.len());
         let mut value = Vec::new();
         let mut written = Vec::new();
         for ((id, index), slot) in &slots {
@@ -302,17 +325,13 @@ impl LocalStore {
             }
             debug_assert_eq!(*index, 0, "only the shard's own keys are written");
             let key = codec::copies_key(own_tenant, *id);
-            if let Some(newest) = inner.put_copies(
-                &mut batch,
-                write_epoch,
-                &key,
-                slot.for_write_epoch(),
-                horizon,
-                &mut value,
-            ) {
+            if let Some(newest) =
+                put_copies(&mut run, &key, slot.for_write_epoch(), horizon, &mut value)
+            {
                 written.push((*id, newest));
             }
         }
+        write_epoch.stage(&mut batch, &run);
         // Before the batch commits: a filter never misses a stored key, an
         // epoch never forgets a tenant it holds.
         inner
@@ -326,6 +345,7 @@ impl LocalStore {
         );
         inner.touch(&mut batch, own);
         batch.commit().map_err(|source| inner.storage(source))?;
+        write_epoch.applied(&run);
         // What the store now holds for the shard's keys read or written.
         for ((id, index), slot) in slots {
             if index == 0 && (slot.dirty || slot.stored > 0) {
@@ -395,24 +415,21 @@ impl LocalStore {
             }
         }
         let mut batch = inner.batch();
+        let mut run = Run::default();
         let mut value = Vec::new();
         let mut written: HashMap<u32, Vec<(u128, i64)>> = HashMap::new();
         for ((tenant, id), (_, slot)) in &slots {
             if slot.dirty {
                 let key = codec::copies_key(*tenant, *id);
                 let horizon = inner.live_horizon(*tenant);
-                if let Some(newest) = inner.put_copies(
-                    &mut batch,
-                    write_epoch,
-                    &key,
-                    slot.for_write_epoch(),
-                    horizon,
-                    &mut value,
-                ) {
+                if let Some(newest) =
+                    put_copies(&mut run, &key, slot.for_write_epoch(), horizon, &mut value)
+                {
                     written.entry(*tenant).or_default().push((*id, newest));
                 }
             }
         }
+        write_epoch.stage(&mut batch, &run);
         // Before the batch commits, as in `decide`; and whatever the batch
         // does, no recent entry is left to differ from the store.
         for (tenant, keys) in &written {
@@ -430,6 +447,7 @@ impl LocalStore {
             inner.touch(&mut batch, shard);
         }
         batch.commit().map_err(|source| inner.storage(source))?;
+        write_epoch.applied(&run);
         drop(epochs);
         drop(locks);
         inner.maintain_epochs();
@@ -538,18 +556,18 @@ impl Inner {
         let mut copies = Vec::new();
         let mut in_write_epoch = 0;
         for epoch in holding {
-            let Some(value) = epoch
-                .keyspace
-                .get(key)
+            let Some(found) = epoch
+                .with_value(key, |value| {
+                    value.map(|value| codec::decode_copies(value, shard_id))
+                })
                 .map_err(|source| self.storage(source))?
             else {
                 continue;
             };
-            let found =
-                codec::decode_copies(&value, shard_id).map_err(|_| LocalStoreError::Corrupt {
-                    path: self.path.clone(),
-                    key: codec::describe_copies_key(key, shard_id),
-                })?;
+            let found = found.map_err(|_| LocalStoreError::Corrupt {
+                path: self.path.clone(),
+                key: codec::describe_copies_key(key, shard_id),
+            })?;
             let before = copies.len();
             copies.extend(
                 found
@@ -561,32 +579,6 @@ impl Inner {
             }
         }
         Ok((copies, in_write_epoch))
-    }
-
-    /// Adds the write of `copies` under `key` in `epoch` to `batch`, without those
-    /// below `horizon` (the key is removed when none is left). Returns the
-    /// newest arrival written (ms since the epoch), `None` for a removal.
-    fn put_copies(
-        &self,
-        batch: &mut OwnedWriteBatch,
-        epoch: &Epoch,
-        key: &[u8],
-        copies: &[AcceptedCopy],
-        horizon: Option<i64>,
-        value: &mut Vec<u8>,
-    ) -> Option<i64> {
-        let kept = || {
-            copies
-                .iter()
-                .filter(|copy| Tenants::keeps(horizon, copy.arrival_millis))
-        };
-        let Some(newest) = kept().map(|copy| copy.arrival_millis).max() else {
-            batch.remove(&epoch.keyspace, key);
-            return None;
-        };
-        codec::encode_copies(kept(), value);
-        batch.insert(&epoch.keyspace, key, value.as_slice());
-        Some(newest)
     }
 
     /// Builds the filters from the epochs' `copies` keyspaces: one generation per
@@ -601,7 +593,7 @@ impl Inner {
         let epochs = self.epochs.read();
         let mut left: u64 = epochs
             .iter()
-            .map(|epoch| epoch.keyspace.approximate_len() as u64)
+            .map(|epoch| epoch.approximate_len() as u64)
             .sum();
         let first_epoch = epochs.first().map_or(0, |epoch| epoch.number);
         // One generation per tenant, from its keys in every epoch.
@@ -610,18 +602,19 @@ impl Inner {
             let mut builder = Builder::new(keys, first_epoch);
             for epoch in epochs.iter() {
                 let (mut count, mut newest_here) = (0, i64::MIN);
-                for item in epoch.keyspace.prefix(tenant.to_be_bytes()) {
-                    let (key, value) = item.into_inner().map_err(|source| self.storage(source))?;
-                    let Some(id) = codec::key_id(&key) else {
-                        continue;
-                    };
-                    count += 1;
-                    let newest = codec::newest_arrival(&value).unwrap_or(i64::MAX);
-                    newest_here = newest_here.max(newest);
-                    if Tenants::keeps(horizons.get(&tenant).copied(), newest) {
-                        builder.insert(id, newest);
-                    }
-                }
+                epoch
+                    .for_each_with_prefix(&tenant.to_be_bytes(), |key, value| {
+                        let Some(id) = codec::key_id(key) else {
+                            return;
+                        };
+                        count += 1;
+                        let newest = codec::newest_arrival(value).unwrap_or(i64::MAX);
+                        newest_here = newest_here.max(newest);
+                        if Tenants::keeps(horizons.get(&tenant).copied(), newest) {
+                            builder.insert(id, newest);
+                        }
+                    })
+                    .map_err(|source| self.storage(source))?;
                 if count > 0 {
                     epoch.note_written(tenant, count, newest_here);
                 }
@@ -662,6 +655,30 @@ fn holding(epochs: &[Arc<Epoch>], tenant: Option<u32>) -> Vec<&Epoch> {
             .filter(|epoch| epoch.holds(tenant))
             .collect()
     })
+}
+
+/// Adds the write of `copies` under `key` to `run`, without those below
+/// `horizon` (the key is removed when none is left). Returns the newest
+/// arrival written (ms since the epoch), `None` for a removal.
+fn put_copies(
+    run: &mut Run,
+    key: &[u8; codec::COPIES_KEY_LEN],
+    copies: &[AcceptedCopy],
+    horizon: Option<i64>,
+    value: &mut Vec<u8>,
+) -> Option<i64> {
+    let kept = || {
+        copies
+            .iter()
+            .filter(|copy| Tenants::keeps(horizon, copy.arrival_millis))
+    };
+    let Some(newest) = kept().map(|copy| copy.arrival_millis).max() else {
+        run.remove(key);
+        return None;
+    };
+    codec::encode_copies(kept(), value);
+    run.put(key, value);
+    Some(newest)
 }
 
 /// The epochs of `holding` numbered `first_epoch` or later.
@@ -1035,11 +1052,16 @@ mod tests {
         let run = [candidate(&lineage.shard_id, (1, 0, 0), 1, None)];
         let tenant = store.inner.tenant(&lineage.shard_id).unwrap();
         let key = codec::copies_key(tenant, run[0].key.id);
-        write_epoch(&store.inner.epochs.read())
-            .keyspace
-            .insert(key, [9_u8])
-            .unwrap();
-        write_epoch(&store.inner.epochs.read()).note_written(tenant, 1, 0);
+        {
+            let epochs = store.inner.epochs.read();
+            let mut corrupt = Run::default();
+            corrupt.put(&key, &[9_u8]);
+            let mut batch = store.inner.batch();
+            write_epoch(&epochs).stage(&mut batch, &corrupt);
+            batch.commit().unwrap();
+            write_epoch(&epochs).applied(&corrupt);
+            write_epoch(&epochs).note_written(tenant, 1, 0);
+        }
         // Written behind the store's back: its filter learns of it.
         store.inner.filters.insert(tenant, &[(run[0].key.id, 0)], 0);
         let error = store
@@ -1052,8 +1074,11 @@ mod tests {
     }
 
     impl LocalStore {
-        /// Flushes the memtables and compacts everything into the last level.
+        /// Closes every epoch (their keys loaded into their keyspaces),
+        /// flushes the memtables and compacts everything into the last
+        /// level.
         fn compact(&self) {
+            self.inner.epochs.close_all(&self.inner.db);
             for epoch in self.inner.epochs.read().iter() {
                 epoch.keyspace.rotate_memtable_and_wait().unwrap();
                 epoch.keyspace.major_compact().unwrap();
@@ -1206,6 +1231,17 @@ mod tests {
         assert!(store.watermark(shard).unwrap().is_some());
     }
 
+    /// The keys and values of `epoch`, open or closed.
+    fn entries(epoch: &Epoch) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut entries = Vec::new();
+        epoch
+            .for_each_with_prefix(&[], |key, value| {
+                entries.push((key.to_vec(), value.to_vec()));
+            })
+            .unwrap();
+        entries
+    }
+
     /// The keys in all epochs, a key of several epochs once per epoch.
     fn stored_keys(store: &LocalStore) -> usize {
         store
@@ -1213,7 +1249,7 @@ mod tests {
             .epochs
             .read()
             .iter()
-            .map(|epoch| epoch.keyspace.iter().count())
+            .map(|epoch| entries(epoch).len())
             .sum()
     }
 
@@ -1226,8 +1262,7 @@ mod tests {
             .epochs
             .read()
             .iter()
-            .flat_map(|epoch| epoch.keyspace.iter())
-            .map(|item| item.into_inner().unwrap())
+            .flat_map(|epoch| entries(epoch))
             .filter_map(|(key, value)| {
                 let tenant = codec::key_tenant(&key).unwrap();
                 let newest = codec::newest_arrival(&value).unwrap();
@@ -1310,6 +1345,142 @@ mod tests {
             .iter()
             .map(|epoch| epoch.number)
             .collect()
+    }
+
+    /// Decides ids `ids` of `lineage` arriving at `arrival`, sequence
+    /// numbers from `first_sequence` on.
+    fn decide_ids(
+        store: &LocalStore,
+        lineage: &Lineage,
+        ids: std::ops::Range<u8>,
+        arrival: i64,
+        first_sequence: u64,
+    ) -> Vec<Decision> {
+        let run: Vec<Candidate> = ids
+            .enumerate()
+            .map(|(n, id)| {
+                candidate(
+                    &lineage.shard_id,
+                    (id, 0, arrival),
+                    first_sequence + n as u64,
+                    None,
+                )
+            })
+            .collect();
+        store
+            .decide(lineage, &rule(true), SETTINGS, &run, &through(&run))
+            .unwrap()
+    }
+
+    /// Decides copies of ids `ids` of `lineage` arriving later (at 1,100,
+    /// sequence numbers from 100 on) and checks each is a duplicate.
+    fn assert_known(store: &LocalStore, lineage: &Lineage, ids: std::ops::Range<u8>) {
+        let decisions = decide_ids(store, lineage, ids, 1_100, 100);
+        assert!(
+            decisions
+                .iter()
+                .all(|decision| matches!(decision, Decision::Duplicate { .. })),
+            "{decisions:?}"
+        );
+    }
+
+    fn has_keyspace(store: &LocalStore, name: &str) -> bool {
+        store.inner.db.keyspace_exists(name)
+    }
+
+    #[test]
+    fn the_write_epoch_is_read_back_from_its_runs_after_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let lineage = Lineage::root("shardId-000000000000");
+        let store = open(&dir);
+        // Five keys: the epoch (of 16) stays open.
+        decide_ids(&store, &lineage, 0..5, 1_000, 1);
+        let epochs = store.inner.epochs.read();
+        assert!(epochs[0].is_open());
+        assert!(epochs[0].keyspace.is_empty().unwrap(), "keys are in runs");
+        assert!(has_keyspace(&store, "copies.0.runs"));
+        drop(epochs);
+        drop(store);
+
+        let store = open(&dir);
+        assert_eq!(epoch_numbers(&store), vec![0]);
+        assert!(store.inner.epochs.read()[0].is_open());
+        // Not from the recent keys (a new process has none): from the
+        // index, read again from the runs.
+        assert_known(&store, &lineage, 0..5);
+    }
+
+    #[test]
+    fn a_closed_epoch_is_loaded_into_its_keyspace_and_its_runs_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let lineage = Lineage::root("shardId-000000000000");
+        let store = open(&dir);
+        // Twenty keys fill the epoch of 16: the next starts, this one
+        // closes.
+        decide_ids(&store, &lineage, 0..20, 1_000, 1);
+        assert_eq!(epoch_numbers(&store), vec![0, 1]);
+        let epochs = store.inner.epochs.read();
+        assert!(!epochs[0].is_open());
+        assert!(epochs[1].is_open());
+        assert_eq!(epochs[0].keyspace.len().unwrap(), 20);
+        assert!(!has_keyspace(&store, "copies.0.runs"));
+        assert!(has_keyspace(&store, "copies.1.runs"));
+        drop(epochs);
+        drop(store);
+        let store = open(&dir);
+        assert_known(&store, &lineage, 0..20);
+    }
+
+    #[test]
+    fn a_crash_after_loading_an_epoch_deletes_its_runs_at_the_next_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let lineage = Lineage::root("shardId-000000000000");
+        let store = open(&dir);
+        decide_ids(&store, &lineage, 0..5, 1_000, 1);
+        store.inner.epochs.read()[0].load_without_closing();
+        drop(store);
+
+        let store = open(&dir);
+        // Epoch 0 was loaded: closed, its runs deleted; a new write epoch.
+        assert_eq!(epoch_numbers(&store), vec![0, 1]);
+        assert!(!store.inner.epochs.read()[0].is_open());
+        assert!(!has_keyspace(&store, "copies.0.runs"));
+        assert_known(&store, &lineage, 0..5);
+        let id = candidate(&lineage.shard_id, (0, 0, 0), 1, None).key.id;
+        assert_eq!(store.stored(&lineage.shard_id, id).len(), 1, "held once");
+    }
+
+    #[test]
+    fn an_epoch_left_open_before_the_last_is_closed_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let lineage = Lineage::root("shardId-000000000000");
+        let store = open(&dir);
+        decide_ids(&store, &lineage, 0..5, 1_000, 1);
+        // As a crash leaves it: a later epoch was started, epoch 0 not yet
+        // loaded; and the runs keyspace of an epoch that is gone.
+        store
+            .inner
+            .db
+            .keyspace("copies.1", || epochs::create_options(1 << 20))
+            .unwrap();
+        store
+            .inner
+            .db
+            .keyspace("copies.7.runs", KeyspaceCreateOptions::default)
+            .unwrap();
+        drop(store);
+
+        let store = open(&dir);
+        // Epoch 1 has no runs: closed; epoch 2 takes the writes.
+        assert_eq!(epoch_numbers(&store), vec![0, 1, 2]);
+        let epochs = store.inner.epochs.read();
+        assert!(!epochs[0].is_open());
+        assert_eq!(epochs[0].keyspace.len().unwrap(), 5);
+        assert!(epochs[2].is_open());
+        drop(epochs);
+        assert!(!has_keyspace(&store, "copies.0.runs"));
+        assert!(!has_keyspace(&store, "copies.7.runs"));
+        assert_known(&store, &lineage, 0..5);
     }
 
     #[test]
