@@ -1,6 +1,6 @@
 //! End-to-end test harness for shardsink: the real `shardsink` process
 //! against real local S3, DynamoDB and Kinesis servers (moto, or LocalStack
-//! plus moto; see `scripts/local-servers`).
+//! plus DynamoDB Local; see `scripts/local-servers`).
 //!
 //! # Layout
 //! - [`env`](mod@env): [`TestEnv`] (clients from the `AWS_ENDPOINT_URL_*` variables),

@@ -79,6 +79,10 @@
 //! second with a core to itself, whatever the concurrency; even its
 //! fastest write, an unconditional BatchWriteItem, stored 1,565 items a
 //! second here, so no exact design reaches 5,000 events a second on it.
+//! Against DynamoDB Local 3.3.0 (AWS's own emulator, Java, in memory), the
+//! same test: about 710 events a second for the worker deciding most
+//! records, 811 for both, the server spending about 1.4 ms of CPU per
+//! conditional PutItem, so about 1,400 a second with both cores.
 //! TransactWriteItems (100 conditional puts a request) was measured and
 //! rejected: moto deep-copies the table for each item of a transaction (4
 //! items a second on a table of 7,000 items), and on DynamoDB a
