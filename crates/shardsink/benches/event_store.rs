@@ -23,12 +23,12 @@
 //!
 //! On a 2-core machine, by CPU time, with the daemon's allocator: about
 //! 510,000 decisions per CPU-second over 5 million decisions (the median
-//! of eight runs, 450,000 to 610,000; 340,000 before the write epoch's
+//! of twelve runs, 440,000 to 620,000; 340,000 before the write epoch's
 //! keys were written as runs and loaded by bulk ingestion, 245,000 before
 //! the recent keys and foldhash, 165,000 before the epochs, 100,000 before
 //! the in-memory filters), about as many a second on the calling thread by
 //! the wall clock (loading a closed epoch runs on it too); opening scans
-//! 10 million keys in about 5 s of CPU; about 1.3 GiB on disk, 145 to 175
+//! 10 million keys in about 5 s of CPU; about 1.3 GiB on disk, 140 to 175
 //! MiB resident. The aim is 500,000. What is left is spread out: the
 //! in-memory filters' probes (a cache miss per generation per new id), the
 //! loading of closed epochs (sorting, copying each value into fjall's
@@ -64,7 +64,7 @@ const RUN: usize = 500;
 const FIRST_ARRIVAL: i64 = 1_795_238_820_000;
 /// Bump when the store's layout or options change: the prepared store is
 /// rebuilt under a new name.
-const PREPARED: &str = "event-store-10m-v7";
+const PREPARED: &str = "event-store-10m-v8";
 
 /// A stream of user records: mostly new events, some retried.
 struct Stream {

@@ -62,8 +62,8 @@ const OVERHEAD_MIB: u64 = 100;
 const PEAK_RSS_BOUND_MIB: u64 = 2 * MEMORY_LIMIT_MIB + OVERHEAD_MIB;
 /// The local event store's documented memory budget (docs/OPERATIONS.md,
 /// "Event deduplication"; `LocalOptions`): block cache, memtables,
-/// in-memory filters, recent keys.
-const STORE_BUDGET_MIB: u64 = 200;
+/// the write epoch's index, in-memory filters, recent keys.
+const STORE_BUDGET_MIB: u64 = 225;
 /// GetRecords `Limit`: 10 records of at most 1 MiB, like Kinesis's 10 MiB
 /// per response.
 const READ_LIMIT: usize = 10;

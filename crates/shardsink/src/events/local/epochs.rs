@@ -1,14 +1,15 @@
 //! [`Epochs`]: the `copies` keys split by when they were written, one
-//! fjall keyspace per *epoch* of [`EPOCH_KEYS`] writes, so that old keys
+//! fjall keyspace per *epoch* of writes (`Limits`), so that old keys
 //! leave by whole keyspaces and new ones are never merged with old ones.
 //!
 //! Event ids are hashes: in one keyspace, each table flushed from the
 //! memtable spans the whole key range, so every merge of level 0 rewrites
 //! the level below, and each key is rewritten about ten times on its way
 //! down a tree of 10 million keys (about two thirds of the store's CPU).
-//! Split by epochs, a keyspace holds a few memtables' worth of keys and is
-//! never written again once the next epoch starts: a key is written to
-//! disk once, and an epoch is deleted whole
+//! Split by epochs, a keyspace holds one epoch's keys, loaded once, sorted,
+//! when the epoch closes, and never written again: a key reaches a table
+//! once (besides the journal and, when its memtable fills, a table of its
+//! run, deleted with the runs keyspace), and an epoch is deleted whole
 //! ([`fjall::Database::delete_keyspace`]) when every shard with keys in it
 //! has its horizon past the newest copy it wrote there — looked at each
 //! time an epoch starts. A shard that stops deciding here (its lease moved,
@@ -21,7 +22,9 @@
 //! in-memory index (`runs`). Once the next epoch has started, the open
 //! epoch is *closed*: its keys, sorted, are loaded into its `copies`
 //! keyspace by fjall's bulk ingestion, then its index is dropped and its
-//! runs keyspace deleted. A crash before the ingestion finished leaves the
+//! runs keyspace deleted (by whichever call finds it open; one that fails
+//! to load stays open, read from its index, and the next call tries
+//! again). A crash before the ingestion finished leaves the
 //! runs keyspace and an empty `copies` keyspace: the next open reads the
 //! runs again and closes the epoch; a crash after it leaves a `copies`
 //! keyspace that is not empty: the runs keyspace is deleted.
@@ -46,7 +49,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, TryLockError};
 
 use fjall::compaction::Leveled;
 use fjall::config::CompressionPolicy;
@@ -125,6 +128,20 @@ fn runs_options(memtable_bytes: u64) -> KeyspaceCreateOptions {
         .data_block_compression_policy(CompressionPolicy::disabled())
 }
 
+/// When an epoch is full, and the memtable size of new ones.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Memtable size of a new epoch's keyspaces, bytes.
+    pub memtable_bytes: u64,
+    /// Key writes to an epoch before the next starts (at least 1).
+    pub epoch_keys: u64,
+    /// Bytes of values written to an epoch before the next starts: bounds
+    /// its index when keys are written again and again (each write of a
+    /// key holds all its copies of the epoch, and the index keeps replaced
+    /// values until the epoch closes).
+    pub epoch_value_bytes: u64,
+}
+
 /// An epoch not yet loaded into its keyspace: its runs and their index.
 struct Open {
     runs: Keyspace,
@@ -160,6 +177,9 @@ pub struct Epoch {
     /// Keys written to it (counted at open by the scan, then per write; a
     /// key written twice counts twice).
     keys: AtomicU64,
+    /// Bytes of values written to it while open (counted at open from its
+    /// index, then per run applied).
+    value_bytes: AtomicU64,
     /// The newest arrival (ms since the epoch) written to it per tenant:
     /// the tenants with keys in it, and when it can go.
     newest: Mutex<HashMap<u32, i64>>,
@@ -170,6 +190,9 @@ impl Epoch {
         Self {
             number,
             keyspace,
+            value_bytes: AtomicU64::new(open.as_ref().map_or(0, |open| {
+                open.index.read().map_or(0, |index| index.value_bytes())
+            })),
             open: RwLock::new(open.map(Arc::new)),
             keys: AtomicU64::new(0),
             newest: Mutex::new(HashMap::new()),
@@ -178,7 +201,8 @@ impl Epoch {
 
     /// Creates epoch `number`, open, in `db`: its keyspace, then its runs
     /// keyspace (a crash between the two leaves an empty closed epoch).
-    fn create(db: &Database, number: u32, memtable_bytes: u64) -> fjall::Result<Self> {
+    fn create(db: &Database, number: u32, limits: Limits) -> fjall::Result<Self> {
+        let memtable_bytes = limits.memtable_bytes;
         let keyspace = db.keyspace(&name(number), || create_options(memtable_bytes))?;
         let runs = db.keyspace(&runs_name(number), || runs_options(memtable_bytes))?;
         Ok(Self::new(
@@ -187,14 +211,15 @@ impl Epoch {
             Some(Open {
                 runs,
                 next_run: AtomicU64::new(0),
-                index: RwLock::new(Index::default()),
+                index: RwLock::new(Index::with_capacity(limits.epoch_keys)),
             }),
         ))
     }
 
     /// Opens epoch `number` found in `db`, its runs read into its index
     /// when it is open.
-    fn reopen(db: &Database, number: u32, memtable_bytes: u64) -> Result<Self, OpenError> {
+    fn reopen(db: &Database, number: u32, limits: Limits) -> Result<Self, OpenError> {
+        let memtable_bytes = limits.memtable_bytes;
         let keyspace = db.keyspace(&name(number), || create_options(memtable_bytes))?;
         if !db.keyspace_exists(&runs_name(number)) {
             return Ok(Self::new(number, keyspace, None));
@@ -205,7 +230,7 @@ impl Epoch {
             db.delete_keyspace(runs)?;
             return Ok(Self::new(number, keyspace, None));
         }
-        let mut index = Index::default();
+        let mut index = Index::with_capacity(limits.epoch_keys);
         let mut next_run = 0;
         for item in runs.iter() {
             let (key, value) = item.into_inner()?;
@@ -330,6 +355,8 @@ impl Epoch {
                 .write()
                 .unwrap_or_else(PoisonError::into_inner)
                 .apply(run.entries());
+            self.value_bytes
+                .fetch_add(run.value_bytes(), Ordering::Relaxed);
         }
     }
 
@@ -414,23 +441,26 @@ pub struct Epochs {
     list: RwLock<Vec<Arc<Epoch>>>,
     /// Held by the call closing epochs, so that one call does.
     closing: Mutex<()>,
-    memtable_bytes: u64,
-    epoch_keys: u64,
+    limits: Limits,
 }
 
 impl Epochs {
     /// Opens the epochs' keyspaces found in `db` (the open ones' runs read
-    /// into their indexes, those left open before the last loaded into
-    /// their keyspaces, runs keyspaces of no epoch deleted), and starts a
-    /// new write epoch when the last is closed or there is none; new
-    /// epochs get memtables of `memtable_bytes`, and the next epoch starts
-    /// after `epoch_keys` writes.
+    /// into their indexes, runs keyspaces of no epoch deleted), starts a
+    /// new write epoch when the last is closed or there is none, and
+    /// closes the epochs left open before the last (one that fails to
+    /// close is logged and stays open, its keys read from its index, and
+    /// is tried again by [`maintain`](Self::maintain)). New epochs and
+    /// their fullness follow `limits`.
     ///
     /// # Errors
-    /// [`OpenError::Fjall`] when a keyspace cannot be opened, created,
-    /// loaded or deleted; [`OpenError::CorruptRun`] for a run that does
-    /// not decode.
-    pub fn open(db: &Database, memtable_bytes: u64, epoch_keys: u64) -> Result<Self, OpenError> {
+    /// [`OpenError::Fjall`] when a keyspace cannot be opened, created or
+    /// deleted; [`OpenError::CorruptRun`] for a run that does not decode.
+    pub fn open(db: &Database, limits: Limits) -> Result<Self, OpenError> {
+        let limits = Limits {
+            epoch_keys: limits.epoch_keys.max(1),
+            ..limits
+        };
         let names = db.list_keyspace_names();
         let mut numbers: Vec<u32> = names.iter().filter_map(|name| number(name)).collect();
         numbers.sort_unstable();
@@ -439,24 +469,28 @@ impl Epochs {
             .filter_map(|name| runs_number(name))
             .filter(|number| !numbers.contains(number))
         {
-            let runs = db.keyspace(&runs_name(orphan), || runs_options(memtable_bytes))?;
+            let runs = db.keyspace(&runs_name(orphan), || runs_options(limits.memtable_bytes))?;
             db.delete_keyspace(runs)?;
         }
         let mut list = numbers
             .into_iter()
-            .map(|number| Epoch::reopen(db, number, memtable_bytes).map(Arc::new))
+            .map(|number| Epoch::reopen(db, number, limits).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
         if !list.last().is_some_and(|last| last.is_open()) {
             let next = list.last().map_or(0, |last| last.number.saturating_add(1));
-            list.push(Arc::new(Epoch::create(db, next, memtable_bytes)?));
+            list.push(Arc::new(Epoch::create(db, next, limits)?));
         }
         let epochs = Self {
             list: RwLock::new(list),
             closing: Mutex::new(()),
-            memtable_bytes,
-            epoch_keys: epoch_keys.max(1),
+            limits,
         };
-        epochs.close_past(db)?;
+        if let Err(error) = epochs.close_past(db) {
+            tracing::warn!(
+                %error,
+                "event store could not load a past epoch into its keyspace; its keys stay in memory until it can"
+            );
+        }
         Ok(epochs)
     }
 
@@ -469,53 +503,60 @@ impl Epochs {
     }
 
     /// Starts the next epoch when the write epoch is full, closes the
-    /// epochs before it that are still open, then deletes the older
-    /// epochs that have expired under `horizons` (so deletions are looked
-    /// at once per epoch written). Call with no read guard held.
-    /// Returns how many epochs were deleted.
+    /// epochs before it that are still open (whichever call finds them),
+    /// and when an epoch started, deletes the older epochs that have
+    /// expired under `horizons` (so deletions are looked at once per epoch
+    /// written). Call with no read guard held. Returns how many epochs
+    /// were deleted.
     ///
     /// # Errors
     /// fjall's, when the new keyspaces cannot be created (the write epoch
     /// goes on taking writes; the next call tries again), an epoch cannot
-    /// be closed (it stays open, and is closed at the next epoch's start)
-    /// or an old one deleted (it stays in the list and is tried again at
-    /// the next epoch's start).
+    /// be closed (it stays open, read from its index, and the next call
+    /// tries again) or an old one deleted (it stays in the list and is
+    /// tried again at the next epoch's start); the first such error, after
+    /// doing the rest.
     pub fn maintain(
         &self,
         db: &Database,
         horizons: impl FnOnce() -> HashMap<u32, i64>,
     ) -> fjall::Result<usize> {
+        let limits = self.limits;
         let full = |list: &[Arc<Epoch>]| {
-            list.last()
-                .is_some_and(|last| last.keys.load(Ordering::Relaxed) >= self.epoch_keys)
+            list.last().is_some_and(|last| {
+                last.keys.load(Ordering::Relaxed) >= limits.epoch_keys
+                    || last.value_bytes.load(Ordering::Relaxed) >= limits.epoch_value_bytes
+            })
         };
-        if !full(&self.read()) {
-            return Ok(0);
-        }
-        {
+        let started = full(&self.read()) && {
             let mut list = self.list.write().unwrap_or_else(PoisonError::into_inner);
-            if !full(&list) {
-                return Ok(0);
+            full(&list) && {
+                let next = list.last().map_or(0, |last| last.number.saturating_add(1));
+                list.push(Arc::new(Epoch::create(db, next, limits)?));
+                true
             }
-            let next = list.last().map_or(0, |last| last.number.saturating_add(1));
-            list.push(Arc::new(Epoch::create(db, next, self.memtable_bytes)?));
+        };
+        let closed = self.close_past(db);
+        if !started {
+            return closed.map(|()| 0);
         }
-        self.close_past(db)?;
         let horizons = horizons();
         let mut list = self.list.write().unwrap_or_else(PoisonError::into_inner);
         let write_epoch = list.len() - 1;
         let mut deleted = 0;
-        let mut failed = None;
+        let mut failed = closed.err();
         let mut index = 0;
         while index < write_epoch - deleted {
-            if failed.is_none() && list[index].expired(&horizons) {
+            if list[index].expired(&horizons) {
                 match list[index].delete(db) {
                     Ok(()) => {
                         list.remove(index);
                         deleted += 1;
                         continue;
                     }
-                    Err(error) => failed = Some(error),
+                    Err(error) => {
+                        failed.get_or_insert(error);
+                    }
                 }
             }
             index += 1;
@@ -523,16 +564,22 @@ impl Epochs {
         failed.map_or(Ok(deleted), Err)
     }
 
+    /// Keys an `insert` writes in one batch: an eighth of an epoch, so
+    /// that a large insert (a rebuilt window) fills epochs in turn instead
+    /// of one index of unbounded size.
+    pub fn insert_chunk_keys(&self) -> usize {
+        usize::try_from(self.limits.epoch_keys / 8)
+            .unwrap_or(usize::MAX)
+            .max(1)
+    }
+
     /// Closes the epochs before the write epoch that are still open, unless
-    /// another call is at it.
+    /// another call is at it (that call closes them, or the next does).
     ///
     /// # Errors
-    /// fjall's, from [`Epoch::close`].
+    /// fjall's, from [`Epoch::close`], after trying every such epoch.
     fn close_past(&self, db: &Database) -> fjall::Result<()> {
-        let Ok(_closing) = self.closing.try_lock() else {
-            return Ok(());
-        };
-        let past: Vec<Arc<Epoch>> = {
+        let past_open = || -> Vec<Arc<Epoch>> {
             let list = self.read();
             let before_write = list.len().saturating_sub(1);
             list[..before_write]
@@ -541,10 +588,38 @@ impl Epochs {
                 .cloned()
                 .collect()
         };
-        for epoch in past {
-            epoch.close(db)?;
+        if past_open().is_empty() {
+            return Ok(());
         }
-        Ok(())
+        // A panic while closing leaves nothing half-done that matters: an
+        // epoch is open until its load finished.
+        let _closing = match self.closing.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return Ok(()),
+        };
+        let mut failed = None;
+        for epoch in past_open() {
+            if let Err(error) = epoch.close(db) {
+                failed.get_or_insert(error);
+            }
+        }
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// Poisons the lock of the call closing epochs, as a panic while
+    /// closing would.
+    #[cfg(test)]
+    #[allow(clippy::unwrap_used)]
+    pub fn poison_closing(&self) {
+        std::thread::scope(|scope| {
+            let _ = scope
+                .spawn(|| {
+                    let _guard = self.closing.lock().unwrap();
+                    panic!("poisoning the closing lock");
+                })
+                .join();
+        });
     }
 
     /// Closes every epoch, the write epoch too (its later writes then go

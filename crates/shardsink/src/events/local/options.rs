@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-/// Default size of the block cache: 48 MiB.
-pub const DEFAULT_CACHE_BYTES: u64 = 48 * 1024 * 1024;
+/// Default size of the block cache: 40 MiB.
+pub const DEFAULT_CACHE_BYTES: u64 = 40 * 1024 * 1024;
 
 /// Default memtable size of the epochs' keyspaces: 8 MiB.
 pub const DEFAULT_MEMTABLE_BYTES: u64 = 8 * 1024 * 1024;
@@ -14,9 +14,16 @@ pub const DEFAULT_MEMTABLE_BYTES: u64 = 8 * 1024 * 1024;
 pub const DEFAULT_FILTER_BYTES: u64 = 48 * 1024 * 1024;
 
 /// Default number of key writes to one epoch of the `copies` keys before
-/// the next starts: 262,144 (about 20 MiB in memory while the epoch is
-/// open, about 18 MB on disk once closed).
-pub const DEFAULT_EPOCH_KEYS: u64 = 256 * 1024;
+/// the next starts: 200,000 (its index's map then never outgrows the
+/// 262,144 slots it is made with; about 20 MiB in memory while the epoch
+/// is open, about 14 MB on disk once closed).
+pub const DEFAULT_EPOCH_KEYS: u64 = 200_000;
+
+/// Default bytes of values written to one epoch before the next starts:
+/// 16 MiB (200,000 keys of one copy are about 9.4 MB; keys written again
+/// and again, as when one id keeps being accepted with new payloads, end
+/// the epoch sooner).
+pub const DEFAULT_EPOCH_VALUE_BYTES: u64 = 16 * 1024 * 1024;
 
 /// A shard not written for this long, by the wall clock, is forgotten when
 /// the store opens: 7 days.
@@ -35,13 +42,17 @@ pub const DEFAULT_WORKER_THREADS: usize = 3;
 /// The store's memory is bounded by
 /// - the block cache, `cache_bytes` (data, index and filter blocks; about
 ///   20 MiB of index and filter blocks per 10 million keys compete for it);
-/// - the memtables of the write epoch's runs keyspace (`runs`): the active
-///   one and at most 4 sealed ones waiting for their flush (fjall halts
-///   writes at 4), so 5 × `memtable_bytes` (the `copies` keyspaces take no
-///   memtable writes: their keys are loaded by bulk ingestion);
-/// - the write epoch's index (`runs`): about 90 bytes per key, so about
-///   24 MiB for `epoch_keys`; and while the epoch before it is loaded into
-///   its keyspace, that epoch's index too and its sorted keys (10 MiB);
+/// - the memtables of the runs keyspaces (`runs`): the write epoch's
+///   active one and at most 4 sealed ones waiting for their flush (fjall
+///   halts writes at 4), 5 × `memtable_bytes`, and those of an epoch being
+///   loaded until its runs keyspace is deleted; all bounded by the 64 MiB
+///   journal (fjall flushes the oldest beyond it). The `copies` keyspaces
+///   take no memtable writes: their keys are loaded by bulk ingestion;
+/// - the write epoch's index (`runs`): a map of 262,144 slots of 41 bytes
+///   (about 11 MiB for up to about 229,000 keys) and its values, at most
+///   `epoch_value_bytes` and one call's more; and while the epoch before
+///   it is loaded into its keyspace, that epoch's index too and its keys
+///   sorted (40 bytes a key, about 8 MiB);
 /// - the `shards` memtables, 5 × 1 MiB;
 /// - the index and filter blocks fjall pins outside the cache (by its
 ///   default pinning policies, the filters of level 0 and the indexes of
@@ -52,13 +63,13 @@ pub const DEFAULT_WORKER_THREADS: usize = 3;
 ///   (about 15 to 25 MiB for 10 million keys);
 /// - the recent keys (`recent`): about 2 MiB per shard.
 ///
-/// With the defaults: 48 MiB + 5 × 8 MiB + 2 × 24 MiB + 10 MiB + 5 MiB +
-/// a few MiB + at most 48 MiB + 2 MiB per shard, about **200 MiB** (the
-/// benchmark's process, one shard and 10 million keys, is about 165 MiB
-/// resident).
+/// With the defaults: 40 MiB, at most 64 MiB, 2 × (11 + 16) MiB, 8 MiB,
+/// 5 MiB, a few MiB, at most 48 MiB and 2 MiB per shard: at most about
+/// **225 MiB** (the benchmark's process, one shard and 10 million keys, is
+/// 140 to 175 MiB resident).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalOptions {
-    /// Block cache size, bytes. Default 48 MiB (`DEFAULT_CACHE_BYTES`).
+    /// Block cache size, bytes. Default 40 MiB (`DEFAULT_CACHE_BYTES`).
     pub cache_bytes: u64,
     /// Memtable size of the epochs' keyspaces (the runs keyspace takes the
     /// writes), bytes; applies to each epoch's keyspaces when they are
@@ -80,8 +91,12 @@ pub struct LocalOptions {
     /// Key writes to one epoch of the `copies` keys (one fjall keyspace)
     /// before the next starts, which also bounds the write epoch's index
     /// in memory; old epochs are deleted whole. Default
-    /// 262,144 (`DEFAULT_EPOCH_KEYS`).
+    /// 200,000 (`DEFAULT_EPOCH_KEYS`).
     pub epoch_keys: u64,
+    /// Bytes of values written to one epoch before the next starts, which
+    /// bounds the write epoch's index when keys are written many times.
+    /// Default 16 MiB (`DEFAULT_EPOCH_VALUE_BYTES`).
+    pub epoch_value_bytes: u64,
 }
 
 impl Default for LocalOptions {
@@ -93,6 +108,7 @@ impl Default for LocalOptions {
             worker_threads: DEFAULT_WORKER_THREADS,
             filter_bytes: DEFAULT_FILTER_BYTES,
             epoch_keys: DEFAULT_EPOCH_KEYS,
+            epoch_value_bytes: DEFAULT_EPOCH_VALUE_BYTES,
         }
     }
 }

@@ -53,14 +53,12 @@ pub struct CorruptRun;
 pub struct Run {
     bytes: Vec<u8>,
     keys: usize,
+    value_bytes: u64,
 }
 
 impl Default for Run {
     fn default() -> Self {
-        Self {
-            bytes: vec![RUN_FORMAT],
-            keys: 0,
-        }
+        Self::with_capacity(0)
     }
 }
 
@@ -69,7 +67,11 @@ impl Run {
     pub fn with_capacity(keys: usize) -> Self {
         let mut bytes = Vec::with_capacity(1 + keys * (COPIES_KEY_LEN + 4 + 48));
         bytes.push(RUN_FORMAT);
-        Self { bytes, keys: 0 }
+        Self {
+            bytes,
+            keys: 0,
+            value_bytes: 0,
+        }
     }
 
     /// Writes `value` under `key`.
@@ -82,6 +84,7 @@ impl Run {
             .extend_from_slice(&(value.len() as u32).to_le_bytes());
         self.bytes.extend_from_slice(value);
         self.keys += 1;
+        self.value_bytes += value.len() as u64;
     }
 
     /// Removes `key`.
@@ -94,6 +97,11 @@ impl Run {
     /// Whether it writes no key.
     pub fn is_empty(&self) -> bool {
         self.keys == 0
+    }
+
+    /// Bytes of the values it writes.
+    pub fn value_bytes(&self) -> u64 {
+        self.value_bytes
     }
 
     /// The run value.
@@ -169,6 +177,8 @@ pub fn run_number(key: &[u8]) -> Option<u64> {
 pub struct Index {
     map: foldhash::HashMap<IndexKey, Span>,
     chunks: Vec<Vec<u8>>,
+    /// Bytes of the values stored, replaced ones included.
+    value_bytes: u64,
 }
 
 /// A `copies` key as integers, which hash and compare in a few
@@ -211,6 +221,22 @@ struct Span {
 }
 
 impl Index {
+    /// An empty index with room for `keys` keys before its map grows.
+    pub fn with_capacity(keys: u64) -> Self {
+        Self {
+            map: foldhash::HashMap::with_capacity_and_hasher(
+                usize::try_from(keys).unwrap_or(0),
+                Default::default(),
+            ),
+            ..Self::default()
+        }
+    }
+
+    /// Bytes of the values it stored, replaced and removed ones included.
+    pub fn value_bytes(&self) -> u64 {
+        self.value_bytes
+    }
+
     /// Applies run `entries` in order: a value replaces the key's, a
     /// removal removes it.
     pub fn apply<'a>(&mut self, entries: impl IntoIterator<Item = (&'a Key, Option<&'a [u8]>)>) {
@@ -285,6 +311,7 @@ impl Index {
         let chunk = &mut self.chunks[chunk_index];
         let start = chunk.len();
         chunk.extend_from_slice(value);
+        self.value_bytes += value.len() as u64;
         // Chunks are below 4 GiB: 1 MiB, or one value of a run.
         Span {
             chunk: chunk_index as u32,
@@ -361,6 +388,8 @@ mod tests {
         assert_eq!(index.get(&key(4)), Some(&[7; 300][..]));
         assert_eq!(index.get(b"short"), None);
         assert_eq!(index.len(), 3);
+        assert_eq!(index.value_bytes(), 1 + 1 + 1 + 2 + 300);
+        assert_eq!(second.value_bytes(), 2 + 300);
         let sorted: Vec<Key> = index.sorted().map(|(key, _)| key).collect();
         assert_eq!(sorted, vec![key(1), key(2), key(4)]);
     }

@@ -26,7 +26,7 @@ use sequence_range::SequenceNumber;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::codec::{self, Tag};
-use super::epochs::{self, Epoch, Epochs, OpenError};
+use super::epochs::{self, Epoch, Epochs, Limits, OpenError};
 use super::error::LocalStoreError;
 use super::expiry;
 use super::filter::{Builder, Filters, MIN_GENERATION_KEYS};
@@ -170,16 +170,21 @@ impl LocalStore {
             }))
             .open()
             .map_err(open_error)?;
-        let epochs =
-            Epochs::open(&db, options.memtable_bytes, options.epoch_keys).map_err(|error| {
-                match error {
-                    OpenError::Fjall(source) => open_error(source),
-                    OpenError::CorruptRun(keyspace, run) => LocalStoreError::Corrupt {
-                        path: path.clone(),
-                        key: format!("{keyspace}/run {run}"),
-                    },
-                }
-            })?;
+        let epochs = Epochs::open(
+            &db,
+            Limits {
+                memtable_bytes: options.memtable_bytes,
+                epoch_keys: options.epoch_keys,
+                epoch_value_bytes: options.epoch_value_bytes,
+            },
+        )
+        .map_err(|error| match error {
+            OpenError::Fjall(source) => open_error(source),
+            OpenError::CorruptRun(keyspace, run) => LocalStoreError::Corrupt {
+                path: path.clone(),
+                key: format!("{keyspace}/run {run}"),
+            },
+        })?;
         let shards = db
             .keyspace(SHARDS, || {
                 KeyspaceCreateOptions::default().max_memtable_size(SHARDS_MEMTABLE_BYTES)
@@ -361,12 +366,22 @@ impl LocalStore {
     /// Adds accepted copies decided elsewhere (rebuilt from the archive, or
     /// adopted from a decisions object), each under its copy's shard. A copy
     /// already stored (same shard, sequence number and sub-sequence number)
-    /// is not added again. One atomic batch, flushed to the OS as in
-    /// [`decide`](Self::decide).
+    /// is not added again. Atomic batches of at most an eighth of an epoch
+    /// each (so that a rebuilt window fills epochs in turn), flushed to the
+    /// OS as in [`decide`](Self::decide); after a failure, those before it
+    /// are stored, and calling again with the same copies is safe.
     ///
     /// # Errors
     /// As [`decide`](Self::decide).
     pub fn insert(&self, copies: &[(EventKey, AcceptedCopy)]) -> Result<(), LocalStoreError> {
+        for chunk in copies.chunks(self.inner.epochs.insert_chunk_keys()) {
+            self.insert_batch(chunk)?;
+        }
+        Ok(())
+    }
+
+    /// One atomic batch of [`insert`](Self::insert).
+    fn insert_batch(&self, copies: &[(EventKey, AcceptedCopy)]) -> Result<(), LocalStoreError> {
         let inner = &*self.inner;
         let mut shards: Vec<&Arc<str>> =
             copies.iter().map(|(_, copy)| &copy.copy.shard_id).collect();
@@ -640,7 +655,7 @@ impl Inner {
             Err(error) => tracing::warn!(
                 path = %self.path.display(),
                 %error,
-                "event store could not start its next epoch or delete an expired one; trying again later"
+                "event store could not start its next epoch, load a past one into its keyspace or delete an expired one; trying again later"
             ),
         }
     }
@@ -1481,6 +1496,68 @@ mod tests {
         assert!(!has_keyspace(&store, "copies.0.runs"));
         assert!(!has_keyspace(&store, "copies.7.runs"));
         assert_known(&store, &lineage, 0..5);
+    }
+
+    #[test]
+    fn an_epoch_also_ends_after_its_value_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let lineage = Lineage::root("shardId-000000000000");
+        let store = LocalStore::open(
+            dir.path(),
+            LocalOptions {
+                epoch_keys: 1_000_000,
+                epoch_value_bytes: 300,
+                ..LocalOptions::default()
+            },
+        )
+        .unwrap();
+        // Ten keys of one copy each (20 bytes a value with these short
+        // sequence numbers) stay below; twenty do not.
+        decide_ids(&store, &lineage, 0..10, 1_000, 1);
+        assert_eq!(epoch_numbers(&store), vec![0]);
+        decide_ids(&store, &lineage, 10..20, 1_000, 11);
+        assert_eq!(epoch_numbers(&store), vec![0, 1]);
+        assert!(!store.inner.epochs.read()[0].is_open());
+        assert_known(&store, &lineage, 0..20);
+    }
+
+    #[test]
+    fn a_large_insert_fills_epochs_in_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        let shard: Arc<str> = Arc::from("shardId-000000000000");
+        let copies: Vec<(EventKey, AcceptedCopy)> = (0..40)
+            .map(|n| {
+                let candidate = candidate(&shard, (n, 0, 1_000), u64::from(n) + 1, None);
+                (candidate.key, candidate.accepted())
+            })
+            .collect();
+        store.insert(&copies).unwrap();
+        // Batches of two keys (an eighth of 16): the epochs end as they
+        // fill, not once after all 40 keys.
+        assert!(
+            epoch_numbers(&store).len() >= 3,
+            "{:?}",
+            epoch_numbers(&store)
+        );
+        for (key, copy) in &copies {
+            assert_eq!(store.stored(&shard, key.id), vec![copy.clone()]);
+        }
+        store.insert(&copies).unwrap();
+        for (key, _) in &copies {
+            assert_eq!(store.stored(&shard, key.id).len(), 1, "idempotent");
+        }
+    }
+
+    #[test]
+    fn epochs_are_closed_after_a_panic_while_closing() {
+        let dir = tempfile::tempdir().unwrap();
+        let lineage = Lineage::root("shardId-000000000000");
+        let store = open(&dir);
+        store.inner.epochs.poison_closing();
+        decide_ids(&store, &lineage, 0..20, 1_000, 1);
+        assert_eq!(epoch_numbers(&store), vec![0, 1]);
+        assert!(!store.inner.epochs.read()[0].is_open());
     }
 
     #[test]
