@@ -101,7 +101,9 @@ pub fn runs_number(name: &str) -> Option<u32> {
 pub fn create_options(memtable_bytes: u64) -> KeyspaceCreateOptions {
     // Most reads look for new ids: keep Bloom filters on the last level
     // too (fjall's default filter policy: 0.01 % false positives on level
-    // 0, 10 bits per key below).
+    // 0, 10 bits per key below; an epoch's keys, loaded by bulk ingestion,
+    // get the level-1 policy, about 1 %, and are not pinned: reads that get
+    // past the in-memory filters are rare).
     KeyspaceCreateOptions::default()
         .expect_point_read_hits(false)
         .max_memtable_size(memtable_bytes)
