@@ -151,6 +151,16 @@ struct Open {
     index: RwLock<Index>,
 }
 
+impl Open {
+    fn new(runs: Keyspace, next_run: u64, index: Index) -> Self {
+        Self {
+            runs,
+            next_run: AtomicU64::new(next_run),
+            index: RwLock::new(index),
+        }
+    }
+}
+
 /// How opening the epochs fails.
 #[derive(Debug)]
 pub enum OpenError {
@@ -207,15 +217,8 @@ impl Epoch {
         let memtable_bytes = limits.memtable_bytes;
         let keyspace = db.keyspace(&name(number), || create_options(memtable_bytes))?;
         let runs = db.keyspace(&runs_name(number), || runs_options(memtable_bytes))?;
-        Ok(Self::new(
-            number,
-            keyspace,
-            Some(Open {
-                runs,
-                next_run: AtomicU64::new(0),
-                index: RwLock::new(Index::with_capacity(limits.epoch_keys)),
-            }),
-        ))
+        let index = Index::with_capacity(limits.epoch_keys);
+        Ok(Self::new(number, keyspace, Some(Open::new(runs, 0, index))))
     }
 
     /// Opens epoch `number` found in `db`, its runs read into its index
@@ -247,11 +250,7 @@ impl Epoch {
         Ok(Self::new(
             number,
             keyspace,
-            Some(Open {
-                runs,
-                next_run: AtomicU64::new(next_run),
-                index: RwLock::new(index),
-            }),
+            Some(Open::new(runs, next_run, index)),
         ))
     }
 
@@ -438,6 +437,11 @@ impl Epoch {
     }
 }
 
+/// The number of the epoch after the last of `list` (0 for none).
+fn next_number(list: &[Arc<Epoch>]) -> u32 {
+    list.last().map_or(0, |last| last.number.saturating_add(1))
+}
+
 /// The epochs of a store, oldest first; the last takes the writes.
 pub struct Epochs {
     list: RwLock<Vec<Arc<Epoch>>>,
@@ -479,8 +483,8 @@ impl Epochs {
             .map(|number| Epoch::reopen(db, number, limits).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
         if !list.last().is_some_and(|last| last.is_open()) {
-            let next = list.last().map_or(0, |last| last.number.saturating_add(1));
-            list.push(Arc::new(Epoch::create(db, next, limits)?));
+            let epoch = Epoch::create(db, next_number(&list), limits)?;
+            list.push(Arc::new(epoch));
         }
         let epochs = Self {
             list: RwLock::new(list),
@@ -533,8 +537,8 @@ impl Epochs {
         let started = full(&self.read()) && {
             let mut list = self.list.write().unwrap_or_else(PoisonError::into_inner);
             full(&list) && {
-                let next = list.last().map_or(0, |last| last.number.saturating_add(1));
-                list.push(Arc::new(Epoch::create(db, next, limits)?));
+                let epoch = Epoch::create(db, next_number(&list), limits)?;
+                list.push(Arc::new(epoch));
                 true
             }
         };
