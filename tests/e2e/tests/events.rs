@@ -37,7 +37,7 @@ use shardsink_e2e::check::events::{
 };
 use shardsink_e2e::fixtures::{clear_lease_table, delete_lease_table};
 use shardsink_e2e::payloads::{Payloads, event_payloads};
-use shardsink_e2e::producer::{RetryOptions, RetryingProducer};
+use shardsink_e2e::producer::{RecordSpec, RetryOptions, RetryingProducer, shard_of};
 use shardsink_e2e::{
     ArchiveReader, Daemon, Finish, ProducedRecord, Scenario, Settings, Versioning, require_env,
     scaled, stop_gracefully, wait_for_archive, wait_for_growth, wait_until,
@@ -501,4 +501,109 @@ async fn dynamodb_manifest_each_event_once_across_shards() {
     );
     let (_, across) = duplicates_by_batch(&archive);
     assert!(across > report.cross_shard_duplicates);
+}
+
+/// A partition key that maps to `shard_id`.
+fn key_on(scenario: &Scenario, shard_id: &str) -> String {
+    (0..10_000)
+        .map(|n| format!("lag-{n}"))
+        .find(|key| shard_of(key, &scenario.shards).as_deref() == Some(shard_id))
+        .expect("a partition key for every shard")
+}
+
+/// The window is a distance, whichever copy arrived first. With the
+/// manifest (stream scope) a lagging shard can decide a copy that arrived
+/// *before* one another shard already kept: worker B is frozen (SIGSTOP)
+/// while one copy of an event goes to its shard, and a second copy goes to
+/// worker A's shard more than a window (5 s) later and is archived; then B
+/// resumes and decides its copy against A's. Both copies are kept — the
+/// earlier one is not a duplicate of a copy that arrived outside its window
+/// — and `verify --deep` and the independent check agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dynamodb_manifest_measures_the_window_both_ways_for_a_lagging_shard() {
+    let env = require_env!();
+    let mut scenario = Scenario::create(&env, "ev-lag", SHARDS, Versioning::Enabled)
+        .await
+        .unwrap();
+    let window = Duration::from_secs(5);
+    scenario.settings = base(&scenario)
+        .set("event-dedup-store", "dynamodb")
+        .set("event-dedup-window", "5s")
+        // B stays frozen well within its lease.
+        .set("failover-time", "60s");
+    let mut a = Daemon::spawn(&scenario.settings.clone().set("worker-id", "ev-a")).unwrap();
+    owners(&scenario, &[("ev-a", SHARDS as usize)]).await;
+    let mut b = Daemon::spawn(&scenario.settings.clone().set("worker-id", "ev-b")).unwrap();
+    owners(&scenario, &[("ev-a", 1), ("ev-b", 1)]).await;
+    let rows = scenario.lease_rows().await.unwrap();
+    let shard_of_worker = |worker: &str| {
+        rows.iter()
+            .find(|row| row.lease_owner.as_deref() == Some(worker))
+            .map(|row| row.lease_key.clone())
+            .unwrap()
+    };
+    let (key_a, key_b) = (
+        key_on(&scenario, &shard_of_worker("ev-a")),
+        key_on(&scenario, &shard_of_worker("ev-b")),
+    );
+    let event = br#"{"id":"lagging","v":1}"#;
+    let mut reader = scenario.archive_reader();
+
+    b.pause().unwrap();
+    let mut produced = scenario
+        .put(&[RecordSpec::new(&key_b, event.as_slice())])
+        .await
+        .unwrap();
+    tokio::time::sleep(window * 2 - Duration::from_secs(1)).await;
+    produced.extend(
+        scenario
+            .put(&[RecordSpec::new(&key_a, event.as_slice())])
+            .await
+            .unwrap(),
+    );
+    wait_until(
+        scaled(Duration::from_secs(60)),
+        "A archives its copy",
+        || {
+            let log = a.log();
+            async move { log.contains("\"batch written\"") }
+        },
+    )
+    .await
+    .unwrap();
+    b.resume().unwrap();
+
+    let how = Finish::stopping_all(vec![&mut a, &mut b], 120)
+        .events()
+        .verify_deep()
+        .ground_truth()
+        .clean_shutdown();
+    let archive = scenario.finish(&mut reader, &produced, how).await.archive;
+    let report = each_event_once(
+        &produced,
+        &archive,
+        &json_pointer_id(EVENT_ID),
+        EventRules {
+            window,
+            fingerprint: true,
+            scope: Scope::Stream,
+        },
+    );
+    report.assert_ok();
+    let arrivals: Vec<chrono::DateTime<chrono::Utc>> = archive
+        .records()
+        .chain(archive.duplicates())
+        .map(|r| r.approximate_arrival_timestamp.parse().unwrap())
+        .collect();
+    let apart = (arrivals[1] - arrivals[0]).abs();
+    println!("the two copies arrived {apart} apart (window {window:?})");
+    assert!(
+        apart.to_std().unwrap() > window,
+        "the test needs copies more than a window apart"
+    );
+    assert_eq!(
+        (report.kept_with_id, report.duplicates),
+        (2, 0),
+        "both copies kept: they arrived more than a window apart"
+    );
 }

@@ -50,8 +50,9 @@ pub struct EventArgs {
     pub event_fingerprint: Option<EventFingerprint>,
 
     /// How far apart, in ApproximateArrivalTimestamp (not the local clock),
-    /// two copies of an event may arrive for the later to be a duplicate.
-    /// Copies further apart are both kept (counted as expired). With the
+    /// two copies of an event may arrive for the one decided second to be a
+    /// duplicate, whichever arrived first. Copies further apart are both
+    /// kept (counted as expired). With the
     /// local store at most the stream's retention, with dynamodb up to 365d.
     /// [default: 1h]
     #[arg(long, env = "SHARDSINK_EVENT_DEDUP_WINDOW", value_parser = parse_duration, value_name = "DURATION")]

@@ -6,22 +6,28 @@
 //!
 //! For a record `r` with key `(id, fingerprint)` arriving at `t`, and the
 //! *prior* accepted copies of `id` (copies that precede `r`; see the stores
-//! for what precedes means), with `Δ = t − arrival(copy)`:
-//! - copies with `Δ > 2 × window` are forgotten (stores keep copies at least
-//!   that long, and never consult older ones);
+//! for what precedes means), with `Δ = t − arrival(copy)` — negative for a
+//! prior copy that arrived later (a lagging shard's record decided after
+//! another shard's copy, or an arrival time that went back) — and the
+//! distance `|Δ|`:
+//! - copies with `|Δ| > 2 × window` are forgotten (stores keep copies at
+//!   least that long, and never consult older ones);
 //! - a copy *matches* when fingerprints are ignored (`--event-fingerprint
 //!   none`) or its fingerprint is `r`'s;
-//! - a matching copy with `Δ ≤ window` (an earlier arrival, or a later one:
-//!   a negative `Δ` is within the window too) makes `r` a **duplicate** of
-//!   the latest such copy;
-//! - otherwise a matching copy (older than the window) makes `r` **expired**:
-//!   kept, and accepted again;
+//! - a matching copy with `|Δ| ≤ window` makes `r` a **duplicate** of the
+//!   latest such copy;
+//! - otherwise a matching copy (outside the window, earlier or later) makes
+//!   `r` **expired**: kept, and accepted again;
 //! - otherwise a copy of another fingerprint within the window makes `r`
 //!   **id reused**: kept and accepted;
 //! - otherwise `r` is **unique**: kept and accepted.
 //!
 //! A record whose id cannot be found (`id_missing`) is kept and never
 //! accepted: it has nothing to match.
+//!
+//! The window is symmetric, as `shardsink verify` and every reader of the
+//! archive measure it: two copies are within the window when they arrived at
+//! most a window apart, whichever came first.
 //!
 //! Consequence (checked by the property test below): no two kept copies with
 //! the same id and matching fingerprints are within the window of each
@@ -189,7 +195,8 @@ impl Rule {
 
     /// Decides a record with `key` arriving at `arrival_millis`, given the
     /// accepted copies of its id that precede it (`prior`; any order, may
-    /// include copies past the horizon, which are ignored).
+    /// include copies further than the horizon away, earlier or later, which
+    /// are ignored). Distances are `|Δ|` (see the module documentation).
     pub fn decide<'a>(
         &self,
         key: &EventKey,
@@ -199,12 +206,14 @@ impl Rule {
         let mut duplicate_of: Option<&AcceptedCopy> = None;
         let (mut expired, mut reused) = (false, false);
         for copy in prior {
-            let delta = arrival_millis.saturating_sub(copy.arrival_millis);
-            if delta > self.horizon_millis() {
+            let distance = arrival_millis
+                .saturating_sub(copy.arrival_millis)
+                .saturating_abs();
+            if distance > self.horizon_millis() {
                 continue;
             }
             let matches = !self.match_fingerprint || copy.fingerprint == key.fingerprint;
-            let within = delta <= self.window_millis;
+            let within = distance <= self.window_millis;
             match (matches, within) {
                 (true, true) => {
                     if duplicate_of.is_none_or(|best| later(copy, best)) {
@@ -313,12 +322,28 @@ mod tests {
             Decision::Keep(Outcome::Unique),
             "a match past twice the window is forgotten"
         );
+        // A prior copy that arrived later (a lagging shard's record): the
+        // distance counts, not the order.
         assert_eq!(
-            rule(true).decide(&key(5), -3 * W, &prior),
+            rule(true).decide(&key(5), -W, &prior),
             Decision::Duplicate {
                 of: prior[0].copy.clone()
             },
-            "a copy that arrived later is within the window"
+            "a copy that arrived a window later is within the window"
+        );
+        assert_eq!(
+            rule(true).decide(&key(5), -W - 1, &prior),
+            Decision::Keep(Outcome::Expired),
+            "a copy that arrived more than a window later is outside it"
+        );
+        assert_eq!(
+            rule(true).decide(&key(6), -W + 1, &prior),
+            Decision::Keep(Outcome::IdReused)
+        );
+        assert_eq!(
+            rule(true).decide(&key(5), -2 * W - 1, &prior),
+            Decision::Keep(Outcome::Unique),
+            "a copy that arrived more than twice the window later is forgotten"
         );
         assert_eq!(
             rule(true).decide(&key(5), 0, []),
@@ -372,8 +397,8 @@ mod tests {
                 );
                 // The definition, written out plainly.
                 let fp_ok = |c: &AcceptedCopy| !match_fingerprint || c.fingerprint == fingerprint;
-                let remembered = |c: &AcceptedCopy| arrival - c.arrival_millis <= 2 * W;
-                let in_window = |c: &AcceptedCopy| arrival - c.arrival_millis <= W;
+                let remembered = |c: &AcceptedCopy| (arrival - c.arrival_millis).abs() <= 2 * W;
+                let in_window = |c: &AcceptedCopy| (arrival - c.arrival_millis).abs() <= W;
                 let original = prior
                     .iter()
                     .filter(|c| fp_ok(c) && in_window(c))

@@ -926,6 +926,49 @@ mod tests {
     }
 
     #[test]
+    fn a_preceding_copy_that_arrived_later_counts_by_its_distance() {
+        // A parent's last copies arrived after its child's first records
+        // (a lagging clock, or arrival times that went back): the window is
+        // the distance either way, as `verify` measures it.
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        let rule = rule(true);
+        let parent = Lineage::root("shardId-000000000000");
+        let child = Lineage {
+            shard_id: Arc::from("shardId-000000000001"),
+            ancestors: vec![Arc::clone(&parent.shard_id)],
+        };
+        let parent_run = vec![
+            candidate(&parent.shard_id, (1, 0, 10 * W), 1, None),
+            candidate(&parent.shard_id, (2, 0, 10 * W), 2, None),
+        ];
+        store
+            .decide(&parent, &rule, SETTINGS, &parent_run, &through(&parent_run))
+            .unwrap();
+        let child_run = vec![
+            // Two windows and a bit before the parent's copy: forgotten.
+            candidate(&child.shard_id, (1, 0, 8 * W - 1), 10, None),
+            // A window and a bit before it: outside the window.
+            candidate(&child.shard_id, (2, 0, 9 * W - 1), 11, None),
+            // A window before it: within, and the parent's is the latest
+            // copy within the window.
+            candidate(&child.shard_id, (2, 0, 9 * W), 12, None),
+        ];
+        assert_eq!(
+            store
+                .decide(&child, &rule, SETTINGS, &child_run, &through(&child_run))
+                .unwrap(),
+            vec![
+                Decision::Keep(Outcome::Unique),
+                Decision::Keep(Outcome::Expired),
+                Decision::Duplicate {
+                    of: parent_run[1].copy.clone()
+                },
+            ]
+        );
+    }
+
+    #[test]
     fn a_replay_decides_as_the_first_attempt_after_later_runs() {
         let dir = tempfile::tempdir().unwrap();
         let store = open(&dir);
