@@ -182,6 +182,11 @@ pub struct FakeBucket {
     pub put_attempts: Mutex<Vec<String>>,
     /// The next this-many PUTs fail with 503 SlowDown.
     pub failing_puts: AtomicUsize,
+    /// When set, this many more PUTs are answered as usual, and every PUT
+    /// after them fails with 503 SlowDown until it is set to `None`: S3 out
+    /// of reach from then on (a crash point for a test that then stops the
+    /// task).
+    pub puts_left: Mutex<Option<usize>>,
     /// The prefix of each ListObjectsV2 request, in order.
     pub lists: Mutex<Vec<String>>,
     /// Called before each PUT is applied, with the key and whether it would
@@ -410,6 +415,11 @@ fn s3_client(bucket: Arc<FakeBucket>) -> aws_sdk_s3::Client {
         lock(&b1.put_attempts).push(key.clone());
         if take_one(&b1.failing_puts) {
             return MockResponse::Http(s3_error(503, "SlowDown"));
+        }
+        match lock(&b1.puts_left).as_mut() {
+            Some(0) => return MockResponse::Http(s3_error(503, "SlowDown")),
+            Some(left) => *left -= 1,
+            None => {}
         }
         if let Some(hook) = lock(&b1.on_put).as_ref() {
             let creates = !lock(&b1.objects).contains_key(&key);

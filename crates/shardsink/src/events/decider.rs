@@ -174,8 +174,6 @@ impl ShardEvents {
         let decided = self
             .decide_candidates(candidates, last.sequence_number.clone(), stop)
             .await?;
-        let newest = records.iter().map(|r| r.arrival_millis).max().unwrap_or(0);
-        self.advance_horizon(newest).await?;
         let mut decided = decided.into_iter();
         Ok(keys
             .into_iter()
@@ -233,11 +231,24 @@ impl ShardEvents {
         }
     }
 
-    /// Lets the store drop what no decision of this shard can consult any
-    /// more, once records that arrived at `newest_arrival` were decided.
-    async fn advance_horizon(&self, newest_arrival: i64) -> Result<(), EventError> {
+    /// A batch of the shard whose first record arrived at
+    /// `first_arrival_millis` (ms since the epoch) is written and
+    /// checkpointed: lets the store drop the copies no decision of this
+    /// shard can consult any more.
+    ///
+    /// Only a written batch moves the horizon, never a decision: every
+    /// record still to be decided — or decided again, after a crash, a lease
+    /// move or a lost lease table — comes after the last written batch, so
+    /// it arrived no earlier than that batch's first record less the slack
+    /// for arrival times that go back a little. Records decided but not yet
+    /// written may be decided again, and must see the same copies: the
+    /// horizon never depends on them.
+    ///
+    /// # Errors
+    /// [`EventError`] when the store fails.
+    pub async fn written(&self, first_arrival_millis: i64) -> Result<(), EventError> {
         if let EventStore::Local(store) = &self.runtime.store {
-            let horizon = newest_arrival
+            let horizon = first_arrival_millis
                 .saturating_sub(self.runtime.settings.rule.horizon_millis())
                 .saturating_sub(HORIZON_SLACK_MILLIS);
             let (store, shard) = (store.clone(), self.lineage.shard_id.clone());

@@ -466,14 +466,27 @@ impl ShardTask {
     }
 
     async fn write(&mut self, batch: Batch, reason: FlushReason) -> Result<(), ShardError> {
-        self.note_unarchived(Some(batch.first_arrival_millis()));
+        let first_arrival = batch.first_arrival_millis();
+        self.note_unarchived(Some(first_arrival));
         let written = self.writer.write(batch, reason).await?;
         self.progress.batch_written();
         if reason != FlushReason::Gap {
             self.dedup.on_batch_written();
         }
         self.frontier.written(written.pending.last);
-        Ok(())
+        self.events_written(first_arrival).await
+    }
+
+    /// Tells the event decisions that a batch whose first record arrived at
+    /// `first_arrival` is written (see `ShardEvents::written`).
+    pub(super) async fn events_written(&mut self, first_arrival: i64) -> Result<(), ShardError> {
+        match &self.events {
+            Some(events) => events
+                .written(first_arrival)
+                .await
+                .map_err(|source| events_failed(&self.shard_id, source)),
+            None => Ok(()),
+        }
     }
 
     /// Writes the batch being built if a buffering limit is reached, or if its
@@ -607,6 +620,7 @@ mod tests {
     mod buckets;
     mod events;
     mod formats;
+    mod replays;
 
     use std::sync::atomic::Ordering;
 

@@ -30,7 +30,8 @@ impl ShardTask {
             }
             Step::Complete(done) => {
                 let records = done.batch.user_records() as u64;
-                self.note_unarchived(Some(done.batch.first_arrival_millis()));
+                let first_arrival = done.batch.first_arrival_millis();
+                self.note_unarchived(Some(first_arrival));
                 let written = if done.recorded {
                     self.writer
                         .replay(done.pending, done.batch, &done.format)
@@ -49,6 +50,7 @@ impl ShardTask {
                     "pending batch replayed"
                 );
                 self.frontier.written(written.pending.last);
+                self.events_written(first_arrival).await?;
                 Ok(true)
             }
             Step::Abandoned(pending) => {
