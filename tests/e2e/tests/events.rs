@@ -529,8 +529,9 @@ async fn dynamodb_manifest_measures_the_window_both_ways_for_a_lagging_shard() {
     scenario.settings = base(&scenario)
         .set("event-dedup-store", "dynamodb")
         .set("event-dedup-window", "5s")
-        // B stays frozen well within its lease.
-        .set("failover-time", "60s");
+        // B stays frozen (about 12 s) well within its lease; new leases
+        // are taken after one failover time.
+        .set("failover-time", "30s");
     let mut a = Daemon::spawn(&scenario.settings.clone().set("worker-id", "ev-a")).unwrap();
     owners(&scenario, &[("ev-a", SHARDS as usize)]).await;
     let mut b = Daemon::spawn(&scenario.settings.clone().set("worker-id", "ev-b")).unwrap();
@@ -548,6 +549,18 @@ async fn dynamodb_manifest_measures_the_window_both_ways_for_a_lagging_shard() {
     );
     let event = br#"{"id":"lagging","v":1}"#;
     let mut reader = scenario.archive_reader();
+    // B stole its lease from A: until A's task for that shard has noticed,
+    // it could still read and decide B's copy itself.
+    wait_until(
+        scaled(Duration::from_secs(60)),
+        "A stops the shard B took",
+        || {
+            let log = a.log();
+            async move { log.contains("lease lost; stopped the shard") }
+        },
+    )
+    .await
+    .unwrap();
 
     b.pause().unwrap();
     let mut produced = scenario

@@ -586,3 +586,32 @@ proptest! {
         })?;
     }
 }
+
+#[tokio::test]
+async fn a_lagging_shard_measures_the_window_both_ways() {
+    // Shard B lags: its copy arrived before shard A's kept copy, and is
+    // decided after it. More than a window apart, it is kept too.
+    let h = Harness::new();
+    let t = base();
+    let (a, b) = (Lineage::root(A), Lineage::root(B));
+    let worker = h.worker(100);
+    let kept = candidate(A, 1, 1, 5, t + W + 1);
+    assert_eq!(
+        worker
+            .decide(&a, &rule(true), &[kept.clone()])
+            .await
+            .unwrap(),
+        vec![Decision::Keep(Outcome::Unique)]
+    );
+    let lagging = [candidate(B, 1, 1, 5, t), candidate(B, 2, 1, 5, t + 1)];
+    assert_eq!(
+        worker.decide(&b, &rule(true), &lagging).await.unwrap(),
+        vec![
+            Decision::Keep(Outcome::Expired),
+            Decision::Duplicate {
+                of: kept.copy.clone()
+            },
+        ],
+        "a window and a bit before the kept copy: outside; a window before it: within"
+    );
+}
