@@ -190,7 +190,8 @@ impl ShardTask {
             self.shard_id.clone(),
             start,
             self.ctx.max_records_per_read,
-        );
+        )
+        .with_stream_retention(self.ctx.metrics.stream_retention());
         let (mut transient, mut persistent) = (Backoff::transient(), Backoff::persistent());
         loop {
             // Room in the memory budget for the response, taken before the
