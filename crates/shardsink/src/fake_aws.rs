@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use aws_sdk_kinesis::types::{Record, ShardIteratorType};
 use aws_smithy_mocks::{MockResponse, RuleMode, mock, mock_client};
@@ -45,6 +45,10 @@ pub struct FakeShard {
     /// The next this-many GetShardIterator calls at a sequence number are
     /// rejected as expired even though the number is still there.
     pub rejected_positions: AtomicUsize,
+    /// GetShardIterator grants an iterator at a trimmed sequence number,
+    /// starting at the trim horizon, instead of rejecting it — as
+    /// kinesis-mock does, and Kinesis at times.
+    pub grants_trimmed_positions: AtomicBool,
     /// The shard has left the stream: ListShards omits it, GetShardIterator
     /// and GetRecords answer `ResourceNotFoundException`.
     pub gone: std::sync::atomic::AtomicBool,
@@ -91,6 +95,9 @@ impl FakeShard {
         }
         if take_one(&self.rejected_positions) {
             return true;
+        }
+        if self.grants_trimmed_positions.load(Ordering::SeqCst) {
+            return false;
         }
         let trimmed = self.trimmed.load(Ordering::SeqCst);
         let records = lock(&self.records);

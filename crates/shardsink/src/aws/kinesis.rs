@@ -159,9 +159,11 @@ shard_lease::modeled_kinds! {
 /// messages about a sequence number that belongs to another shard ("It
 /// encodes shardId-…") or another stream ("did not come from this stream"),
 /// and about a malformed request ("Must either specify …"): those are bugs or
-/// bad state, not expiry, and stay errors. Whatever the message, the reader
-/// that falls back confirms expiry from the shard itself: it reports a gap
-/// only when the shard's oldest record is past the expired position.
+/// bad state, not expiry, and stay errors. This is one sign of a trimmed
+/// position, not the only one — Kinesis may also grant an iterator that
+/// starts past it — so the reader decides a gap from the records it reads
+/// either way ([`crate::read::resume_check`]): after a fall back to
+/// `TRIM_HORIZON`, a position that is in fact still there is no gap.
 pub fn is_expired_position(message: Option<&str>) -> bool {
     let message = message.unwrap_or_default().to_ascii_lowercase();
     let about_starting_number =

@@ -385,6 +385,16 @@ impl Metrics {
             .store(millis, Ordering::Relaxed);
     }
 
+    /// The stream's retention period as last set by
+    /// [`set_stream_retention`](Self::set_stream_retention); `None` before
+    /// DescribeStreamSummary first answered.
+    pub fn stream_retention(&self) -> Option<Duration> {
+        match self.unarchived.retention_millis.load(Ordering::Relaxed) {
+            0 => None,
+            millis => Some(Duration::from_millis(millis)),
+        }
+    }
+
     /// The arrival time (ms since the epoch) of the shard's oldest record
     /// not yet archived — buffered, being written, or not read yet — or
     /// `None` when everything read is archived and the shard is caught up.

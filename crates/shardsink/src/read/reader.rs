@@ -1,11 +1,16 @@
 //! [`ShardReader`]: one shard's records, in order, through GetShardIterator
 //! and GetRecords.
 
+use std::time::Duration;
+
+use aws_sdk_kinesis::operation::get_records::GetRecordsOutput;
+use chrono::Utc;
 use sequence_range::SequenceNumber;
 use tracing::{error, info, warn};
 
 use crate::aws::{Kinesis, KinesisError, ShardInfo, StartingPosition};
 use crate::read::record::ShardRecord;
+use crate::read::resume_check::{ResumeCheck, Verdict};
 use crate::read::retention::RetentionGap;
 
 /// What one GetRecords call returned.
@@ -22,8 +27,9 @@ pub struct ReadBatch {
     pub bytes: u64,
     /// `ChildShards` of a shard at `SHARD_END` (after a split or merge).
     pub child_shards: Vec<ShardInfo>,
-    /// Set on the read that found the position expired: records between it
-    /// and the first record of this read were trimmed unread.
+    /// Set on the read that found the position expired (see
+    /// [`ResumeCheck`]): records between it and the first record of this
+    /// read (or the shard's end) were trimmed unread.
     pub retention_gap: Option<RetentionGap>,
 }
 
@@ -45,15 +51,19 @@ impl ReadBatch {
 /// Reads one shard from a starting position, keeping its shard iterator.
 ///
 /// After `ExpiredIteratorException` the next [`read`](Self::read) gets a new
-/// iterator `AFTER_SEQUENCE_NUMBER` the last record returned (or at the
-/// starting position when none was), so no record is skipped or repeated.
+/// iterator after the last record returned (or at the starting position when
+/// none was), so no record is skipped or repeated.
 ///
-/// When GetShardIterator says that sequence number has expired from the
-/// shard (retention), the reader falls back to `TRIM_HORIZON`. It still
-/// returns only records past the position it asked for, so a rejection of a
-/// position that is in fact still there changes nothing; and the read that
-/// shows where the shard now starts carries a [`RetentionGap`] if that is
-/// past the expired position (or the shard is empty): records were lost.
+/// Every fresh iterator at a position retention could have passed is
+/// checked against the records it returns ([`ResumeCheck`]): a sequence
+/// number is asked for `AT_SEQUENCE_NUMBER` and its own record must come
+/// first; a start time older than the stream's retention is read from
+/// `TRIM_HORIZON` and a record from before it must come first. Records
+/// before the position are skipped. When the check fails, the read that
+/// shows it carries a [`RetentionGap`]: records were lost. When
+/// GetShardIterator rejects the sequence number as expired, the reader
+/// falls back to `TRIM_HORIZON` and the same check decides, so a rejection
+/// of a position that is in fact still there changes nothing.
 #[derive(Debug)]
 pub struct ShardReader {
     kinesis: Kinesis,
@@ -62,58 +72,11 @@ pub struct ShardReader {
     iterator: Option<String>,
     last_sequence_number: Option<SequenceNumber>,
     limit: i32,
-    /// The expired position after a fall back to `TRIM_HORIZON`, until a
-    /// read shows where the shard now starts.
-    fallback: Option<Fallback>,
-}
-
-/// A position GetShardIterator rejected as expired.
-#[derive(Debug)]
-struct Fallback {
-    position: StartingPosition,
-    /// Records at or below this were asked not to be read again
-    /// (`AFTER_SEQUENCE_NUMBER`), or records below it
-    /// (`AT_SEQUENCE_NUMBER`).
-    sequence_number: SequenceNumber,
-    at: bool,
-    /// A record before the position was read: the position was not trimmed.
-    saw_earlier: bool,
-}
-
-impl Fallback {
-    fn new(position: &StartingPosition) -> Option<Self> {
-        let (sequence_number, at) = match position {
-            StartingPosition::AtSequenceNumber(n) => (n.clone(), true),
-            StartingPosition::AfterSequenceNumber(n) => (n.clone(), false),
-            _ => return None,
-        };
-        Some(Self {
-            position: position.clone(),
-            sequence_number,
-            at,
-            saw_earlier: false,
-        })
-    }
-
-    /// Whether records were lost, given the first record read at or past
-    /// the position (`None`: the shard holds none). Trimming removes the
-    /// oldest records first, so the position's records were trimmed exactly
-    /// when nothing before it is left and — for `AT_SEQUENCE_NUMBER` — the
-    /// first record left is not the position's own.
-    fn lost(&self, first: Option<&SequenceNumber>) -> bool {
-        let position_retained = self.at && first == Some(&self.sequence_number);
-        !(self.saw_earlier || position_retained)
-    }
-
-    /// Whether a record read from `TRIM_HORIZON` comes before the position
-    /// asked for.
-    fn is_before(&self, n: &SequenceNumber) -> bool {
-        if self.at {
-            *n < self.sequence_number
-        } else {
-            *n <= self.sequence_number
-        }
-    }
+    /// The stream's retention, against which a start time is checked.
+    stream_retention: Option<Duration>,
+    /// The check of the fresh iterator, until a record or the shard's end
+    /// settles it.
+    check: Option<ResumeCheck>,
 }
 
 impl ShardReader {
@@ -132,20 +95,39 @@ impl ShardReader {
             iterator: None,
             last_sequence_number: None,
             limit,
-            fallback: None,
+            stream_retention: None,
+            check: None,
         }
     }
 
-    /// GetShardIterator at `position`, falling back to `TRIM_HORIZON` when
-    /// the position's sequence number has expired from the shard.
-    async fn iterator_at(&mut self, position: StartingPosition) -> Result<String, KinesisError> {
-        match self
+    /// Checks a start time (`AT_TIMESTAMP`) against the stream's retention
+    /// (DescribeStreamSummary `RetentionPeriodHours`; `None`: unknown, and a
+    /// start time is read unchecked).
+    pub fn with_stream_retention(mut self, retention: Option<Duration>) -> Self {
+        self.stream_retention = retention;
+        self
+    }
+
+    /// A fresh GetShardIterator for `position`, with the check of what it
+    /// returns; falls back to `TRIM_HORIZON` when the position's sequence
+    /// number is rejected as expired from the shard.
+    async fn iterator_at(&mut self, position: &StartingPosition) -> Result<String, KinesisError> {
+        let (request, mut check) =
+            ResumeCheck::plan(&self.shard_id, position, self.stream_retention, Utc::now());
+        if matches!(position, StartingPosition::AtTimestamp(_)) && check.is_some() {
+            info!(
+                shard_id = %self.shard_id,
+                position = ?position,
+                "the start time is past the stream's retention; reading from TRIM_HORIZON to see whether records after it expired"
+            );
+        }
+        let iterator = match self
             .kinesis
-            .get_shard_iterator(&self.shard_id, &position)
+            .get_shard_iterator(&self.shard_id, &request)
             .await
         {
             Err(KinesisError::ExpiredPosition(source)) => {
-                let Some(fallback) = Fallback::new(&position) else {
+                let Some(check) = check.as_mut() else {
                     return Err(KinesisError::ExpiredPosition(source));
                 };
                 warn!(
@@ -154,13 +136,15 @@ impl ShardReader {
                     error = %source,
                     "the position to read from has expired from the stream; reading from TRIM_HORIZON"
                 );
-                self.fallback = Some(fallback);
+                check.rejected();
                 self.kinesis
                     .get_shard_iterator(&self.shard_id, &StartingPosition::TrimHorizon)
-                    .await
+                    .await?
             }
-            other => other,
-        }
+            other => other?,
+        };
+        self.check = check;
+        Ok(iterator)
     }
 
     /// Where the next fresh iterator starts: after the last record
@@ -185,7 +169,7 @@ impl ShardReader {
     pub async fn read(&mut self) -> Result<ReadBatch, KinesisError> {
         let iterator = match self.iterator.take() {
             Some(iterator) => iterator,
-            None => self.iterator_at(self.position()).await?,
+            None => self.iterator_at(&self.position()).await?,
         };
         let output = match self.kinesis.get_records(&iterator, self.limit).await {
             Ok(output) => output,
@@ -201,27 +185,13 @@ impl ShardReader {
                 return Err(err);
             }
         };
-        let millis_behind_latest = output.millis_behind_latest();
-        let shard_end = output.next_shard_iterator().is_none();
         self.iterator = output.next_shard_iterator.clone();
-        let child_shards = output
-            .child_shards()
-            .iter()
-            .map(|child| {
-                let mut parent_shard_ids = child.parent_shards().to_vec();
-                parent_shard_ids.sort();
-                ShardInfo {
-                    shard_id: child.shard_id().to_owned(),
-                    parent_shard_ids,
-                }
-            })
-            .collect();
         let mut batch = ReadBatch {
-            millis_behind_latest,
-            shard_end,
+            millis_behind_latest: output.millis_behind_latest(),
+            shard_end: output.next_shard_iterator().is_none(),
             records: Vec::with_capacity(output.records.len()),
             bytes: 0,
-            child_shards,
+            child_shards: child_shards(&output),
             retention_gap: None,
         };
         for record in output.records {
@@ -235,153 +205,443 @@ impl ShardReader {
                     continue;
                 }
             };
-            if let Some(fallback) = &mut self.fallback {
-                if fallback.is_before(&record.sequence_number) {
-                    // Archived already: the position asked for is past it.
-                    fallback.saw_earlier = true;
-                    continue;
-                }
-                let lost = fallback.lost(Some(&record.sequence_number));
-                let expired = fallback.position.clone();
-                self.fallback = None;
-                if lost {
-                    batch.retention_gap = Some(RetentionGap {
-                        shard_id: self.shard_id.clone(),
-                        expired,
-                        first_retained: Some((
-                            record.sequence_number.clone(),
-                            record.arrival_millis,
-                        )),
-                        shard_left_stream: false,
-                    });
-                } else {
-                    info!(shard_id = %self.shard_id, "the position was still in the shard: nothing expired");
-                }
+            if !self.passes_check(&record, &mut batch) {
+                continue;
             }
             batch.bytes += bytes;
             self.last_sequence_number = Some(record.sequence_number.clone());
             batch.records.push(record);
         }
-        // Nothing left in the shard past the expired position: everything
-        // after it was trimmed.
-        if batch.records.is_empty()
-            && (batch.is_caught_up() || batch.shard_end)
-            && let Some(fallback) = self.fallback.take()
-            && fallback.lost(None)
+        // Caught up or at the end with the check still open: nothing at or
+        // past the position is left in the shard.
+        if (batch.is_caught_up() || batch.shard_end)
+            && let Some(check) = self.check.take()
         {
-            batch.retention_gap = Some(RetentionGap {
-                shard_id: self.shard_id.clone(),
-                expired: fallback.position,
-                first_retained: None,
-                shard_left_stream: false,
-            });
+            batch.retention_gap = check.exhausted();
         }
         Ok(batch)
     }
+
+    /// Applies the fresh iterator's check, if still open, to `record`:
+    /// whether the record is returned; a gap it shows goes into `batch`.
+    fn passes_check(&mut self, record: &ShardRecord, batch: &mut ReadBatch) -> bool {
+        let Some(check) = &mut self.check else {
+            return true;
+        };
+        match check.on_record(record) {
+            // Archived already, or before the start: the position asked
+            // for is past it.
+            Verdict::Earlier => false,
+            Verdict::Done { deliver, gap } => {
+                self.check = None;
+                batch.retention_gap = gap;
+                deliver
+            }
+        }
+    }
+}
+
+/// The `ChildShards` of a GetRecords response (a shard at `SHARD_END` after
+/// a split or merge), parents sorted.
+fn child_shards(output: &GetRecordsOutput) -> Vec<ShardInfo> {
+    output
+        .child_shards()
+        .iter()
+        .map(|child| {
+            let mut parent_shard_ids = child.parent_shards().to_vec();
+            parent_shard_ids.sort();
+            ShardInfo {
+                shard_id: child.shard_id().to_owned(),
+                parent_shard_ids,
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::{Arc, Mutex};
+
     use aws_sdk_kinesis::Client;
     use aws_sdk_kinesis::operation::get_records::{GetRecordsError, GetRecordsOutput};
-    use aws_sdk_kinesis::operation::get_shard_iterator::GetShardIteratorOutput;
+    use aws_sdk_kinesis::operation::get_shard_iterator::{
+        GetShardIteratorInput, GetShardIteratorOutput,
+    };
+    use aws_sdk_kinesis::types::Record;
     use aws_sdk_kinesis::types::error::ExpiredIteratorException;
-    use aws_sdk_kinesis::types::{Record, ShardIteratorType};
-    use aws_smithy_mocks::{RuleMode, mock, mock_client};
+    use aws_smithy_mocks::{MockResponse, Rule, RuleMode, mock, mock_client};
     use aws_smithy_types::error::ErrorMetadata;
+    use aws_smithy_types::retry::RetryConfig;
     use aws_smithy_types::{Blob, DateTime};
 
     use super::*;
     use crate::config::StreamRef;
 
-    fn record(sequence_number: &str) -> Record {
+    const SHARD: &str = "shardId-000000000000";
+    const DAY: Duration = Duration::from_secs(24 * 3_600);
+
+    /// What GetShardIterator was asked, in order: the iterator type and
+    /// the sequence number, if any.
+    type Asked = Arc<Mutex<Vec<String>>>;
+
+    fn asked_as(input: &GetShardIteratorInput) -> String {
+        let kind = input.shard_iterator_type().map_or("", |kind| kind.as_str());
+        match input.starting_sequence_number() {
+            Some(n) => format!("{kind} {n}"),
+            None => kind.to_owned(),
+        }
+    }
+
+    /// GetShardIterator granting an iterator for whatever it is asked.
+    fn grants(asked: &Asked) -> Rule {
+        let asked = asked.clone();
+        mock!(Client::get_shard_iterator).then_compute_output(move |input| {
+            asked.lock().unwrap().push(asked_as(input));
+            GetShardIteratorOutput::builder()
+                .shard_iterator("it")
+                .build()
+        })
+    }
+
+    /// GetShardIterator rejecting the sequence number as Kinesis does once
+    /// retention trimmed it.
+    fn rejects_as_expired(asked: &Asked) -> Rule {
+        let asked = asked.clone();
+        mock!(Client::get_shard_iterator).then_compute_response(move |input| {
+            asked.lock().unwrap().push(asked_as(input));
+            MockResponse::Http(crate::fake_aws::http(
+                400,
+                r#"{"__type":"InvalidArgumentException","message":"StartingSequenceNumber 5 used in GetShardIterator on shard shardId-000000000000 in stream s under account 1 is invalid because it is past the trim horizon."}"#,
+            ))
+        })
+    }
+
+    fn record(sequence_number: u64, arrival_millis: i64) -> Record {
         Record::builder()
-            .sequence_number(sequence_number)
-            .approximate_arrival_timestamp(DateTime::from_millis(1_000))
+            .sequence_number(sequence_number.to_string())
+            .approximate_arrival_timestamp(DateTime::from_millis(arrival_millis))
             .data(Blob::new(b"x".to_vec()))
             .partition_key("pk")
             .build()
             .unwrap()
     }
 
-    #[tokio::test]
-    async fn resumes_after_the_last_record_when_the_iterator_expires() {
-        let first_iterator = mock!(Client::get_shard_iterator)
-            .match_requests(|input| {
-                input.shard_iterator_type() == Some(&ShardIteratorType::TrimHorizon)
-            })
-            .then_output(|| {
-                GetShardIteratorOutput::builder()
-                    .shard_iterator("it-1")
-                    .build()
-            });
-        let read1 = mock!(Client::get_records)
-            .match_requests(|input| input.shard_iterator() == Some("it-1"))
-            .then_output(|| {
-                GetRecordsOutput::builder()
-                    .records(record("5"))
-                    .records(record("9"))
-                    .next_shard_iterator("it-2")
-                    .millis_behind_latest(1_000)
-                    .build()
-                    .unwrap()
-            });
-        let expired = mock!(Client::get_records)
-            .match_requests(|input| input.shard_iterator() == Some("it-2"))
-            .then_error(|| {
-                GetRecordsError::ExpiredIteratorException(
-                    ExpiredIteratorException::builder()
-                        .meta(
-                            ErrorMetadata::builder()
-                                .code("ExpiredIteratorException")
-                                .build(),
-                        )
-                        .build(),
-                )
-            });
-        let reacquire = mock!(Client::get_shard_iterator)
-            .match_requests(|input| {
-                input.shard_iterator_type() == Some(&ShardIteratorType::AfterSequenceNumber)
-                    && input.starting_sequence_number() == Some("9")
-            })
-            .then_output(|| {
-                GetShardIteratorOutput::builder()
-                    .shard_iterator("it-3")
-                    .build()
-            });
-        let read2 = mock!(Client::get_records)
-            .match_requests(|input| input.shard_iterator() == Some("it-3"))
-            .then_output(|| {
-                GetRecordsOutput::builder()
-                    .records(record("12"))
-                    .millis_behind_latest(0)
-                    .build()
-                    .unwrap()
-            });
-        let client = mock_client!(
-            aws_sdk_kinesis,
-            RuleMode::Sequential,
-            [&first_iterator, &read1, &expired, &reacquire, &read2]
-        );
-        let kinesis = Kinesis::new(client, StreamRef::Name("s".to_owned()));
-        let mut reader = ShardReader::new(
-            kinesis,
-            "shardId-000000000000",
-            StartingPosition::TrimHorizon,
-            100,
-        );
+    /// GetRecords returning `records` (sequence number, arrival ms) with
+    /// `MillisBehindLatest` `behind`, the shard still open.
+    fn page(records: &[(u64, i64)], behind: i64) -> Rule {
+        let records: Vec<Record> = records.iter().map(|&(n, at)| record(n, at)).collect();
+        mock!(Client::get_records).then_output(move || {
+            GetRecordsOutput::builder()
+                .set_records(Some(records.clone()))
+                .next_shard_iterator("it")
+                .millis_behind_latest(behind)
+                .build()
+                .unwrap()
+        })
+    }
 
+    fn expired_iterator() -> Rule {
+        mock!(Client::get_records).then_error(|| {
+            GetRecordsError::ExpiredIteratorException(
+                ExpiredIteratorException::builder()
+                    .meta(
+                        ErrorMetadata::builder()
+                            .code("ExpiredIteratorException")
+                            .build(),
+                    )
+                    .build(),
+            )
+        })
+    }
+
+    /// A reader of `start` over a Kinesis answering `rules` in order.
+    fn reader(rules: &[Rule], start: StartingPosition) -> ShardReader {
+        let client = mock_client!(aws_sdk_kinesis, RuleMode::Sequential, rules, |c| c
+            .retry_config(RetryConfig::disabled()));
+        let kinesis = Kinesis::new(client, StreamRef::Name("s".to_owned()));
+        ShardReader::new(kinesis, SHARD, start, 100)
+    }
+
+    fn after(n: u64) -> StartingPosition {
+        StartingPosition::AfterSequenceNumber(SequenceNumber::from(n))
+    }
+
+    /// The sequence numbers a read returned.
+    fn numbers(batch: &ReadBatch) -> Vec<String> {
+        batch
+            .records
+            .iter()
+            .map(|record| record.sequence_number.to_string())
+            .collect()
+    }
+
+    /// The gap a read carried: the expired position and the first record
+    /// left, if any.
+    fn gap(batch: &ReadBatch) -> Option<(StartingPosition, Option<(String, i64)>)> {
+        batch.retention_gap.as_ref().map(|gap| {
+            assert_eq!(gap.shard_id, SHARD);
+            assert!(!gap.shard_left_stream);
+            let first = gap
+                .first_retained
+                .as_ref()
+                .map(|(n, arrival)| (n.to_string(), *arrival));
+            (gap.expired.clone(), first)
+        })
+    }
+
+    /// Reads 5 and 9, meets an expired iterator, and reads again from a
+    /// fresh iterator answering `renewed`: that read, and what
+    /// GetShardIterator was asked.
+    async fn renewed_after_an_expired_iterator(renewed: &[(u64, i64)]) -> (ReadBatch, Vec<String>) {
+        let asked = Asked::default();
+        let mut reader = reader(
+            &[
+                grants(&asked),
+                page(&[(5, 1), (9, 2)], 1_000),
+                expired_iterator(),
+                grants(&asked),
+                page(renewed, 0),
+            ],
+            StartingPosition::TrimHorizon,
+        );
         let batch = reader.read().await.unwrap();
-        assert_eq!(batch.records.len(), 2);
-        assert!(!batch.shard_end);
+        assert_eq!(numbers(&batch), ["5", "9"]);
         assert!(matches!(
             reader.read().await,
             Err(KinesisError::ExpiredIterator)
         ));
         let batch = reader.read().await.unwrap();
-        assert_eq!(batch.records[0].sequence_number.as_str(), "12");
-        assert!(batch.shard_end, "no NextShardIterator means SHARD_END");
-        assert_eq!(batch.millis_behind_latest, Some(0));
-        assert_eq!(reacquire.num_calls(), 1);
+        let asked = asked.lock().unwrap().clone();
+        (batch, asked)
+    }
+
+    #[tokio::test]
+    async fn resumes_at_the_last_record_when_the_iterator_expires_and_skips_it() {
+        let (batch, asked) = renewed_after_an_expired_iterator(&[(9, 2), (12, 3)]).await;
+        assert_eq!(numbers(&batch), ["12"], "9 is not returned twice");
+        assert_eq!(gap(&batch), None);
+        assert_eq!(asked, ["TRIM_HORIZON", "AT_SEQUENCE_NUMBER 9"]);
+    }
+
+    #[tokio::test]
+    async fn a_last_record_trimmed_under_an_expired_iterator_is_a_gap() {
+        let (batch, _) = renewed_after_an_expired_iterator(&[(12, 3)]).await;
+        assert_eq!(numbers(&batch), ["12"]);
+        assert_eq!(gap(&batch), Some((after(9), Some(("12".to_owned(), 3)))));
+    }
+
+    #[tokio::test]
+    async fn a_position_rejected_as_expired_is_a_gap_when_the_oldest_record_is_past_it() {
+        let asked = Asked::default();
+        let mut reader = reader(
+            &[
+                rejects_as_expired(&asked),
+                grants(&asked),
+                page(&[(9, 7), (12, 8)], 0),
+            ],
+            after(5),
+        );
+        let batch = reader.read().await.unwrap();
+        assert_eq!(numbers(&batch), ["9", "12"]);
+        assert_eq!(gap(&batch), Some((after(5), Some(("9".to_owned(), 7)))));
+        assert_eq!(
+            *asked.lock().unwrap(),
+            ["AT_SEQUENCE_NUMBER 5", "TRIM_HORIZON"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_position_rejected_but_still_there_loses_and_repeats_nothing() {
+        let asked = Asked::default();
+        let mut reader = reader(
+            &[
+                rejects_as_expired(&asked),
+                grants(&asked),
+                page(&[(3, 1), (5, 2), (9, 3)], 0),
+            ],
+            after(5),
+        );
+        let batch = reader.read().await.unwrap();
+        assert_eq!(numbers(&batch), ["9"]);
+        assert_eq!(gap(&batch), None);
+    }
+
+    #[tokio::test]
+    async fn an_iterator_granted_at_a_trimmed_position_is_a_gap_when_a_later_record_comes_first() {
+        let asked = Asked::default();
+        let mut reader = reader(&[grants(&asked), page(&[(9, 7), (12, 8)], 0)], after(5));
+        let batch = reader.read().await.unwrap();
+        assert_eq!(numbers(&batch), ["9", "12"]);
+        assert_eq!(gap(&batch), Some((after(5), Some(("9".to_owned(), 7)))));
+        assert_eq!(*asked.lock().unwrap(), ["AT_SEQUENCE_NUMBER 5"]);
+    }
+
+    #[tokio::test]
+    async fn empty_pages_then_a_later_record_is_a_gap_found_on_that_record() {
+        let asked = Asked::default();
+        let mut reader = reader(
+            &[
+                grants(&asked),
+                page(&[], 60_000),
+                page(&[], 60_000),
+                page(&[(9, 7)], 0),
+            ],
+            after(5),
+        );
+        for _ in 0..2 {
+            let batch = reader.read().await.unwrap();
+            assert!(batch.records.is_empty());
+            assert_eq!(
+                gap(&batch),
+                None,
+                "an empty page behind the tip proves nothing"
+            );
+        }
+        let batch = reader.read().await.unwrap();
+        assert_eq!(numbers(&batch), ["9"]);
+        assert_eq!(gap(&batch), Some((after(5), Some(("9".to_owned(), 7)))));
+    }
+
+    #[tokio::test]
+    async fn empty_pages_then_caught_up_with_nothing_is_a_gap_to_the_end() {
+        let asked = Asked::default();
+        let mut reader = reader(
+            &[
+                grants(&asked),
+                page(&[], 60_000),
+                page(&[], 0),
+                page(&[(9, 7)], 0),
+            ],
+            after(5),
+        );
+        let batch = reader.read().await.unwrap();
+        assert_eq!(gap(&batch), None);
+        let batch = reader.read().await.unwrap();
+        assert_eq!(gap(&batch), Some((after(5), None)));
+        let batch = reader.read().await.unwrap();
+        assert_eq!(numbers(&batch), ["9"]);
+        assert_eq!(gap(&batch), None, "one gap, reported once");
+    }
+
+    #[tokio::test]
+    async fn the_position_s_own_record_first_is_no_gap_and_is_not_returned_again() {
+        let asked = Asked::default();
+        let mut reader = reader(&[grants(&asked), page(&[(5, 1), (9, 2)], 0)], after(5));
+        let batch = reader.read().await.unwrap();
+        assert_eq!(numbers(&batch), ["9"]);
+        assert_eq!(gap(&batch), None);
+        assert_eq!(*asked.lock().unwrap(), ["AT_SEQUENCE_NUMBER 5"]);
+    }
+
+    #[tokio::test]
+    async fn records_before_the_position_are_skipped_and_prove_nothing_was_trimmed() {
+        // A server that starts at the trim horizon though the position is
+        // still there.
+        let asked = Asked::default();
+        let mut reader = reader(
+            &[
+                grants(&asked),
+                page(&[(2, 1), (3, 2)], 1_000),
+                page(&[(5, 3), (9, 4)], 0),
+            ],
+            after(5),
+        );
+        let batch = reader.read().await.unwrap();
+        assert!(batch.records.is_empty());
+        assert_eq!(gap(&batch), None);
+        let batch = reader.read().await.unwrap();
+        assert_eq!(numbers(&batch), ["9"]);
+        assert_eq!(gap(&batch), None);
+    }
+
+    #[tokio::test]
+    async fn a_pending_batch_is_read_from_its_first_record_and_its_absence_is_a_gap() {
+        let first = StartingPosition::AtSequenceNumber(SequenceNumber::from(5u64));
+        let asked = Asked::default();
+        let mut present = reader(&[grants(&asked), page(&[(5, 1), (9, 2)], 0)], first.clone());
+        let batch = present.read().await.unwrap();
+        assert_eq!(
+            numbers(&batch),
+            ["5", "9"],
+            "the batch's first record is returned"
+        );
+        assert_eq!(gap(&batch), None);
+
+        let mut missing = reader(&[grants(&asked), page(&[(9, 2)], 0)], first.clone());
+        let batch = missing.read().await.unwrap();
+        assert_eq!(numbers(&batch), ["9"]);
+        assert_eq!(gap(&batch), Some((first, Some(("9".to_owned(), 2)))));
+        assert_eq!(
+            *asked.lock().unwrap(),
+            ["AT_SEQUENCE_NUMBER 5", "AT_SEQUENCE_NUMBER 5"]
+        );
+    }
+
+    /// A start time `age` before now, as ms since the epoch and a position.
+    fn started_ago(age: Duration) -> (i64, StartingPosition) {
+        let start = Utc::now() - age;
+        (
+            start.timestamp_millis(),
+            StartingPosition::AtTimestamp(start),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_start_time_past_the_retention_with_older_records_left_is_no_gap() {
+        let (start, position) = started_ago(2 * DAY);
+        let asked = Asked::default();
+        let mut reader = reader(
+            &[grants(&asked), page(&[(1, start - 1), (2, start)], 0)],
+            position,
+        )
+        .with_stream_retention(Some(DAY));
+        let batch = reader.read().await.unwrap();
+        assert_eq!(
+            numbers(&batch),
+            ["2"],
+            "records before the start are skipped"
+        );
+        assert_eq!(gap(&batch), None);
+        assert_eq!(*asked.lock().unwrap(), ["TRIM_HORIZON"]);
+    }
+
+    #[tokio::test]
+    async fn a_start_time_past_the_retention_whose_oldest_record_is_after_it_is_a_gap() {
+        let (start, position) = started_ago(2 * DAY);
+        let asked = Asked::default();
+        let mut reader = reader(
+            &[grants(&asked), page(&[(2, start + 1)], 0)],
+            position.clone(),
+        )
+        .with_stream_retention(Some(DAY));
+        let batch = reader.read().await.unwrap();
+        assert_eq!(numbers(&batch), ["2"]);
+        assert_eq!(
+            gap(&batch),
+            Some((position, Some(("2".to_owned(), start + 1))))
+        );
+        assert_eq!(*asked.lock().unwrap(), ["TRIM_HORIZON"]);
+    }
+
+    #[tokio::test]
+    async fn a_start_time_past_the_retention_with_nothing_left_is_a_gap_to_the_end() {
+        let (_, position) = started_ago(2 * DAY);
+        let asked = Asked::default();
+        let mut reader = reader(&[grants(&asked), page(&[], 0)], position.clone())
+            .with_stream_retention(Some(DAY));
+        let batch = reader.read().await.unwrap();
+        assert_eq!(gap(&batch), Some((position, None)));
+    }
+
+    #[tokio::test]
+    async fn a_start_time_within_the_retention_is_read_at_it_unchecked() {
+        let (start, position) = started_ago(DAY / 2);
+        let asked = Asked::default();
+        let mut reader = reader(&[grants(&asked), page(&[(2, start + 1)], 0)], position)
+            .with_stream_retention(Some(DAY));
+        let batch = reader.read().await.unwrap();
+        assert_eq!(numbers(&batch), ["2"]);
+        assert_eq!(gap(&batch), None);
+        assert_eq!(*asked.lock().unwrap(), ["AT_TIMESTAMP"]);
     }
 }

@@ -4,11 +4,14 @@
 //! Kinesis keeps records for the stream's retention period (24 hours by
 //! default, DescribeStreamSummary `RetentionPeriodHours`). When shardsink
 //! cannot read a shard for longer — an outage, a stopped service — the
-//! position it resumes at is trimmed: GetShardIterator rejects the sequence
-//! number ([`crate::aws::kinesis::is_expired_position`]), or the shard itself
-//! has left the stream (ResourceNotFoundException). Reading then goes on from
-//! the oldest record still there (`TRIM_HORIZON`), and whatever arrived in
-//! between and was trimmed is gone. shardsink cannot tell how many records
+//! position it resumes at is trimmed. The reader finds out from what a fresh
+//! iterator returns ([`crate::read::resume_check`]): a later record than the
+//! position's own first, nothing at all once caught up, or a start time past
+//! the retention with no older record left; GetShardIterator may also reject
+//! the sequence number ([`crate::aws::kinesis::is_expired_position`]), or the
+//! shard itself may have left the stream (ResourceNotFoundException).
+//! Reading goes on from the oldest record still there, and whatever arrived
+//! in between and was trimmed is gone. shardsink cannot tell how many records
 //! that was (sequence numbers are not consecutive), but it says loudly that
 //! it happened: an error log, `shardsink_retention_gaps_total`, and a marker
 //! object
@@ -33,6 +36,7 @@ use tracing::error;
 use crate::aws::{ObjectStore, S3Error, StartingPosition};
 use crate::ops::metrics::Metrics;
 use crate::output::key::KeyLayout;
+use crate::read::record::ShardRecord;
 
 /// The folder of gap markers under the prefix.
 pub const MARKER_FOLDER: &str = "_retention-gaps";
@@ -64,6 +68,10 @@ pub struct GapMarker {
     pub position: String,
     /// The expired sequence number, for the two sequence-number positions.
     pub sequence_number: Option<String>,
+    /// The expired start time, RFC 3339, for `AT_TIMESTAMP` (absent from
+    /// markers written before it was recorded).
+    #[serde(default)]
+    pub timestamp: Option<String>,
     /// The oldest record still in the shard when the gap was found.
     pub first_retained_sequence_number: Option<String>,
     /// Its `ApproximateArrivalTimestamp`, RFC 3339.
@@ -101,10 +109,17 @@ impl RetentionGap {
             DateTime::from_timestamp_millis(millis)
                 .map(|time| time.to_rfc3339_opts(SecondsFormat::Millis, true))
         };
+        let timestamp = match &self.expired {
+            StartingPosition::AtTimestamp(time) => {
+                Some(time.to_rfc3339_opts(SecondsFormat::Millis, true))
+            }
+            _ => None,
+        };
         GapMarker {
             shard_id: self.shard_id.clone(),
             position: position.to_owned(),
             sequence_number: sequence_number.map(str::to_owned),
+            timestamp,
             first_retained_sequence_number: self
                 .first_retained
                 .as_ref()
@@ -120,6 +135,34 @@ impl RetentionGap {
 }
 
 impl RetentionGap {
+    /// Records of `shard_id` trimmed from `expired` on, up to `first_retained`,
+    /// the oldest record the shard still holds (`None`: it holds none past
+    /// the position).
+    pub fn trimmed(
+        shard_id: &str,
+        expired: StartingPosition,
+        first_retained: Option<&ShardRecord>,
+    ) -> Self {
+        Self {
+            shard_id: shard_id.to_owned(),
+            expired,
+            first_retained: first_retained
+                .map(|record| (record.sequence_number.clone(), record.arrival_millis)),
+            shard_left_stream: false,
+        }
+    }
+
+    /// Every record of `shard_id` from `expired` on: the shard has left the
+    /// stream (closed, then trimmed) before it was read to its end.
+    pub fn shard_gone(shard_id: &str, expired: StartingPosition) -> Self {
+        Self {
+            shard_id: shard_id.to_owned(),
+            expired,
+            first_retained: None,
+            shard_left_stream: true,
+        }
+    }
+
     /// The gap of a lease whose shard left the stream before it was read to
     /// its end: every record after its checkpoint.
     pub fn of_unread_lease(lease: &Lease) -> Self {
@@ -136,12 +179,7 @@ impl RetentionGap {
                     .unwrap_or_default(),
             ),
         };
-        Self {
-            shard_id: lease.lease_key.clone(),
-            expired,
-            first_retained: None,
-            shard_left_stream: true,
-        }
+        Self::shard_gone(&lease.lease_key, expired)
     }
 
     /// Says that the gap happened: writes its marker (`If-None-Match`; a
@@ -223,5 +261,19 @@ mod tests {
             gone.marker_key("p"),
             "p/_retention-gaps/shardId-000000000002/TRIM_HORIZON.json"
         );
+        let start = DateTime::from_timestamp_millis(1_795_000_000_000).unwrap();
+        let by_time = RetentionGap::trimmed(
+            "shardId-000000000002",
+            StartingPosition::AtTimestamp(start),
+            None,
+        );
+        assert_eq!(
+            by_time.marker_key("p"),
+            "p/_retention-gaps/shardId-000000000002/AT_TIMESTAMP.json"
+        );
+        let body = serde_json::to_value(by_time.marker(detected)).unwrap();
+        assert_eq!(body["position"], "AT_TIMESTAMP");
+        assert_eq!(body["timestamp"], "2026-11-18T11:06:40.000Z");
+        assert_eq!(body["sequenceNumber"], serde_json::Value::Null);
     }
 }

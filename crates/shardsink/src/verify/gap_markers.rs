@@ -41,10 +41,11 @@ pub(super) async fn read_markers(store: &ObjectStore, keys: Vec<String>) -> Vec<
 pub(super) fn gap_marker_line(gap: &RecordedGap) -> String {
     match &gap.marker {
         Ok(marker) => {
-            let from = match &marker.sequence_number {
-                Some(n) if marker.position == "AT_SEQUENCE_NUMBER" => format!("from {n}"),
-                Some(n) => format!("after {n}"),
-                None => format!("from {}", marker.position),
+            let from = match (&marker.sequence_number, &marker.timestamp) {
+                (Some(n), _) if marker.position == "AT_SEQUENCE_NUMBER" => format!("from {n}"),
+                (Some(n), _) => format!("after {n}"),
+                (None, Some(time)) => format!("from {time}"),
+                (None, None) => format!("from {}", marker.position),
             };
             let to = match (
                 &marker.first_retained_sequence_number,
@@ -95,6 +96,7 @@ mod tests {
                 shard_id: "shardId-000000000001".to_owned(),
                 position: "AFTER_SEQUENCE_NUMBER".to_owned(),
                 sequence_number: Some("4959".to_owned()),
+                timestamp: None,
                 first_retained_sequence_number: Some("4971".to_owned()),
                 first_retained_arrival: Some("2026-11-21T05:27:03.045Z".to_owned()),
                 shard_left_stream: false,
@@ -105,5 +107,22 @@ mod tests {
             gap_marker_line(&gap),
             "retention gap in shardId-000000000001: records after 4959 before 4971 (the oldest record left, arrived 2026-11-21T05:27:03.045Z) expired from the stream before shardsink read them (found 2026-11-22T09:00:00.000Z; p/_retention-gaps/shardId-000000000001/4959.json)"
         );
+    }
+
+    #[test]
+    fn a_start_time_gap_names_the_time() {
+        let body = r#"{"shardId":"shardId-000000000001","position":"AT_TIMESTAMP","sequenceNumber":null,"timestamp":"2026-11-20T00:00:00.000Z","firstRetainedSequenceNumber":null,"firstRetainedArrival":null,"shardLeftStream":false,"detectedAt":"2026-11-22T09:00:00.000Z"}"#;
+        let gap = RecordedGap {
+            key: "p/_retention-gaps/shardId-000000000001/AT_TIMESTAMP.json".to_owned(),
+            marker: Ok(serde_json::from_str(body).unwrap()),
+        };
+        assert_eq!(
+            gap_marker_line(&gap),
+            "retention gap in shardId-000000000001: records from 2026-11-20T00:00:00.000Z to its end (no record was left) expired from the stream before shardsink read them (found 2026-11-22T09:00:00.000Z; p/_retention-gaps/shardId-000000000001/AT_TIMESTAMP.json)"
+        );
+        // Markers written before the start time was recorded still read.
+        let old = body.replace(r#""timestamp":"2026-11-20T00:00:00.000Z","#, "");
+        let marker: GapMarker = serde_json::from_str(&old).unwrap();
+        assert_eq!(marker.timestamp, None);
     }
 }

@@ -54,12 +54,7 @@ impl ShardTask {
         mut self,
         position: StartingPosition,
     ) -> Result<ShardExit, ShardError> {
-        let gap = RetentionGap {
-            shard_id: self.shard_id.clone(),
-            expired: position,
-            first_retained: None,
-            shard_left_stream: true,
-        };
+        let gap = RetentionGap::shard_gone(&self.shard_id, position);
         self.on_retention_gap(gap).await?;
         self.finish_shard_end(Vec::new()).await
     }
