@@ -6,6 +6,7 @@ use std::time::Duration;
 use aws_config::BehaviorVersion;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
+use aws_smithy_runtime_api::client::interceptors::Intercept;
 
 /// SDK-level attempts per call (standard retry mode: exponential backoff with
 /// jitter for throttling and transient errors). shardsink's own loops retry
@@ -113,6 +114,31 @@ impl AwsClients {
         }
     }
 }
+
+impl AwsClients {
+    /// The same clients, each also running `interceptor` on every call.
+    pub fn with_interceptor(self, interceptor: impl Intercept + Clone + 'static) -> Self {
+        Self {
+            kinesis: rebuilt!(
+                aws_sdk_kinesis,
+                self.kinesis,
+                interceptor(interceptor.clone())
+            ),
+            s3: rebuilt!(aws_sdk_s3, self.s3, interceptor(interceptor.clone())),
+            dynamodb: rebuilt!(aws_sdk_dynamodb, self.dynamodb, interceptor(interceptor)),
+        }
+    }
+}
+
+/// `rebuilt!(aws_sdk_kinesis, client, interceptor(x))`: a client of that SDK
+/// crate built from `client`'s configuration with the builder calls given
+/// (the SDK crates share no trait for this).
+macro_rules! rebuilt {
+    ($sdk:ident, $client:expr, $($change:tt)+) => {
+        $sdk::Client::from_conf($client.config().to_builder().$($change)+.build())
+    };
+}
+pub(crate) use rebuilt;
 
 #[cfg(test)]
 mod tests {
