@@ -6,7 +6,8 @@
 //!   injectable PUT failures;
 //! - [`FakeTable`]: the lease table's DynamoDB items, from
 //!   `shard_lease::test_util`, which reads back and evaluates the update and
-//!   condition expressions `shard-lease` writes.
+//!   condition expressions `shard-lease` writes;
+//! - [`Link`]: the network in between, slowed down or cut by a test.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -24,6 +25,10 @@ use shard_lease::test_util::fake_client;
 
 use crate::aws::AwsClients;
 use crate::lock::lock;
+
+mod link;
+
+pub use link::Link;
 
 /// The lease table's items; see `shard_lease::test_util`.
 pub use shard_lease::test_util::FakeTable;
@@ -280,13 +285,8 @@ pub fn clients(
 
 fn kinesis_client(stream: Arc<FakeStream>) -> aws_sdk_kinesis::Client {
     use aws_sdk_kinesis::Client;
-    use aws_sdk_kinesis::operation::describe_stream_summary::DescribeStreamSummaryOutput;
     use aws_sdk_kinesis::operation::get_records::GetRecordsOutput;
     use aws_sdk_kinesis::operation::get_shard_iterator::GetShardIteratorOutput;
-    use aws_sdk_kinesis::operation::list_shards::ListShardsOutput;
-    use aws_sdk_kinesis::types::{
-        Shard, StreamDescriptionSummary, StreamMode, StreamModeDetails, StreamStatus,
-    };
 
     // Iterators are `it|{shard id}|{index}`.
     let s1 = stream.clone();
@@ -352,52 +352,51 @@ fn kinesis_client(stream: Arc<FakeStream>) -> aws_sdk_kinesis::Client {
         }
         MockResponse::Output(output.build().unwrap())
     });
+    // ListShards and DescribeStreamSummary answer in HTTP, as Kinesis does,
+    // whatever the input: a `Link` that is cut then leaves their attempts
+    // unanswered (a modeled output is handed over when an attempt ends,
+    // even by its timeout), and the SDK's retries get answers too.
     let s3 = stream.clone();
-    let list = mock!(Client::list_shards).then_compute_response(move |_| {
+    let list = mock!(Client::list_shards).then_http_response(move || {
         if take_one(&s3.failing_lists) {
-            return MockResponse::Http(http(
-                500,
-                r#"{"__type":"InternalFailure","message":"fake"}"#,
-            ));
+            return http(500, r#"{"__type":"InternalFailure","message":"fake"}"#);
         }
-        let shards = lock(&s3.shards)
+        let shards: Vec<serde_json::Value> = lock(&s3.shards)
             .iter()
             .filter(|(_, shard)| !shard.gone.load(Ordering::SeqCst))
-            .map(|(id, _)| Shard::builder().shard_id(id).build().unwrap())
+            .map(|(id, _)| {
+                serde_json::json!({
+                    "ShardId": id,
+                    "HashKeyRange": { "StartingHashKey": "0", "EndingHashKey": "1" },
+                    "SequenceNumberRange": { "StartingSequenceNumber": "0" },
+                })
+            })
             .collect();
-        MockResponse::Output(ListShardsOutput::builder().set_shards(Some(shards)).build())
+        http(200, &serde_json::json!({ "Shards": shards }).to_string())
     });
     let s4 = stream.clone();
-    let describe = mock!(Client::describe_stream_summary).then_compute_response(move |_| {
+    let describe = mock!(Client::describe_stream_summary).then_http_response(move || {
         if take_one(&s4.failing_describes) {
-            return MockResponse::Http(http(
+            return http(
                 400,
                 r#"{"__type":"AccessDeniedException","message":"not authorized to perform kinesis:DescribeStreamSummary"}"#,
-            ));
+            );
         }
-        MockResponse::Output(DescribeStreamSummaryOutput::builder()
-            .stream_description_summary(
-                StreamDescriptionSummary::builder()
-                    .stream_name("s")
-                    .stream_arn("arn:aws:kinesis:us-east-1:0:stream/s")
-                    .stream_status(StreamStatus::Active)
-                    .stream_mode_details(
-                        StreamModeDetails::builder()
-                            .stream_mode(StreamMode::Provisioned)
-                            .build()
-                            .unwrap(),
-                    )
-                    .retention_period_hours(match s4.retention_hours.load(Ordering::SeqCst) {
-                        0 => 24,
-                        hours => hours,
-                    })
-                    .stream_creation_timestamp(aws_smithy_types::DateTime::from_secs(0))
-                    .enhanced_monitoring(aws_sdk_kinesis::types::EnhancedMetrics::builder().build())
-                    .open_shard_count(1)
-                    .build()
-                    .unwrap(),
-            )
-            .build())
+        let retention_hours = match s4.retention_hours.load(Ordering::SeqCst) {
+            0 => 24,
+            hours => hours,
+        };
+        let summary = serde_json::json!({ "StreamDescriptionSummary": {
+            "StreamName": "s",
+            "StreamARN": "arn:aws:kinesis:us-east-1:0:stream/s",
+            "StreamStatus": "ACTIVE",
+            "StreamModeDetails": { "StreamMode": "PROVISIONED" },
+            "RetentionPeriodHours": retention_hours,
+            "StreamCreationTimestamp": 0,
+            "EnhancedMonitoring": [{ "ShardLevelMetrics": [] }],
+            "OpenShardCount": 1,
+        }});
+        http(200, &summary.to_string())
     });
     mock_client!(
         aws_sdk_kinesis,
@@ -412,7 +411,6 @@ fn s3_client(bucket: Arc<FakeBucket>) -> aws_sdk_s3::Client {
     use aws_sdk_s3::operation::get_object::GetObjectOutput;
     use aws_sdk_s3::operation::head_bucket::HeadBucketOutput;
     use aws_sdk_s3::operation::list_objects_v2::ListObjectsV2Output;
-    use aws_sdk_s3::operation::put_object::PutObjectOutput;
     use aws_sdk_s3::primitives::ByteStream;
     use aws_sdk_s3::types::Object;
 
@@ -439,7 +437,8 @@ fn s3_client(bucket: Arc<FakeBucket>) -> aws_sdk_s3::Client {
         let body = Bytes::copy_from_slice(input.body().bytes().expect("in-memory body"));
         lock(&b1.metadata).insert(key.clone(), input.metadata().cloned().unwrap_or_default());
         objects.insert(key, body);
-        MockResponse::Output(PutObjectOutput::builder().build())
+        // In HTTP, like ListShards above: a cut `Link` leaves it unanswered.
+        MockResponse::Http(http(200, ""))
     });
     let b2 = bucket.clone();
     let get = mock!(Client::get_object).then_compute_response(move |input| {

@@ -31,7 +31,8 @@
 //!   `If-None-Match: *` (error object, then main object) → checkpoint; the
 //!   check of an object already at the key.
 //! - `aws`: one thin function per Kinesis and S3 call, each service's error
-//!   classification, the one retry loop (`retry::Retry`) and backoff;
+//!   classification, the one retry loop (`retry::Retry`) and backoff, and
+//!   the interceptor that reports attempts to liveness;
 //!   leases live in the `shard-lease` crate, sequence arithmetic in
 //!   `sequence-range`.
 //! - `ops`: metrics, health, the HTTP endpoints, logs, systemd, signals,

@@ -24,6 +24,9 @@ pub const BIN_VAR: &str = "SHARDSINK_BIN";
 pub struct Settings {
     values: BTreeMap<String, String>,
     failpoints: Option<String>,
+    /// Other variables for the daemon's environment (`NOTIFY_SOCKET`, an
+    /// endpoint), set after the inherited ones.
+    env: BTreeMap<String, String>,
     label: String,
 }
 
@@ -35,6 +38,7 @@ impl Settings {
         Self {
             values: BTreeMap::new(),
             failpoints: None,
+            env: BTreeMap::new(),
             label: stream.to_owned(),
         }
         .set("stream", stream)
@@ -81,6 +85,15 @@ impl Settings {
     #[must_use]
     pub fn failpoints(mut self, spec: impl Into<String>) -> Self {
         self.failpoints = Some(spec.into());
+        self
+    }
+
+    /// Sets the variable `name` in the daemon's environment: one that is
+    /// not a setting (`NOTIFY_SOCKET`, `WATCHDOG_USEC`), or an inherited one
+    /// to override (`AWS_ENDPOINT_URL_KINESIS`).
+    #[must_use]
+    pub fn env(mut self, name: &str, value: impl Into<String>) -> Self {
+        self.env.insert(name.to_owned(), value.into());
         self
     }
 
@@ -313,6 +326,7 @@ impl Daemon {
         let mut command = clean_command(binary);
         command
             .envs(settings.env_vars())
+            .envs(&settings.env)
             .stdout(
                 log.try_clone()
                     .context("failed to clone the log file handle")?,

@@ -163,6 +163,13 @@ macro_rules! require_env {
     };
 }
 
+/// The endpoint the daemon (and the harness) uses for `service` (`"S3"`,
+/// `"Kinesis"` or `"DynamoDB"`): its own variable, else `AWS_ENDPOINT_URL`.
+pub fn endpoint_url(service: &str) -> Option<String> {
+    let (_, var) = SERVICES.iter().find(|(name, _)| *name == service)?;
+    env_nonempty(var).or_else(|| env_nonempty("AWS_ENDPOINT_URL"))
+}
+
 /// Whether `SHARDSINK_E2E_REQUIRED` is set to a true value (`1`, `true`,
 /// `yes`).
 pub fn e2e_required() -> bool {

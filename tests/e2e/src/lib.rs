@@ -17,7 +17,11 @@
 //!   [`payloads`]: payloads for the output formats (JSON objects, raw
 //!   bytes, Parquet schema rows), and which of them a format must reject.
 //! - [`daemon`]: starting the binary with [`Settings`], signals, logs;
-//!   `shardsink verify` runs ([`daemon::run_verify`]).
+//!   `shardsink verify` runs ([`daemon::run_verify`]); [`http`]: its
+//!   `/metrics`, `/healthz` and `/readyz`; [`notify`]: the systemd notify
+//!   socket it reports `READY=1` and `WATCHDOG=1` to; [`blackhole`]: an
+//!   endpoint that forwards to a local server or takes connections and
+//!   never answers.
 //! - [`archive`]: what the daemon wrote, one concept per module: plain S3
 //!   object calls ([`objects`](archive::objects)), object versions and
 //!   overwritten keys ([`versions`](archive::versions)), key layouts
@@ -91,12 +95,15 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 pub mod archive;
+pub mod blackhole;
 pub mod check;
 pub mod cleanup;
 pub mod daemon;
 pub mod env;
 pub mod fixtures;
+pub mod http;
 pub mod kpl;
+pub mod notify;
 pub mod payloads;
 pub mod producer;
 pub mod scenario;

@@ -4,43 +4,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
-use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
+use shardsink_e2e::http::{free_address, get};
 use shardsink_e2e::producer::small_record_specs;
 use shardsink_e2e::{
     Daemon, Scenario, Versioning, exactly_once, require_env, scaled, stop_gracefully,
     wait_for_archive, wait_until,
 };
-
-/// A port nobody listens on right now.
-fn free_address() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
-/// GET `path`: (status, body).
-fn get(address: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(2))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let status = response
-        .lines()
-        .next()
-        .and_then(|line| line.split_whitespace().nth(1))
-        .and_then(|code| code.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())
-        .unwrap_or_default();
-    Ok((status, body))
-}
 
 /// The value of the sample `name` (with labels, exactly as exposed).
 fn sample(text: &str, name: &str) -> Option<f64> {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use aws_config::BehaviorVersion;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
+use aws_smithy_runtime_api::client::interceptors::Intercept;
 
 /// SDK-level attempts per call (standard retry mode: exponential backoff with
 /// jitter for throttling and transient errors). shardsink's own loops retry
@@ -19,20 +20,47 @@ const API_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
 /// renewal can retry well within the failover time.
 const DYNAMODB_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// An S3 PUT carries a whole batch (64 MiB by default): give it time on a slow
-/// link. A timed-out PUT is retried with the same key and bytes. Other S3
-/// calls (HeadBucket, ListObjectsV2, GetObject up to its headers) keep
+/// An S3 PUT of a batch carries up to `--buffer-max-bytes` (64 MiB by
+/// default): give it time on a slow link. A timed-out PUT is retried with the
+/// same key and bytes. Other S3 calls (HeadBucket, ListObjectsV2, GetObject
+/// up to its headers) and PUTs of up to [`SMALL_PUT_BYTES`] keep
 /// [`API_ATTEMPT_TIMEOUT`]; [`s3_put_timeouts`] is set on PUTs only.
 const S3_PUT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// A PUT body this small (a marker, a small batch) needs no more time than
+/// any other call: 1 MiB in 30 s is 35 KB/s. The worker loop writes markers
+/// (the key layout at start-up, retention gaps), and liveness counts on each
+/// of its attempts ending within 30 s (see `ops::health`).
+const SMALL_PUT_BYTES: usize = 1 << 20;
+
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Timeouts of one S3 PutObject call: 5 s to connect, 300 s an attempt.
-pub(crate) fn s3_put_timeouts() -> TimeoutConfig {
+/// Timeouts of one S3 PutObject call of `body_bytes`: 5 s to connect, and
+/// an attempt 30 s up to [`SMALL_PUT_BYTES`], 300 s above.
+pub(crate) fn s3_put_timeouts(body_bytes: usize) -> TimeoutConfig {
+    let attempt = if body_bytes <= SMALL_PUT_BYTES {
+        API_ATTEMPT_TIMEOUT
+    } else {
+        S3_PUT_ATTEMPT_TIMEOUT
+    };
     TimeoutConfig::builder()
         .connect_timeout(CONNECT_TIMEOUT)
-        .operation_attempt_timeout(S3_PUT_ATTEMPT_TIMEOUT)
+        .operation_attempt_timeout(attempt)
         .build()
+}
+
+/// Timeouts of Kinesis and S3 calls (S3 PUTs: [`s3_put_timeouts`]): 5 s to
+/// connect, 30 s an attempt.
+pub(crate) fn api_timeouts() -> TimeoutConfig {
+    TimeoutConfig::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .operation_attempt_timeout(API_ATTEMPT_TIMEOUT)
+        .build()
+}
+
+/// The SDK's retries of every call: standard mode, [`SDK_MAX_ATTEMPTS`].
+pub(crate) fn sdk_retries() -> RetryConfig {
+    RetryConfig::standard().with_max_attempts(SDK_MAX_ATTEMPTS)
 }
 
 /// The SDK clients shardsink uses.
@@ -54,13 +82,9 @@ impl AwsClients {
     /// clients. `force_path_style` addresses S3 buckets by path, as most
     /// local S3 servers need.
     pub async fn from_env(force_path_style: bool) -> Self {
-        let timeouts = TimeoutConfig::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .operation_attempt_timeout(API_ATTEMPT_TIMEOUT)
-            .build();
         let shared = aws_config::defaults(BehaviorVersion::latest())
-            .retry_config(RetryConfig::standard().with_max_attempts(SDK_MAX_ATTEMPTS))
-            .timeout_config(timeouts)
+            .retry_config(sdk_retries())
+            .timeout_config(api_timeouts())
             .load()
             .await;
         let s3_config =
@@ -91,6 +115,31 @@ impl AwsClients {
     }
 }
 
+impl AwsClients {
+    /// The same clients, each also running `interceptor` on every call.
+    pub fn with_interceptor(self, interceptor: impl Intercept + Clone + 'static) -> Self {
+        Self {
+            kinesis: rebuilt!(
+                aws_sdk_kinesis,
+                self.kinesis,
+                interceptor(interceptor.clone())
+            ),
+            s3: rebuilt!(aws_sdk_s3, self.s3, interceptor(interceptor.clone())),
+            dynamodb: rebuilt!(aws_sdk_dynamodb, self.dynamodb, interceptor(interceptor)),
+        }
+    }
+}
+
+/// `rebuilt!(aws_sdk_kinesis, client, interceptor(x))`: a client of that SDK
+/// crate built from `client`'s configuration with the builder calls given
+/// (the SDK crates share no trait for this).
+macro_rules! rebuilt {
+    ($sdk:ident, $client:expr, $($change:tt)+) => {
+        $sdk::Client::from_conf($client.config().to_builder().$($change)+.build())
+    };
+}
+pub(crate) use rebuilt;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,10 +159,20 @@ mod tests {
             attempt(clients.dynamodb.config().timeout_config()),
             Some(DYNAMODB_ATTEMPT_TIMEOUT)
         );
+        // A 64 MiB batch gets five minutes; a marker, like any other call,
+        // 30 s: the worker loop writes markers, and stays alive only while
+        // its attempts end within the liveness window.
         assert_eq!(
-            s3_put_timeouts().operation_attempt_timeout(),
+            s3_put_timeouts(64 << 20).operation_attempt_timeout(),
             Some(S3_PUT_ATTEMPT_TIMEOUT)
         );
-        assert_eq!(s3_put_timeouts().connect_timeout(), Some(CONNECT_TIMEOUT));
+        assert_eq!(
+            s3_put_timeouts(300).operation_attempt_timeout(),
+            Some(API_ATTEMPT_TIMEOUT)
+        );
+        assert_eq!(
+            s3_put_timeouts(64 << 20).connect_timeout(),
+            Some(CONNECT_TIMEOUT)
+        );
     }
 }

@@ -3,6 +3,8 @@
 //! the SDK builders.
 //!
 //! - `clients`: [`AwsClients`], built from the standard AWS configuration;
+//! - `attempts`: an interceptor that counts each attempt of the worker
+//!   loop's long steps as progress, for liveness;
 //! - `kinesis`: [`Kinesis`] — DescribeStreamSummary, ListShards,
 //!   GetShardIterator, GetRecords;
 //! - `s3`: [`ObjectStore`] — HeadBucket, conditional PutObject, GetObject,
@@ -12,6 +14,7 @@
 //! - `recorder` (test builds): every AWS operation a run makes, for the IAM
 //!   policy test.
 
+pub(crate) mod attempts;
 pub(crate) mod backoff;
 pub(crate) mod clients;
 pub(crate) mod kinesis;

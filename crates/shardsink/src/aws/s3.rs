@@ -200,6 +200,7 @@ impl ObjectStore {
         content_type: &str,
         metadata: &[(&str, String)],
     ) -> Result<PutOutcome, S3Error> {
+        let timeouts = s3_put_timeouts(body.len());
         let result = self
             .client
             .put_object()
@@ -216,9 +217,7 @@ impl ObjectStore {
             .content_length(i64::try_from(body.len()).unwrap_or(i64::MAX))
             .body(ByteStream::from(body))
             .customize()
-            .config_override(
-                aws_sdk_s3::config::Builder::default().timeout_config(s3_put_timeouts()),
-            )
+            .config_override(aws_sdk_s3::config::Builder::default().timeout_config(timeouts))
             .send()
             .await;
         match result {

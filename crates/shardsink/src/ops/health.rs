@@ -1,19 +1,38 @@
 //! [`Health`]: liveness and readiness, as `/healthz` and `/readyz` report
 //! them and the systemd watchdog uses them.
 //!
-//! Live means "the worker loop is not stuck": it ticked within the liveness
-//! window, or it said it is waiting on AWS on purpose — start-up retries
-//! while a permission or the network is being fixed, a lease table being
-//! created — and that wait is not overdue. Such a wait is not ready, with
-//! its reason, but it is alive: restarting the process would not help.
+//! Live means "the worker loop is not stuck": within the liveness window it
+//! came round ([`Health::tick`]), or the long step it is in — start-up, a
+//! lease sync round, a lease release — began or ended an AWS attempt
+//! ([`Health::watch`]): an answer, an error, an attempt's timeout. Or it
+//! said it is waiting on AWS on purpose — start-up retries while a
+//! permission or the network is being fixed, a lease table being created —
+//! and that wait is not overdue. Such a wait is not ready, with its reason,
+//! but it is alive: restarting the process would not help.
+//!
+//! A step that is retrying begins or ends an attempt at least every 30 s:
+//! every attempt the worker loop makes times out within that
+//! (`aws::clients`), the SDK's backoffs between attempts are a few seconds,
+//! and shardsink's longer backoffs are announced waits. A step waiting on
+//! anything else that does not come — a lock never released, a call with no
+//! timeout — begins no attempt, and liveness fails one window later. Only
+//! the loop's own attempts count: shard tasks and renewals, on tasks of
+//! their own, make the loop look no more alive.
 
-use std::sync::Mutex;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::lock::lock;
+
+tokio::task_local! {
+    /// The health of the worker loop whose long step runs on this task
+    /// ([`Health::watch`]).
+    static WATCHED: Arc<Health>;
+}
 
 /// A wait on AWS the worker loop announced.
 #[derive(Debug, Clone)]
@@ -27,12 +46,15 @@ struct Waiting {
 /// What the worker loop reports about itself.
 #[derive(Debug)]
 pub struct Health {
-    /// Liveness fails when the worker loop has not ticked for this long.
+    /// Liveness fails when the worker loop has not made progress for this
+    /// long.
     liveness_window: Duration,
     /// Readiness fails when no lease-table scan succeeded for this long.
     readiness_window: Duration,
     started: AtomicBool,
-    last_tick: Mutex<Instant>,
+    /// When the loop last came round, or its step last began or ended an
+    /// AWS attempt.
+    last_progress: Mutex<Instant>,
     waiting: Mutex<Option<Waiting>>,
     last_scan_ok: Mutex<Option<Instant>>,
     leases_held: AtomicUsize,
@@ -50,7 +72,7 @@ impl Health {
             liveness_window: (taking_interval * 10).max(Duration::from_secs(60)),
             readiness_window: taking_interval * 3 + Duration::from_secs(30),
             started: AtomicBool::new(false),
-            last_tick: Mutex::new(Instant::now()),
+            last_progress: Mutex::new(Instant::now()),
             waiting: Mutex::new(None),
             last_scan_ok: Mutex::new(None),
             leases_held: AtomicUsize::new(0),
@@ -58,10 +80,30 @@ impl Health {
         }
     }
 
-    /// The worker loop is alive, and waits on nothing.
+    /// The worker loop came round: it is alive, and waits on nothing.
     pub fn tick(&self) {
-        *lock(&self.last_tick) = Instant::now();
+        self.progressed();
         *lock(&self.waiting) = None;
+    }
+
+    /// Runs `step`, a long step of the worker loop (AWS calls and their
+    /// retries), counting the loop alive each time the step begins or ends
+    /// an SDK attempt ([`attempt_seen`](Self::attempt_seen), called by the
+    /// clients' `aws::attempts::AttemptsAsProgress` interceptor). An
+    /// announced [`waiting`](Self::waiting) is left as it is: the step may
+    /// be the wait.
+    pub async fn watch<F: Future>(self: &Arc<Self>, step: F) -> F::Output {
+        WATCHED.scope(self.clone(), step).await
+    }
+
+    /// An SDK attempt began or ended on this task: progress of the worker
+    /// loop if it is the loop's watched step, else nothing.
+    pub fn attempt_seen() {
+        let _ = WATCHED.try_with(|health| health.progressed());
+    }
+
+    fn progressed(&self) {
+        *lock(&self.last_progress) = Instant::now();
     }
 
     /// The worker loop waits on AWS on purpose (a start-up call being
@@ -90,13 +132,15 @@ impl Health {
         self.tick();
     }
 
-    /// Whether the process and its loops are alive: the worker loop ticked
+    /// Whether the process and its loops are alive: the worker loop made
+    /// progress (came round, or its step began or ended an AWS attempt)
     /// within the liveness window, or is in an announced wait that is not
     /// overdue by more than the window.
     pub fn is_live(&self) -> bool {
         let now = Instant::now();
-        let ticked = now.saturating_duration_since(*lock(&self.last_tick)) <= self.liveness_window;
-        ticked
+        let progressed =
+            now.saturating_duration_since(*lock(&self.last_progress)) <= self.liveness_window;
+        progressed
             || lock(&self.waiting)
                 .as_ref()
                 .is_some_and(|wait| now <= wait.until + self.liveness_window)
@@ -141,6 +185,53 @@ mod tests {
         );
         health.tick();
         assert!(health.is_live());
+    }
+
+    /// A step whose attempts end every 25 s — a call timing out, again
+    /// and again — keeps a 60 s window alive for as long as it runs; a
+    /// step that begins no attempt does not, whatever other tasks do.
+    #[tokio::test(start_paused = true)]
+    async fn a_step_is_alive_while_it_makes_attempts() {
+        let health = Arc::new(Health::new(Duration::from_secs(2)));
+        let start = Instant::now();
+        let retrying = tokio::spawn({
+            let health = health.clone();
+            async move {
+                health
+                    .watch(async {
+                        for _ in 0..12 {
+                            tokio::time::sleep(Duration::from_secs(25)).await;
+                            Health::attempt_seen();
+                        }
+                    })
+                    .await;
+            }
+        });
+        while !retrying.is_finished() {
+            assert!(health.is_live(), "a step that is retrying is alive");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        assert!(Instant::now() >= start + Duration::from_secs(300));
+
+        // The loop comes round, then starts a step that waits for ever.
+        health.tick();
+        let stuck = tokio::spawn({
+            let health = health.clone();
+            async move { health.watch(std::future::pending::<()>()).await }
+        });
+        // A shard task's attempts, on a task of its own.
+        let others = tokio::spawn(async {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                Health::attempt_seen();
+            }
+        });
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(health.is_live(), "within the window");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!health.is_live(), "a step without attempts is stuck");
+        stuck.abort();
+        others.abort();
     }
 
     #[tokio::test(start_paused = true)]

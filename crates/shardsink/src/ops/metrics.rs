@@ -396,8 +396,9 @@ impl Metrics {
     }
 
     /// The arrival time (ms since the epoch) of the shard's oldest record
-    /// not yet archived — buffered, being written, or not read yet — or
-    /// `None` when everything read is archived and the shard is caught up.
+    /// not yet archived — buffered, being written, or not read yet (an
+    /// estimate: see `shard::progress`) — or `None` when everything read
+    /// is archived and the shard is caught up.
     pub fn unarchived_since(&self, shard_id: &str, arrival_millis: Option<i64>) {
         lock(&self.unarchived.since).insert(shard_id.to_owned(), arrival_millis);
     }
@@ -458,7 +459,8 @@ impl Collector for CheckpointAges {
 /// `shardsink_stream_retention_seconds` and
 /// `shardsink_retention_used_ratio{shard_id}`: how much of the stream's
 /// retention the oldest unarchived record of each held shard has used,
-/// computed at scrape time (so it keeps growing while writes are stuck). At
+/// computed at scrape time (so it keeps growing while writes are stuck, and
+/// while reads fail: then counted from the last read that succeeded). At
 /// 1 that record expires from the stream unread.
 #[derive(Debug, Default)]
 struct UnarchivedAges {
@@ -489,7 +491,7 @@ impl Collector for UnarchivedAges {
             .collect();
         let mut family = encoder.encode_descriptor(
             "retention_used_ratio",
-            "Age of the shard's oldest unarchived record as a fraction of the stream's retention, per held shard; at 1 records expire unread",
+            "Age of the shard's oldest unarchived record as a fraction of the stream's retention, per held shard (while reads fail: since the last read that succeeded); at 1 records expire unread",
             None,
             MetricType::Gauge,
         )?;

@@ -1,6 +1,13 @@
 //! [`Progress`]: what a shard task tells the metrics and its progress log —
 //! records read, batches written, duplicates skipped, how far behind it is,
 //! and how old its oldest unarchived record is (the retention gauge).
+//!
+//! The age of a record not read yet is known only from a read: a response's
+//! `MillisBehindLatest` says how far its last record is behind the tip
+//! (GetRecords API reference). Between reads the estimate ages on the
+//! monotonic clock. While reads fail, nothing is learnt: the estimate counts
+//! from the last read that succeeded — or the task's start, before any did
+//! — as if a record had arrived right then (see [`Progress::unarchived`]).
 
 use std::time::Duration;
 
@@ -22,10 +29,14 @@ pub(crate) struct Progress {
     duplicates_excluded: u64,
     millis_behind_latest: Option<i64>,
     logged_at: Instant,
-    /// When the next unread record arrived at the latest (ms since the
-    /// epoch): from the last read's `MillisBehindLatest`; `None` when caught
-    /// up.
-    unread_since: Option<i64>,
+    /// The last read's `MillisBehindLatest` when it was above 0, and when
+    /// that read returned; `None` when it was 0 (caught up).
+    behind: Option<(Duration, Instant)>,
+    /// When the last read succeeded, or when the task started before any
+    /// did.
+    read_ok_at: Instant,
+    /// Reads have failed since `read_ok_at`.
+    reads_failing: bool,
 }
 
 impl Progress {
@@ -37,7 +48,9 @@ impl Progress {
             duplicates_excluded: 0,
             millis_behind_latest: None,
             logged_at: Instant::now(),
-            unread_since: None,
+            behind: None,
+            read_ok_at: Instant::now(),
+            reads_failing: false,
         }
     }
 
@@ -59,11 +72,20 @@ impl Progress {
         }
         // The next unread record is no older than the last one returned,
         // which is `MillisBehindLatest` behind the tip.
-        self.unread_since = match read.millis_behind_latest {
-            Some(behind) if behind > 0 => Some(Utc::now().timestamp_millis() - behind),
+        let now = Instant::now();
+        self.behind = match read.millis_behind_latest {
+            Some(behind) if behind > 0 => Some((Duration::from_millis(behind.unsigned_abs()), now)),
             Some(_) => None,
-            None => self.unread_since,
+            None => self.behind,
         };
+        self.read_ok_at = now;
+        self.reads_failing = false;
+    }
+
+    /// Notes a failed read (GetShardIterator or GetRecords): until one
+    /// succeeds, the shard's unread records are not seen.
+    pub(crate) fn read_failed(&mut self) {
+        self.reads_failing = true;
     }
 
     /// Counts a batch written.
@@ -78,10 +100,30 @@ impl Progress {
     }
 
     /// Tells the retention gauge when the shard's oldest unarchived record
-    /// arrived: `held` (the first record of what is being written, replayed
-    /// or buffered), else the next unread record when behind, else none.
+    /// arrived (ms since the epoch): `held` (the first record of what is
+    /// being written, replayed or buffered), else the next unread record
+    /// (see [`unread_age`](Self::unread_age)), else none.
     pub(crate) fn unarchived(&self, held: Option<i64>, shard_id: &str, metrics: &Metrics) {
-        metrics.unarchived_since(shard_id, held.or(self.unread_since));
+        let unread = self.unread_age().map(|age| {
+            let age_millis = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
+            Utc::now().timestamp_millis().saturating_sub(age_millis)
+        });
+        metrics.unarchived_since(shard_id, held.or(unread));
+    }
+
+    /// The age of the next unread record: the last read's
+    /// `MillisBehindLatest` plus the time since it returned. While reads
+    /// fail, a shard that was caught up (or not read yet) has records
+    /// nobody has seen: counted from the last read that succeeded (or the
+    /// task's start), as if one had arrived just after it. That is an
+    /// upper bound when the shard was caught up — a quiet shard may have
+    /// nothing unread — and a lower bound when the task started with a
+    /// backlog behind its checkpoint, whose age only a read can tell.
+    /// `None` when the last read was caught up and reads work.
+    fn unread_age(&self) -> Option<Duration> {
+        let behind = self.behind.map(|(age, at)| age + at.elapsed());
+        let unseen = self.reads_failing.then(|| self.read_ok_at.elapsed());
+        behind.or(unseen)
     }
 
     /// Logs the counters every [`PROGRESS_INTERVAL`], or now with `force`.

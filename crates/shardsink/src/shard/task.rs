@@ -248,6 +248,7 @@ impl ShardTask {
                     {
                         return self.finish_shard_gone(reader.position()).await;
                     }
+                    self.progress.read_failed();
                     let delay = self.read_failed(&err, &mut transient, &mut persistent);
                     // Buffers still age while reads fail.
                     self.flush_if_due(false).await?;
@@ -1189,21 +1190,33 @@ mod tests {
             .map(|value| value.parse().unwrap())
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn the_retention_gauge_ages_records_stuck_in_a_failing_write() {
-        let h = harness(2);
+    /// Starts the shard's task on a new lease at `TRIM_HORIZON`, in a
+    /// stream that keeps records 24 hours; cancel the token to stop it.
+    async fn start_with_day_retention(
+        h: &Harness,
+    ) -> (
+        CancellationToken,
+        tokio::task::JoinHandle<Result<ShardExit, ShardError>>,
+    ) {
         h.ctx
             .metrics
             .set_stream_retention(Duration::from_secs(24 * 3_600));
+        let lease = h.lease(Checkpoint::TrimHorizon, None).await;
+        let token = CancellationToken::new();
+        let task = tokio::spawn(ShardTask::new(h.ctx.clone(), lease).run(token.clone()));
+        (token, task)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_retention_gauge_ages_records_stuck_in_a_failing_write() {
+        let h = harness(2);
         // Arrived a day and a half ago; S3 refuses every PUT.
         let arrival = Utc::now().timestamp_millis() - 36 * 3_600_000;
         for i in 1..=2 {
             h.shard.push(&seq(i), arrival + i as i64, b"o");
         }
         h.bucket.failing_puts.store(usize::MAX, Ordering::SeqCst);
-        let lease = h.lease(Checkpoint::TrimHorizon, None).await;
-        let token = CancellationToken::new();
-        let task = tokio::spawn(ShardTask::new(h.ctx.clone(), lease).run(token.clone()));
+        let (token, task) = start_with_day_retention(&h).await;
         tokio::time::sleep(Duration::from_secs(5)).await;
         let ratio = retention_ratio(&h).expect("a series for the shard");
         assert!(
@@ -1217,6 +1230,55 @@ mod tests {
             retention_ratio(&h),
             Some(0.0),
             "archived and caught up: nothing waits"
+        );
+        token.cancel();
+        task.await.unwrap().unwrap();
+    }
+
+    /// A shard that was caught up, then whose reads fail for six hours (a
+    /// disabled KMS key, a revoked permission): records that arrived
+    /// since cannot be seen, and may expire, so the gauge counts from the
+    /// last read that succeeded instead of staying at 0.
+    #[tokio::test(start_paused = true)]
+    async fn the_retention_gauge_ages_while_reads_fail() {
+        let h = harness(1_000);
+        h.shard.push(&seq(1), PAST, b"r");
+        let (token, task) = start_with_day_retention(&h).await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(h.written().len(), 1);
+        assert_eq!(retention_ratio(&h), Some(0.0), "caught up, archived");
+
+        h.shard.failing_reads.store(usize::MAX, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(6 * 3_600)).await;
+        let ratio = retention_ratio(&h).expect("a series for the shard");
+        assert!(
+            (0.24..0.26).contains(&ratio),
+            "six hours without a read in a 24 h stream: {ratio}"
+        );
+
+        h.shard.failing_reads.store(0, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert_eq!(
+            retention_ratio(&h),
+            Some(0.0),
+            "read again and caught up: nothing waits"
+        );
+        token.cancel();
+        task.await.unwrap().unwrap();
+    }
+
+    /// Reads that fail from the task's start: the backlog behind the
+    /// checkpoint is unknown, and the gauge counts from the start.
+    #[tokio::test(start_paused = true)]
+    async fn the_retention_gauge_ages_a_shard_never_read() {
+        let h = harness(1_000);
+        h.shard.failing_reads.store(usize::MAX, Ordering::SeqCst);
+        let (token, task) = start_with_day_retention(&h).await;
+        tokio::time::sleep(Duration::from_secs(12 * 3_600)).await;
+        let ratio = retention_ratio(&h).expect("a series for the shard");
+        assert!(
+            (0.49..0.51).contains(&ratio),
+            "twelve hours without a read in a 24 h stream: {ratio}"
         );
         token.cancel();
         task.await.unwrap().unwrap();

@@ -12,6 +12,7 @@ use tracing::warn;
 
 use super::renewer::Renewer;
 use super::{Summary, worker_summary};
+use crate::aws::attempts::AttemptsAsProgress;
 use crate::aws::backoff::Backoff;
 use crate::aws::{AwsClients, Kinesis, ObjectStore, ShardInfo};
 use crate::config::Settings;
@@ -66,6 +67,9 @@ impl Worker {
         metrics: Arc<Metrics>,
         health: Arc<Health>,
     ) -> Self {
+        // Each AWS attempt of the loop's long steps keeps the loop alive
+        // (see `Health::watch`).
+        let clients = clients.with_interceptor(AttemptsAsProgress);
         let config = &settings.config;
         let kinesis = Kinesis::new(clients.kinesis, settings.stream.clone());
         let store = ObjectStore::new(clients.s3, settings.bucket.clone());
@@ -111,7 +115,10 @@ impl Worker {
     }
 
     pub(super) async fn run(&mut self, token: CancellationToken) -> anyhow::Result<Summary> {
-        if !self.start_up(&token).await? {
+        // Each long step is watched: alive while its AWS calls make
+        // attempts, not while it waits on something that never comes.
+        let health = self.health.clone();
+        if !health.watch(self.start_up(&token)).await? {
             return Ok(worker_summary(&self.metrics));
         }
         // Renewals run on their own task, so nothing this loop waits on can
@@ -132,13 +139,13 @@ impl Worker {
             tokio::select! {
                 () = token.cancelled() => break,
                 _ = sync_timer.tick() => {
-                    self.health.tick();
-                    if let Err(err) = self.sync(&token).await {
+                    health.tick();
+                    if let Err(err) = health.watch(self.sync(&token)).await {
                         warn!(error = format!("{err:#}"), "lease sync failed; retrying next round");
                     }
                 }
                 Some(joined) = self.tasks.join_next_with_id() => {
-                    if let Some(children) = self.on_task_end(joined).await {
+                    if let Some(children) = health.watch(self.on_task_end(joined)).await {
                         // Children may now start; look at once.
                         self.add_children(children);
                         self.shards_listed_at = None;

@@ -1,5 +1,7 @@
 //! The worker as a whole, against in-memory AWS fakes.
 
+mod liveness;
+
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
