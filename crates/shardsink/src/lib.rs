@@ -28,7 +28,8 @@
 //!   compression, the object key and its inverse, the time bucket, and the
 //!   key layout recorded under the prefix.
 //! - `commit`: record the batch in the lease row → PUT with
-//!   `If-None-Match: *` (error object, then main object) → checkpoint; the
+//!   `If-None-Match: *` (decisions, error and duplicates objects, each when
+//!   the batch has one, then the main object) → checkpoint; the
 //!   check of an object already at the key.
 //! - `aws`: one thin function per Kinesis and S3 call, each service's error
 //!   classification, the one retry loop (`retry::Retry`) and backoff, and

@@ -5,7 +5,8 @@
 //! - `writer`: [`BatchWriter`](writer::BatchWriter), the only way shardsink
 //!   writes a batch: pending → PUT → checkpoint, and the replay of a pending
 //!   batch;
-//! - `body`: a batch's bodies as PUT — the error object, then the main
+//! - `body`: a batch's bodies as PUT — its decisions, error and
+//!   duplicates objects (each when the batch has one), then the main
 //!   object — with their user metadata;
 //! - `fence`: [`Fence`](fence::Fence), an S3 write runs only while the lease
 //!   is confirmed;
