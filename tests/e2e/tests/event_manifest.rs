@@ -163,7 +163,7 @@ async fn two_workers_decide_every_copy_exactly() {
     let id_of: HashMap<String, usize> = events
         .iter()
         .enumerate()
-        .map(|(n, key)| (format!("{:032x}", key.id), n))
+        .map(|(n, key)| (format!("{:032x}{:016x}", key.id, key.fingerprint), n))
         .collect();
     for item in &items {
         let event = id_of[item["eventId"].as_s().unwrap()];
@@ -171,11 +171,8 @@ async fn two_workers_decide_every_copy_exactly() {
         assert_eq!(copies.len(), 1, "event {event}");
         let copy = copies[0].as_m().unwrap();
         let expected = &accepted[&event];
-        assert_eq!(copy["shardId"].as_s().unwrap(), &*expected.shard_id);
-        assert_eq!(
-            copy["sequenceNumber"].as_s().unwrap(),
-            expected.sequence_number.as_str()
-        );
+        assert_eq!(copy["s"].as_s().unwrap(), &*expected.shard_id);
+        assert_eq!(copy["n"].as_s().unwrap(), expected.sequence_number.as_str());
     }
 
     let total = shard_a.len() + shard_b.len();
