@@ -1,12 +1,19 @@
-//! The DynamoDB event manifest against the local DynamoDB server: two
-//! workers decide 5,000 user records (or more, see [`thousands`]) of two
-//! shards concurrently — 4,500 events, 10% of the records duplicates (400
-//! producer retries later in the same shard, 100 copies on the other
-//! shard) — then rerun some of
-//! their runs. Exactly one copy of each event is accepted, every other copy
-//! is a duplicate of it, reruns decide as before and write nothing, and the
-//! table holds each event's accepted copy once. Prints events per second
-//! (no timing is asserted: the local server's speed is not the test's).
+//! The DynamoDB event manifest against the local DynamoDB server:
+//! - two workers decide 5,000 user records (or more, see [`thousands`]) of
+//!   two shards concurrently — 4,500 events, 10% of the records duplicates
+//!   (400 producer retries later in the same shard, 100 copies on the other
+//!   shard) — then rerun some of their runs. Exactly one copy of each event
+//!   is accepted, every other copy is a duplicate of it, reruns decide as
+//!   before and write nothing, and the table holds each event's accepted
+//!   copy once. Prints events per second (no timing is asserted: the local
+//!   server's speed is not the test's);
+//! - the capacity units the server reports per unique event (36-byte ids,
+//!   1 KiB payloads): at most one write and one read unit, the same for an
+//!   id with 10,000 earlier copies of other payloads as for a new id;
+//! - the daemon (`--event-id partition-key --event-dedup-store dynamodb`)
+//!   archives 10,000 copies of one partition key with distinct payloads,
+//!   then 10,000 with one payload, without stalling: each decided as the
+//!   rule says, every manifest item within one write unit.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
@@ -18,11 +25,17 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use rand::rngs::StdRng;
 use rand::{RngExt as _, SeedableRng as _};
 use shardsink::bench::{
-    Candidate, CopyRef, Decision, EventKey, Lineage, Manifest, Metrics, Outcome, Rule,
-    SequenceNumber,
+    Candidate, CopyRef, Decision, EventIdSource, EventKey, Lineage, Manifest, Metrics, Outcome,
+    Rule, SequenceNumber, UserRecordView,
 };
+use shardsink_e2e::archive::{CopyRef as ArchivedCopy, Outcome as ArchivedOutcome};
+use shardsink_e2e::check::RecordId;
+use shardsink_e2e::check::events::{EventRules, Scope, each_event_once};
 use shardsink_e2e::fixtures::delete_lease_table;
-use shardsink_e2e::{env, require_env, unique_name};
+use shardsink_e2e::producer::RecordSpec;
+use shardsink_e2e::{
+    Finish, Scenario, Versioning, env, require_env, scaled, unique_name, wait_for_archive,
+};
 
 const SHARD_A: &str = "shardId-000000000000";
 const SHARD_B: &str = "shardId-000000000001";
@@ -163,7 +176,7 @@ async fn two_workers_decide_every_copy_exactly() {
     let id_of: HashMap<String, usize> = events
         .iter()
         .enumerate()
-        .map(|(n, key)| (format!("{:032x}", key.id), n))
+        .map(|(n, key)| (event_id(key), n))
         .collect();
     for item in &items {
         let event = id_of[item["eventId"].as_s().unwrap()];
@@ -171,11 +184,8 @@ async fn two_workers_decide_every_copy_exactly() {
         assert_eq!(copies.len(), 1, "event {event}");
         let copy = copies[0].as_m().unwrap();
         let expected = &accepted[&event];
-        assert_eq!(copy["shardId"].as_s().unwrap(), &*expected.shard_id);
-        assert_eq!(
-            copy["sequenceNumber"].as_s().unwrap(),
-            expected.sequence_number.as_str()
-        );
+        assert_eq!(copy["s"].as_s().unwrap(), &*expected.shard_id);
+        assert_eq!(copy["n"].as_s().unwrap(), expected.sequence_number.as_str());
     }
 
     let total = shard_a.len() + shard_b.len();
@@ -296,5 +306,313 @@ async fn scan(
         if start.is_none() {
             return items;
         }
+    }
+}
+
+/// An item's `eventId`: the hashes of id and payload, 48 hex digits.
+fn event_id(key: &EventKey) -> String {
+    format!("{:032x}{:016x}", key.id, key.fingerprint)
+}
+
+/// Capacity units per unique event, as the server reported them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Units {
+    write: f64,
+    read: f64,
+}
+
+/// The units the manifest's requests consumed so far.
+fn units(metrics: &Metrics) -> Units {
+    Units {
+        write: metrics.event_manifest_capacity_units("PutItem"),
+        read: metrics.event_manifest_capacity_units("BatchGetItem")
+            + metrics.event_manifest_capacity_units("GetItem"),
+    }
+}
+
+/// Per event, between `before` and `after`.
+fn per_event(before: Units, after: Units, events: usize) -> Units {
+    let events = events as f64;
+    Units {
+        write: (after.write - before.write) / events,
+        read: (after.read - before.read) / events,
+    }
+}
+
+/// A 1 KiB payload, distinct for each `n`.
+fn kib_payload(n: usize) -> Vec<u8> {
+    let mut data = format!("{{\"n\":{n},\"pad\":\"").into_bytes();
+    data.resize(1_022, b'x');
+    data.extend_from_slice(b"\"}");
+    data
+}
+
+/// One user record of the capacity test: its id (a 36-byte partition
+/// key), which 1 KiB payload it carries ([`kib_payload`]), and its place in
+/// shard A (sequence number and arrival, 1 ms a place, from an hour ago).
+struct Copy {
+    id: String,
+    payload: usize,
+    place: usize,
+}
+
+/// Decides `copies` with `manifest`, in runs of [`RUN`], keyed as
+/// `--event-id partition-key` keys them.
+async fn decide_copies(manifest: &Manifest, copies: &[Copy]) -> Vec<Decision> {
+    let source = EventIdSource::parse("partition-key").unwrap();
+    let hour_ago = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+        - 3_600_000;
+    let shard_id: Arc<str> = Arc::from(SHARD_A);
+    let candidates: Vec<Candidate> = copies
+        .iter()
+        .map(|copy| {
+            assert_eq!(copy.id.len(), 36);
+            let data = kib_payload(copy.payload);
+            let sequence = format!("4959{:052}", copy.place);
+            let arrival_millis = hour_ago + copy.place as i64;
+            let view = UserRecordView {
+                shard_id: SHARD_A,
+                sequence_number: &sequence,
+                sub_sequence_number: None,
+                partition_key: &copy.id,
+                arrival_millis,
+                data: &data,
+            };
+            Candidate {
+                key: source.key(&view, true).unwrap(),
+                copy: CopyRef {
+                    shard_id: shard_id.clone(),
+                    sequence_number: SequenceNumber::parse(&sequence).unwrap(),
+                    sub_sequence_number: None,
+                },
+                arrival_millis,
+            }
+        })
+        .collect();
+    let mut decisions = Vec::with_capacity(candidates.len());
+    let lineage = Lineage::root(SHARD_A);
+    for run in candidates.chunks(RUN) {
+        decisions.extend(
+            manifest
+                .decide(&lineage, &CAPACITY_RULE, run)
+                .await
+                .unwrap(),
+        );
+    }
+    decisions
+}
+
+/// A window of a day: every copy of the capacity test is within it.
+const CAPACITY_RULE: Rule = Rule {
+    window_millis: 86_400_000,
+    match_fingerprint: true,
+};
+
+/// The capacity units DynamoDB reports (`ReturnConsumedCapacity`) per
+/// unique event stay within one write unit and one read unit, and are the
+/// same for an id with 10,000 earlier copies (other payloads) as for new
+/// ids; a duplicate decided from the table (no cache) costs no write.
+/// Against DynamoDB Local these are DynamoDB's rules (1 KB a write unit,
+/// 4 KB an eventually consistent half read unit; it reports nothing for a
+/// key without an item, where DynamoDB charges half a unit); moto reports
+/// fixed figures (1 a PutItem, 1 a key of a BatchGetItem). Prints the
+/// figures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capacity_per_unique_event_is_constant() {
+    const PRIOR: usize = 10_000;
+    const MEASURED: usize = 1_000;
+    let env = require_env!();
+    let table = unique_name("manifest-cu");
+    let metrics = Arc::new(Metrics::new());
+    let manifest = Manifest::new(env.dynamodb.clone(), &table, metrics.clone(), 100_000);
+    manifest.ensure_table().await.unwrap();
+    let hot = "6f1c2a9e-0b7d-4c5e-9a13-2f4b8d7e1c30";
+    let copies = |ids: &dyn Fn(usize) -> String, payloads: std::ops::Range<usize>, from: usize| {
+        payloads
+            .enumerate()
+            .map(|(n, payload)| Copy {
+                id: ids(payload),
+                payload,
+                place: from + n,
+            })
+            .collect::<Vec<Copy>>()
+    };
+    let hot_id = |_: usize| hot.to_owned();
+    let fresh_id = |n: usize| format!("00000000-0000-4000-8000-{n:012}");
+    let unique = vec![Decision::Keep(Outcome::Unique); MEASURED];
+
+    let start = units(&metrics);
+    decide_copies(&manifest, &copies(&hot_id, 0..PRIOR, 0)).await;
+    let prior = per_event(start, units(&metrics), PRIOR);
+    let start = units(&metrics);
+    let fresh = copies(&fresh_id, PRIOR..PRIOR + MEASURED, PRIOR);
+    assert_eq!(decide_copies(&manifest, &fresh).await, unique);
+    let new_ids = per_event(start, units(&metrics), MEASURED);
+    let start = units(&metrics);
+    let more = copies(&hot_id, 2 * PRIOR..2 * PRIOR + MEASURED, PRIOR + MEASURED);
+    assert_eq!(decide_copies(&manifest, &more).await, unique);
+    let old_id = per_event(start, units(&metrics), MEASURED);
+    // Copies of the hot id's first payloads again, decided by a worker
+    // with no cache: duplicates, read from the table.
+    let cold = Manifest::new(env.dynamodb.clone(), &table, metrics.clone(), 0);
+    let start = units(&metrics);
+    let again = copies(&hot_id, 0..MEASURED, PRIOR + 2 * MEASURED);
+    let decided = decide_copies(&cold, &again).await;
+    assert!(decided.iter().all(|d| d.outcome() == Outcome::Duplicate));
+    let duplicates = per_event(start, units(&metrics), MEASURED);
+    println!(
+        "event manifest capacity units per event: unique, new ids {new_ids:?}; unique, an id \
+         with {PRIOR} earlier copies {old_id:?}; its earlier copies {prior:?}; duplicates read \
+         from the table {duplicates:?}"
+    );
+    for figure in [prior, new_ids, old_id] {
+        assert!(figure.write > 0.0 && figure.write <= 1.0, "{figure:?}");
+        assert!(figure.read <= 1.0, "{figure:?}");
+    }
+    assert_eq!(old_id, new_ids, "the id's history costs nothing");
+    assert!(duplicates.write == 0.0 && duplicates.read > 0.0 && duplicates.read <= 1.0);
+    delete_lease_table(&env, &table).await.unwrap();
+}
+
+/// The size DynamoDB counts for an item of strings, numbers, lists and maps
+/// ("DynamoDB item sizes and formats", Amazon DynamoDB Developer Guide),
+/// written here independently of the daemon's tests: names and string
+/// bytes; a number 1 byte per two significant digits plus 1; a list or map
+/// 3 bytes plus 1 per element.
+fn item_bytes(item: &HashMap<String, AttributeValue>) -> usize {
+    fn value(v: &AttributeValue) -> usize {
+        match v {
+            AttributeValue::S(s) => s.len(),
+            AttributeValue::N(n) => {
+                let digits = n.trim_start_matches('-').trim_start_matches('0');
+                digits.trim_end_matches('0').len().max(1).div_ceil(2) + 1
+            }
+            AttributeValue::L(l) => 3 + l.iter().map(|e| 1 + value(e)).sum::<usize>(),
+            AttributeValue::M(m) => {
+                3 + m.iter().map(|(k, e)| 1 + k.len() + value(e)).sum::<usize>()
+            }
+            other => panic!("the manifest writes no {other:?}"),
+        }
+    }
+    item.iter().map(|(name, v)| name.len() + value(v)).sum()
+}
+
+/// The daemon with `--event-id partition-key --event-dedup-store dynamodb`
+/// on one shard: 10,000 records under one partition key, each with its own
+/// payload, then 10,000 under it with one payload (another). Waiting for
+/// the archive is bounded: a stalled shard fails the test. Each record is
+/// decided as the rule says — computed here from the records: a payload
+/// not seen before is kept (`unique`), a repeated one (all within the
+/// window) is a duplicate of its first copy — and every manifest item is
+/// within one write unit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_partition_key_with_twenty_thousand_copies_does_not_stall() {
+    const COPIES: usize = 10_000;
+    let env = require_env!();
+    let mut scenario = Scenario::create(&env, "ev-one-key", 1, Versioning::Off)
+        .await
+        .unwrap();
+    scenario.settings = scenario
+        .settings
+        .clone()
+        .set("event-id", "partition-key")
+        .set("event-dedup-store", "dynamodb");
+    let specs: Vec<RecordSpec> = (0..2 * COPIES)
+        .map(|n| {
+            let payload = if n < COPIES {
+                format!("{{\"copy\":{n}}}")
+            } else {
+                "{\"copy\":\"same\"}".to_owned()
+            };
+            RecordSpec::new("one-key", payload)
+        })
+        .collect();
+    let produced = scenario.put(&specs).await.unwrap();
+    let mut reader = scenario.archive_reader();
+    let mut daemon = scenario.spawn().unwrap();
+    wait_for_archive(
+        &mut reader,
+        &produced,
+        &mut daemon,
+        scaled(Duration::from_secs(600)),
+    )
+    .await
+    .unwrap();
+    let how = Finish::stopping(&mut daemon, 120)
+        .events()
+        .ground_truth()
+        .clean_shutdown();
+    let archive = scenario.finish(&mut reader, &produced, how).await.archive;
+
+    // The rule, by hand, in the shard's order.
+    let mut first: HashMap<&[u8], RecordId> = HashMap::new();
+    let mut expected: HashMap<RecordId, Option<RecordId>> = HashMap::new();
+    for record in &produced {
+        let id = RecordId::of_produced(record);
+        let of = first.get(record.data.as_slice()).cloned();
+        if of.is_none() {
+            first.insert(&record.data, id.clone());
+        }
+        expected.insert(id, of);
+    }
+    let mut kept = 0;
+    for record in archive.records() {
+        kept += 1;
+        let id = RecordId::of_archived(record);
+        assert_eq!(
+            expected[&id], None,
+            "{id} is kept; the rule makes it a duplicate"
+        );
+    }
+    let mut duplicates = 0;
+    for record in archive.duplicates() {
+        duplicates += 1;
+        let id = RecordId::of_archived(record);
+        let named = record
+            .duplicate_of
+            .as_ref()
+            .map(|of: &ArchivedCopy| RecordId {
+                shard_id: of.shard_id.clone(),
+                sequence_number: of.sequence_number.clone(),
+                sub_sequence_number: of.sub_sequence_number,
+            });
+        let wanted = expected[&id].clone();
+        assert!(wanted.is_some(), "{id} is a duplicate; the rule keeps it");
+        assert_eq!(named, wanted, "{id} names the wrong copy");
+    }
+    assert_eq!((kept, duplicates), (COPIES + 1, COPIES - 1));
+    let report = each_event_once(
+        &produced,
+        &archive,
+        &|record| Some(record.partition_key.clone()),
+        EventRules {
+            window: Duration::from_secs(3600),
+            fingerprint: true,
+            scope: Scope::Stream,
+        },
+    );
+    report.assert_ok();
+    // Under the manifest the same id with another payload is `unique`.
+    assert_eq!(
+        report.outcomes.get(&ArchivedOutcome::Unique),
+        Some(&(COPIES + 1))
+    );
+    assert_eq!(
+        report.outcomes.get(&ArchivedOutcome::Duplicate),
+        Some(&(COPIES - 1))
+    );
+
+    let items = scan(&env.dynamodb, &scenario.settings.manifest_table()).await;
+    assert_eq!(items.len(), COPIES + 1, "one item per payload");
+    for item in &items {
+        let copies = item["copies"].as_l().unwrap().len();
+        let bytes = item_bytes(item);
+        assert!(
+            copies == 1 && bytes <= 1_024,
+            "{copies} copies, {bytes} bytes: {item:?}"
+        );
     }
 }

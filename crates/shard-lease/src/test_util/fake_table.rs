@@ -7,9 +7,12 @@
 //! `leaseKey`, or by another string attribute ([`FakeTable::keyed_by`]).
 //! Expressions are read back with
 //! [`parse`](fn@parse) and evaluated with [`holds`] and [`apply`]: what the
-//! lease table sends is accepted, anything else is a `ValidationException`.
-//! Errors are sent as DynamoDB sends them (HTTP 400, a JSON body naming the
-//! error type), for the SDK to decode.
+//! lease table sends is accepted, anything else is a `ValidationException`,
+//! as is an item over DynamoDB's 400 KB ([`MAX_ITEM_BYTES`]). Errors are
+//! sent as DynamoDB sends them (HTTP 400, a JSON body naming the error
+//! type), for the SDK to decode. GetItem, BatchGetItem and PutItem report
+//! the capacity units they consumed when asked (`ReturnConsumedCapacity`),
+//! computed from the items' sizes ([`item_size`](mod@super::item_size)).
 //!
 //! [GetItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_GetItem.html
 //! [BatchGetItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html
@@ -32,7 +35,8 @@ use aws_sdk_dynamodb::operation::put_item::{PutItemInput, PutItemOutput};
 use aws_sdk_dynamodb::operation::scan::ScanOutput;
 use aws_sdk_dynamodb::operation::update_item::{UpdateItemInput, UpdateItemOutput};
 use aws_sdk_dynamodb::types::{
-    AttributeValue, KeysAndAttributes, ReturnValue, TableDescription, TableStatus,
+    AttributeValue, ConsumedCapacity, KeysAndAttributes, ReturnConsumedCapacity, ReturnValue,
+    TableDescription, TableStatus,
 };
 use aws_smithy_mocks::{MockResponse, RuleMode, mock, mock_client};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
@@ -40,6 +44,7 @@ use aws_smithy_runtime_api::http::StatusCode;
 use aws_smithy_types::body::SdkBody;
 use aws_smithy_types::retry::RetryConfig;
 
+use super::item_size::{MAX_ITEM_BYTES, item_size, read_units, write_units};
 use super::{ExpressionError, apply, holds, parse};
 use crate::Update;
 use crate::lease::attr;
@@ -148,7 +153,19 @@ impl FakeTable {
 
     fn get(&self, input: &GetItemInput) -> Result<GetItemOutput, Refusal> {
         let key = self.key_of(input.key())?;
-        Ok(GetItemOutput::builder().set_item(self.read(&key)).build())
+        let item = self.read(&key);
+        let units = read_units(
+            item.as_ref().map_or(0, item_size),
+            input.consistent_read() == Some(true),
+        );
+        Ok(GetItemOutput::builder()
+            .set_item(item)
+            .set_consumed_capacity(consumed(
+                input.return_consumed_capacity(),
+                input.table_name(),
+                units,
+            ))
+            .build())
     }
 
     /// Every table's keys, answered in request order; only the first key
@@ -172,17 +189,28 @@ impl FakeTable {
             }
             let mut found = Vec::new();
             let mut unprocessed = Vec::new();
+            let mut units = 0.0;
             for key in request.keys() {
                 if partial && answered > 0 {
                     unprocessed.push(key.clone());
                     continue;
                 }
                 answered += 1;
-                if let Some(item) = self.read(&self.key_of(Some(key))?) {
-                    found.push(item);
-                }
+                let item = self.read(&self.key_of(Some(key))?);
+                units += read_units(
+                    item.as_ref().map_or(0, item_size),
+                    request.consistent_read() == Some(true),
+                );
+                found.extend(item);
             }
             output = output.responses(table, found);
+            if let Some(capacity) = consumed(
+                input.return_consumed_capacity(),
+                Some(table.as_str()),
+                units,
+            ) {
+                output = output.consumed_capacity(capacity);
+            }
             if !unprocessed.is_empty() {
                 let keys = KeysAndAttributes::builder()
                     .set_keys(Some(unprocessed))
@@ -204,6 +232,7 @@ impl FakeTable {
         }
         let item = input.item().cloned().unwrap_or_default();
         let key = self.key_of(Some(&item))?;
+        let size = fits(&item)?;
         let (_, mut items) = self.items_if(
             &key,
             None,
@@ -211,8 +240,15 @@ impl FakeTable {
             input.expression_attribute_names(),
             input.expression_attribute_values(),
         )?;
+        let old = items.get(&key).map_or(0, item_size);
         items.insert(key, item);
-        Ok(PutItemOutput::builder().build())
+        Ok(PutItemOutput::builder()
+            .set_consumed_capacity(consumed(
+                input.return_consumed_capacity(),
+                input.table_name(),
+                write_units(size.max(old)),
+            ))
+            .build())
     }
 
     /// Throttled first when a failure is due; then, like DynamoDB, an
@@ -238,6 +274,7 @@ impl FakeTable {
             HashMap::from([(self.key_name().to_owned(), AttributeValue::S(key.clone()))])
         });
         apply(&update, &mut item).map_err(Refusal::invalid)?;
+        fits(&item)?;
         items.insert(key, item.clone());
         let all_new = input.return_values() == Some(&ReturnValue::AllNew);
         Ok(UpdateItemOutput::builder()
@@ -293,6 +330,37 @@ impl FakeTable {
             .table(TableDescription::builder().table_status(status).build())
             .build()
     }
+}
+
+/// The size of `item`, or DynamoDB's refusal of an item over
+/// [`MAX_ITEM_BYTES`].
+fn fits(item: &Item) -> Result<usize, Refusal> {
+    match item_size(item) {
+        size if size <= MAX_ITEM_BYTES => Ok(size),
+        _ => Err(Refusal::new(
+            "ValidationException",
+            "Item size has exceeded the maximum allowed size",
+        )),
+    }
+}
+
+/// The consumed capacity to report: `units` of `table`, when the request
+/// asked for it.
+fn consumed(
+    asked: Option<&ReturnConsumedCapacity>,
+    table: Option<&str>,
+    units: f64,
+) -> Option<ConsumedCapacity> {
+    let asked = matches!(
+        asked,
+        Some(ReturnConsumedCapacity::Total | ReturnConsumedCapacity::Indexes)
+    );
+    asked.then(|| {
+        ConsumedCapacity::builder()
+            .set_table_name(table.map(str::to_owned))
+            .capacity_units(units)
+            .build()
+    })
 }
 
 /// The output, or the refusal as DynamoDB sends it, as the mock rule's
@@ -481,6 +549,63 @@ mod tests {
         fake.failing_batch_gets.store(1, Ordering::SeqCst);
         let err = batch_get().send().await.unwrap_err();
         assert_eq!(err.code(), Some("ProvisionedThroughputExceededException"));
+    }
+
+    #[tokio::test]
+    async fn refuses_items_over_400_kb_and_reports_capacity_by_size() {
+        let fake = Arc::new(FakeTable::keyed_by("id"));
+        let client = fake_client(fake.clone());
+        let item = |bytes: usize| {
+            HashMap::from([
+                ("id".to_owned(), AttributeValue::S("a".to_owned())),
+                ("d".to_owned(), AttributeValue::S("x".repeat(bytes))),
+            ])
+        };
+        let put = |item| {
+            client
+                .put_item()
+                .table_name("t")
+                .set_item(Some(item))
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+        };
+        // "id" + "a" + "d": 4 bytes besides the data.
+        let err = put(item(MAX_ITEM_BYTES - 3)).await.unwrap_err();
+        assert_eq!(err.code(), Some("ValidationException"));
+        assert!(fake.items().is_empty());
+        let written = put(item(MAX_ITEM_BYTES - 4)).await.unwrap();
+        assert_eq!(
+            written.consumed_capacity().unwrap().capacity_units(),
+            Some(400.0)
+        );
+        // The larger of the old and the new item.
+        let small = put(item(1)).await.unwrap();
+        assert_eq!(
+            small.consumed_capacity().unwrap().capacity_units(),
+            Some(400.0)
+        );
+        let again = put(item(1)).await.unwrap();
+        assert_eq!(
+            again.consumed_capacity().unwrap().capacity_units(),
+            Some(1.0)
+        );
+        let get = || {
+            client
+                .get_item()
+                .table_name("t")
+                .key("id", AttributeValue::S("a".to_owned()))
+        };
+        let read = get()
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            read.consumed_capacity().unwrap().capacity_units(),
+            Some(0.5)
+        );
+        let unasked = get().send().await.unwrap();
+        assert!(unasked.consumed_capacity().is_none());
     }
 
     #[tokio::test]

@@ -38,8 +38,9 @@ pub struct EventArgs {
 
     /// What else a duplicate must share: payload (the same payload bytes as
     /// well as the same id; the same id with another payload is kept and
-    /// counted as id_reused) or none (the same id is enough).
-    /// [default: payload]
+    /// counted as id_reused with the local store, as unique with the
+    /// dynamodb store, which keeps each payload's copies apart) or none (the
+    /// same id is enough). [default: payload]
     #[arg(
         long,
         env = "SHARDSINK_EVENT_FINGERPRINT",

@@ -129,7 +129,9 @@ pub struct Metrics {
     /// could not represent, written to the error prefix.
     pub records_errored: Family<ReasonLabel, Counter>,
     /// `shardsink_events_total{outcome}`: user records in written batches
-    /// by event decision (with `--event-id`).
+    /// by event decision (with `--event-id`). The DynamoDB manifest never
+    /// says `id_reused`: it sees only the copies with the record's payload,
+    /// so such a record is `unique` there.
     pub events: Family<EventOutcomeLabel, Counter>,
     /// `shardsink_written_bytes_total`: compressed bytes PUT.
     pub bytes_written: Counter,
@@ -148,6 +150,21 @@ pub struct Metrics {
     /// `shardsink_event_manifest_requests_total{operation}`: requests sent
     /// to the event manifest table, retries included.
     pub event_manifest_requests: Family<OperationLabel, Counter>,
+    /// `shardsink_event_manifest_capacity_units_total{operation}`: capacity
+    /// units DynamoDB reported consumed (`ReturnConsumedCapacity` `TOTAL`)
+    /// by the manifest's successful requests — read units for
+    /// `BatchGetItem` and `GetItem`, write units for `PutItem`.
+    pub event_manifest_capacity_units: Family<OperationLabel, Counter<f64, AtomicU64>>,
+    /// `shardsink_event_manifest_evictions_total`: accepted copies dropped
+    /// from a manifest item only to keep it within its bound, though a
+    /// late decision (a shard read behind, a replay) might still have
+    /// consulted them.
+    pub event_manifest_evictions: Counter,
+    /// `shardsink_event_manifest_rejected_total{operation}`: manifest
+    /// requests DynamoDB refused as ones that can never succeed
+    /// (`ValidationException`); the records concerned were kept and their
+    /// copies not recorded.
+    pub event_manifest_rejected: Family<OperationLabel, Counter>,
     /// `shardsink_millis_behind_latest{shard_id}`: GetRecords `MillisBehindLatest`.
     pub millis_behind_latest: Family<ShardLabel, Gauge>,
     /// `shardsink_leases_held`.
@@ -180,6 +197,9 @@ impl Metrics {
             retries: Family::default(),
             dedup_list_requests: Counter::default(),
             event_manifest_requests: Family::default(),
+            event_manifest_capacity_units: Family::default(),
+            event_manifest_evictions: Counter::default(),
+            event_manifest_rejected: Family::default(),
             millis_behind_latest: Family::default(),
             leases_held: Gauge::default(),
             retention_gaps: Counter::default(),
@@ -214,7 +234,7 @@ impl Metrics {
         );
         registry.register(
             "events",
-            "User records in written batches by event decision: unique, duplicate (written to the duplicates prefix), expired, id_reused, id_missing",
+            "User records in written batches by event decision: unique, duplicate (written to the duplicates prefix), expired, id_reused (local store only; unique under the DynamoDB manifest), id_missing",
             metrics.events.clone(),
         );
         registry.register(
@@ -256,6 +276,21 @@ impl Metrics {
             "event_manifest_requests",
             "Requests sent to the event manifest table (DynamoDB), retries included, by operation",
             metrics.event_manifest_requests.clone(),
+        );
+        registry.register(
+            "event_manifest_capacity_units",
+            "Capacity units DynamoDB reported consumed by successful event manifest requests, by operation (read units for BatchGetItem and GetItem, write units for PutItem)",
+            metrics.event_manifest_capacity_units.clone(),
+        );
+        registry.register(
+            "event_manifest_evictions",
+            "Accepted copies dropped from an event manifest item only to keep the item within its bound of copies",
+            metrics.event_manifest_evictions.clone(),
+        );
+        registry.register(
+            "event_manifest_rejected",
+            "Event manifest requests DynamoDB refused as ones that can never succeed (ValidationException), by operation; the records were kept, their copies not recorded",
+            metrics.event_manifest_rejected.clone(),
         );
         registry.register(
             "millis_behind_latest",
@@ -307,6 +342,31 @@ impl Metrics {
         self.event_manifest_requests
             .get_or_create(&OperationLabel { operation })
             .get()
+    }
+
+    /// Counts `units` capacity units an event manifest request with
+    /// `operation` consumed.
+    pub fn event_manifest_capacity(&self, operation: &'static str, units: f64) {
+        self.event_manifest_capacity_units
+            .get_or_create(&OperationLabel { operation })
+            .inc_by(units);
+    }
+
+    /// Capacity units event manifest requests with `operation` consumed so
+    /// far.
+    #[cfg(any(test, feature = "bench"))]
+    pub fn event_manifest_capacity_units(&self, operation: &'static str) -> f64 {
+        self.event_manifest_capacity_units
+            .get_or_create(&OperationLabel { operation })
+            .get()
+    }
+
+    /// Counts an event manifest request with `operation` that DynamoDB
+    /// refused for good.
+    pub fn event_manifest_rejected(&self, operation: &'static str) {
+        self.event_manifest_rejected
+            .get_or_create(&OperationLabel { operation })
+            .inc();
     }
 
     /// Counts `count` user records rejected for `reason`.
@@ -540,6 +600,10 @@ mod tests {
         metrics.checkpoint("shardId-000000000001", true);
         metrics.leases_held.set(3);
         metrics.retention_gaps.inc();
+        metrics.event_manifest_capacity("BatchGetItem", 0.5);
+        metrics.event_manifest_capacity("BatchGetItem", 1.0);
+        metrics.event_manifest_evictions.inc();
+        metrics.event_manifest_rejected("PutItem");
         metrics.set_stream_retention(Duration::from_secs(24 * 3_600));
         // Half a day old: half the retention used.
         metrics.unarchived_since(
@@ -561,6 +625,9 @@ mod tests {
             "shardsink_build_info{version=\"",
             "shardsink_seconds_since_checkpoint{shard_id=\"shardId-000000000001\"} ",
             "shardsink_retention_gaps_total 1",
+            "shardsink_event_manifest_capacity_units_total{operation=\"BatchGetItem\"} 1.5",
+            "shardsink_event_manifest_evictions_total 1",
+            "shardsink_event_manifest_rejected_total{operation=\"PutItem\"} 1",
             "shardsink_stream_retention_seconds 86400",
             "shardsink_retention_used_ratio{shard_id=\"shardId-000000000001\"} 0.5",
         ] {

@@ -1,6 +1,7 @@
 //! [`Manifest`]: the DynamoDB event store's calls — make sure of the
 //! table, decide a run, adopt copies — over the [`cache`](super::cache),
-//! the [`item`](super::item) decisions and the [`table`](super::table)
+//! the [`verdict`](super::verdict)s against an [`item`](super::item), its
+//! [`retention`](super::retention) and the [`table`](super::table)
 //! requests. The module above says why the result is exact.
 
 use std::collections::HashMap;
@@ -9,17 +10,20 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::{StreamExt as _, TryStreamExt as _, stream};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use super::cache::ItemCache;
-use super::item::{self, ItemState, decide_in_order, event_id, verdict};
-use super::table::{BATCH_GET_KEYS, ManifestError, ManifestTable, Written, parse_event_id};
+use super::item::{self, HeldCopy, ItemState, event_id, item_key, parse_event_id};
+use super::retention::{MAX_COPIES, Rewrite};
+use super::table::{BATCH_GET_KEYS, ManifestError, ManifestTable, Written};
+use super::verdict::{decide_in_order, verdict};
 use crate::aws::retry::{Classify, Failure, Retry, Stopped};
 use crate::events::rule::{AcceptedCopy, Decision, EventKey, Rule};
 use crate::events::store::{Candidate, Lineage};
+use crate::ops::log::error_chain;
 use crate::ops::metrics::Metrics;
 
-/// Conditional writes of distinct ids in flight at once, per call.
+/// Conditional writes of distinct items in flight at once, per call.
 pub const WRITES_IN_FLIGHT: usize = 64;
 
 /// BatchGetItem requests in flight at once, per call.
@@ -133,10 +137,14 @@ impl Manifest {
     /// `lineage.shard_id`, in order — and records the accepted ones before
     /// returning: one [`Decision`] per candidate, in order. Safe to call
     /// again with the same candidates (see "Why it is exact" in
-    /// [`manifest`](super)).
+    /// [`manifest`](super)). A candidate whose item DynamoDB refuses
+    /// ([`ManifestError::Rejected`]) is decided against what was read of
+    /// it, its copy not recorded (logged with its `eventId`, counted in
+    /// `shardsink_event_manifest_rejected_total`).
     ///
-    /// Requests: [BatchGetItem] for ids not cached, [PutItem] per id with
-    /// accepted copies, [GetItem] after a failed condition.
+    /// Requests: [BatchGetItem] for items not cached, [PutItem] per item
+    /// with accepted copies, [GetItem] after a failed condition (or for each
+    /// key of a refused BatchGetItem).
     ///
     /// [BatchGetItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html
     /// [PutItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_PutItem.html
@@ -153,17 +161,18 @@ impl Manifest {
         candidates: &[Candidate],
     ) -> Result<Vec<Decision>, ManifestError> {
         let shard_id = &*lineage.shard_id;
+        let shard_ids = [&lineage.shard_id];
         let mut decisions: Vec<Option<Decision>> = vec![None; candidates.len()];
         let mut pending = Vec::new();
-        for (id, members) in by_event_id(candidates.iter().map(|c| c.key.id)) {
-            let cached = self.cache.get(id);
+        for (key, members) in by_item(candidates.iter().map(|c| item_key(&c.key, rule))) {
+            let cached = self.cache.get(&key);
             let mut rest = Vec::new();
             for index in members {
                 // Once a candidate goes to the table, the later ones of its
-                // id are decided after it, in order.
+                // item are decided after it, in order.
                 let cached = cached.as_deref().filter(|_| rest.is_empty());
                 let settled = cached.and_then(|state| {
-                    let verdict = verdict(shard_id, rule, &candidates[index], &state.copies);
+                    let verdict = verdict(shard_id, rule, &candidates[index], state.accepted());
                     (verdict.accepted_before || !verdict.decision.accepts())
                         .then_some(verdict.decision)
                 });
@@ -173,25 +182,25 @@ impl Manifest {
                 }
             }
             if !rest.is_empty() {
-                pending.push((id, rest, cached));
+                pending.push((key, rest, cached));
             }
         }
-        let unread: Vec<u128> = pending
+        let unread: Vec<EventKey> = pending
             .iter()
             .filter(|(_, _, cached)| cached.is_none())
-            .map(|(id, _, _)| *id)
+            .map(|(key, _, _)| *key)
             .collect();
-        let mut read = self.read_items(&unread, &[&lineage.shard_id]).await?;
+        let mut read = self.read_items(&unread, &shard_ids).await?;
         let settled: Vec<(Vec<usize>, Vec<Decision>)> = stream::iter(pending)
-            .map(|(id, members, cached)| {
+            .map(|(key, members, cached)| {
                 let state = cached
-                    .or_else(|| read.remove(&id).map(Arc::new))
+                    .or_else(|| read.remove(&key).map(Arc::new))
                     .unwrap_or_default();
                 async move {
                     let run: Vec<&Candidate> = members.iter().map(|&i| &candidates[i]).collect();
                     let decided = self
-                        .settle(id, state, rule, &[&lineage.shard_id], |state| {
-                            decide_in_order(shard_id, rule, &run, &state.copies)
+                        .settle(key, state, rule, &shard_ids, |state| {
+                            decide_in_order(shard_id, rule, &run, state)
                         })
                         .await?;
                     Ok::<_, ManifestError>((members, decided))
@@ -211,9 +220,10 @@ impl Manifest {
     }
 
     /// Records `copies` — accepted copies decided elsewhere (read back from
-    /// S3) — each in its id's item, unless it is there already: the same
-    /// reads and conditional writes as [`decide`](Self::decide). `rule`
-    /// sets the items' TTL and which old copies a rewrite drops.
+    /// S3) — each in its item, unless it is there already: the same reads
+    /// and conditional writes as [`decide`](Self::decide). `rule` says
+    /// which item holds a copy, sets the items' TTL and which old copies a
+    /// rewrite drops.
     ///
     /// # Errors
     /// As [`decide`](Self::decide).
@@ -222,26 +232,26 @@ impl Manifest {
         rule: &Rule,
         copies: &[(EventKey, AcceptedCopy)],
     ) -> Result<(), ManifestError> {
-        let groups = by_event_id(copies.iter().map(|(key, _)| key.id));
-        let unread: Vec<u128> = groups
+        let groups = by_item(copies.iter().map(|(key, _)| item_key(key, rule)));
+        let unread: Vec<EventKey> = groups
             .iter()
-            .map(|(id, _)| *id)
-            .filter(|id| self.cache.get(*id).is_none())
+            .map(|(key, _)| *key)
+            .filter(|key| self.cache.get(key).is_none())
             .collect();
         let mut read = self.read_items(&unread, &[]).await?;
         stream::iter(groups)
-            .map(|(id, members)| {
+            .map(|(key, members)| {
                 let state = self
                     .cache
-                    .get(id)
-                    .or_else(|| read.remove(&id).map(Arc::new))
+                    .get(&key)
+                    .or_else(|| read.remove(&key).map(Arc::new))
                     .unwrap_or_default();
                 async move {
-                    self.settle(id, state, rule, &[], |state| {
+                    self.settle(key, state, rule, &[], |state| {
                         let new = members
                             .iter()
                             .map(|&i| &copies[i].1)
-                            .filter(|copy| !state.copies.iter().any(|held| held.copy == copy.copy))
+                            .filter(|copy| !state.holds(&copy.copy))
                             .cloned()
                             .collect();
                         ((), new)
@@ -255,13 +265,14 @@ impl Manifest {
         Ok(())
     }
 
-    /// Adds to `id`'s item the copies `decide` finds for its state, with a
+    /// Adds to `key`'s item the copies `decide` finds for its state, with a
     /// conditional write; on a failed condition reads the item again and
     /// decides again. Returns what `decide` returned for the state written
-    /// (or for the last state read, when nothing was left to add).
+    /// (or for the last state read, when nothing was left to add, or when
+    /// DynamoDB refused the item: then nothing is recorded).
     async fn settle<T>(
         &self,
-        id: u128,
+        key: EventKey,
         mut state: Arc<ItemState>,
         rule: &Rule,
         shard_ids: &[&Arc<str>],
@@ -270,49 +281,79 @@ impl Manifest {
         for _ in 0..CONFLICT_ATTEMPTS {
             let (outcome, added) = decide(&state);
             if added.is_empty() {
-                self.cache.put(id, state);
+                self.cache.put(key, state);
                 return Ok(outcome);
             }
             let now = now_millis();
-            let next = Arc::new(state.with_copies(added, rule, now));
-            let item = next.to_item(id, rule, now);
+            let Rewrite {
+                state: next,
+                evicted,
+            } = state.with_copies(added, rule, now);
+            let item = next.to_item(&key, rule, now);
             let read_version = state.version;
             let written = self
                 .retried("PutItem", || {
                     self.table.put_item(item.clone(), read_version)
                 })
-                .await?;
+                .await;
             match written {
-                Written::Yes => {
-                    self.cache.put(id, next);
+                Ok(Written::Yes) => {
+                    self.evicted(&key, &evicted);
+                    self.cache.put(key, Arc::new(next));
                     return Ok(outcome);
                 }
-                Written::ConditionFailed => {
-                    let fresh = self.retried("GetItem", || self.table.get_item(id)).await?;
-                    state = Arc::new(self.state_of(id, fresh.as_ref(), shard_ids)?);
+                Ok(Written::ConditionFailed) => match self.read_item(&key, shard_ids).await? {
+                    Some(fresh) => state = Arc::new(fresh),
+                    None => return Ok(outcome),
+                },
+                Err(err @ ManifestError::Rejected { .. }) => {
+                    self.rejected(&key, &err);
+                    return Ok(outcome);
                 }
+                Err(err) => return Err(err),
             }
         }
         Err(ManifestError::Contended {
             table: self.table.name().to_owned(),
-            event_id: event_id(id),
+            event_id: event_id(&key),
             attempts: CONFLICT_ATTEMPTS,
         })
     }
 
-    /// The items of `ids`, read with BatchGetItem ([`BATCH_GET_KEYS`] a
-    /// request, [`READS_IN_FLIGHT`] at once); ids without an item are
-    /// absent from the map. Unprocessed keys are asked again after a
-    /// backoff, counted as throttling.
+    /// The item of `key`, read consistently (GetItem); `None` when DynamoDB
+    /// refused the read ([`rejected`](Self::rejected)).
+    async fn read_item(
+        &self,
+        key: &EventKey,
+        shard_ids: &[&Arc<str>],
+    ) -> Result<Option<ItemState>, ManifestError> {
+        match self.retried("GetItem", || self.table.get_item(key)).await {
+            Ok(item) => Ok(Some(self.state_of(key, item.as_ref(), shard_ids)?)),
+            Err(err @ ManifestError::Rejected { .. }) => {
+                self.rejected(key, &err);
+                Ok(None)
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// The items of `keys`, read with BatchGetItem ([`BATCH_GET_KEYS`] a
+    /// request, [`READS_IN_FLIGHT`] at once); keys without an item (or
+    /// whose read DynamoDB refused) are absent from the map. Unprocessed
+    /// keys are asked again after a backoff, counted as throttling.
     async fn read_items(
         &self,
-        ids: &[u128],
+        keys: &[EventKey],
         shard_ids: &[&Arc<str>],
-    ) -> Result<HashMap<u128, ItemState>, ManifestError> {
-        let found: Mutex<HashMap<u128, ItemState>> = Mutex::new(HashMap::with_capacity(ids.len()));
+    ) -> Result<HashMap<EventKey, ItemState>, ManifestError> {
+        let found: Mutex<HashMap<EventKey, ItemState>> =
+            Mutex::new(HashMap::with_capacity(keys.len()));
         // Owned chunks: a closure over borrowed ones would make the future
         // not provably `Send` (rustc's higher-ranked closure lifetimes).
-        let chunks: Vec<Vec<u128>> = ids.chunks(BATCH_GET_KEYS).map(<[u128]>::to_vec).collect();
+        let chunks: Vec<Vec<EventKey>> = keys
+            .chunks(BATCH_GET_KEYS)
+            .map(<[EventKey]>::to_vec)
+            .collect();
         let found_ref = &found;
         stream::iter(chunks)
             .map(|chunk| async move { self.read_chunk(&chunk, shard_ids, found_ref).await })
@@ -322,50 +363,72 @@ impl Manifest {
         Ok(found.into_inner().unwrap_or_else(PoisonError::into_inner))
     }
 
-    /// One BatchGetItem's worth of [`read_items`](Self::read_items).
+    /// One BatchGetItem's worth of [`read_items`](Self::read_items); when
+    /// DynamoDB refuses it, each key is read on its own, so that a refusal
+    /// concerns one item.
     async fn read_chunk(
         &self,
-        ids: &[u128],
+        keys: &[EventKey],
         shard_ids: &[&Arc<str>],
-        found: &Mutex<HashMap<u128, ItemState>>,
+        found: &Mutex<HashMap<EventKey, ItemState>>,
     ) -> Result<(), ManifestError> {
-        let remaining = &Mutex::new(ids.to_vec());
-        self.retried("BatchGetItem", move || async move {
-            let keys = lock(remaining).clone();
-            let (items, unprocessed) = self.table.batch_get_item(&keys).await?;
-            for item in &items {
-                let id = item
-                    .get(item::attr::EVENT_ID)
-                    .and_then(|value| value.as_s().ok())
-                    .and_then(|text| parse_event_id(text))
-                    .ok_or_else(|| self.malformed("?", "no eventId of 32 hex digits"))?;
-                let state = self.state_of(id, Some(item), shard_ids)?;
-                lock(found).insert(id, state);
+        let remaining = &Mutex::new(keys.to_vec());
+        let batch = self
+            .retried("BatchGetItem", move || async move {
+                let keys = lock(remaining).clone();
+                let (items, unprocessed) = self.table.batch_get_item(&keys).await?;
+                for item in &items {
+                    let key = item
+                        .get(item::attr::EVENT_ID)
+                        .and_then(|value| value.as_s().ok())
+                        .and_then(|text| parse_event_id(text))
+                        .ok_or_else(|| self.malformed("?", "no eventId of 48 hex digits"))?;
+                    let state = self.state_of(&key, Some(item), shard_ids)?;
+                    lock(found).insert(key, state);
+                }
+                let left = unprocessed.len();
+                *lock(remaining) = unprocessed;
+                match left {
+                    0 => Ok(()),
+                    keys => Err(ManifestError::Unprocessed {
+                        table: self.table.name().to_owned(),
+                        keys,
+                    }),
+                }
+            })
+            .await;
+        match batch {
+            Err(err @ ManifestError::Rejected { .. }) => {
+                let refused = lock(remaining).clone();
+                self.table.metrics().event_manifest_rejected("BatchGetItem");
+                warn!(
+                    table = %self.table.name(),
+                    keys = refused.len(),
+                    error = %error_chain(&err),
+                    "dynamodb refused a BatchGetItem of the event manifest; reading its items one by one"
+                );
+                for key in refused {
+                    if let Some(state) = self.read_item(&key, shard_ids).await? {
+                        lock(found).insert(key, state);
+                    }
+                }
+                Ok(())
             }
-            let left = unprocessed.len();
-            *lock(remaining) = unprocessed;
-            match left {
-                0 => Ok(()),
-                keys => Err(ManifestError::Unprocessed {
-                    table: self.table.name().to_owned(),
-                    keys,
-                }),
-            }
-        })
-        .await
+            batch => batch,
+        }
     }
 
-    /// The state of `id`'s item as read (`None`: no item).
+    /// The state of `key`'s item as read (`None`: no item).
     fn state_of(
         &self,
-        id: u128,
+        key: &EventKey,
         item: Option<&item::Item>,
         shard_ids: &[&Arc<str>],
     ) -> Result<ItemState, ManifestError> {
         match item {
             None => Ok(ItemState::default()),
-            Some(item) => ItemState::from_item(item, shard_ids)
-                .map_err(|reason| self.malformed(&event_id(id), &reason)),
+            Some(item) => ItemState::from_item(item, key, shard_ids)
+                .map_err(|reason| self.malformed(&event_id(key), &reason)),
         }
     }
 
@@ -374,6 +437,37 @@ impl Manifest {
             table: self.table.name().to_owned(),
             event_id: event_id.to_owned(),
             reason: reason.to_owned(),
+        }
+    }
+
+    /// A request for `key`'s item that DynamoDB refused for good: logged
+    /// as an error naming the item, counted; its records go on as decided.
+    fn rejected(&self, key: &EventKey, err: &ManifestError) {
+        if let ManifestError::Rejected { operation, .. } = err {
+            self.table.metrics().event_manifest_rejected(operation);
+        }
+        error!(
+            table = %self.table.name(),
+            event_id = %event_id(key),
+            error = %error_chain(err),
+            "dynamodb refused a request for an event manifest item; the event's records are kept as decided, their copies not recorded"
+        );
+    }
+
+    /// Copies the cap on an item's copies evicted though a late decision
+    /// might still have consulted them: each logged and counted.
+    fn evicted(&self, key: &EventKey, evicted: &[HeldCopy]) {
+        for held in evicted {
+            self.table.metrics().event_manifest_evictions.inc();
+            warn!(
+                table = %self.table.name(),
+                event_id = %event_id(key),
+                copy = %held.accepted.copy,
+                arrival_millis = held.accepted.arrival_millis,
+                written_millis = held.written_millis,
+                max_copies = MAX_COPIES,
+                "event manifest item full: the oldest accepted copy of an event accepted again and again was evicted; a shard read far behind, or a replay, may keep a copy of it once more"
+            );
         }
     }
 
@@ -405,14 +499,14 @@ impl Manifest {
     }
 }
 
-/// The indexes of `ids` grouped by id, groups in order of first
+/// The indexes of `keys` grouped by item key, groups in order of first
 /// appearance, indexes in order.
-fn by_event_id(ids: impl Iterator<Item = u128>) -> Vec<(u128, Vec<usize>)> {
-    let mut groups: Vec<(u128, Vec<usize>)> = Vec::new();
-    let mut at: HashMap<u128, usize> = HashMap::new();
-    for (index, id) in ids.enumerate() {
-        let group = *at.entry(id).or_insert_with(|| {
-            groups.push((id, Vec::new()));
+fn by_item(keys: impl Iterator<Item = EventKey>) -> Vec<(EventKey, Vec<usize>)> {
+    let mut groups: Vec<(EventKey, Vec<usize>)> = Vec::new();
+    let mut at: HashMap<EventKey, usize> = HashMap::new();
+    for (index, key) in keys.enumerate() {
+        let group = *at.entry(key).or_insert_with(|| {
+            groups.push((key, Vec::new()));
             groups.len() - 1
         });
         groups[group].1.push(index);

@@ -1,6 +1,8 @@
 //! [`ManifestTable`]: one thin, documented function per DynamoDB call the
 //! manifest makes, each counted in
-//! `shardsink_event_manifest_requests_total{operation}`, and
+//! `shardsink_event_manifest_requests_total{operation}` and the item
+//! requests' consumed capacity in
+//! `shardsink_event_manifest_capacity_units_total{operation}`; and
 //! [`ManifestError`], with how a failure is retried ([`Classify`]).
 
 use std::collections::HashMap;
@@ -10,8 +12,9 @@ use std::time::Duration;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::BuildError;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, KeysAndAttributes,
-    ScalarAttributeType, TableStatus, TimeToLiveSpecification, TimeToLiveStatus,
+    AttributeDefinition, AttributeValue, BillingMode, ConsumedCapacity, KeySchemaElement, KeyType,
+    KeysAndAttributes, ReturnConsumedCapacity, ScalarAttributeType, TableStatus,
+    TimeToLiveSpecification, TimeToLiveStatus,
 };
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
@@ -19,13 +22,21 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use shard_lease::retry::{Kind, Modeled, is_transport_or_server_failure, kind};
 use shard_lease::{Condition, Expressions, Update};
 
-use super::item::{Item, attr, event_id};
+use super::item::{Item, attr, event_id, parse_event_id};
 use crate::aws::BoxError;
 use crate::aws::retry::{Classify, Failure};
+use crate::events::rule::EventKey;
 use crate::ops::metrics::{Metrics, RetryCause};
 
 /// Keys per BatchGetItem request: DynamoDB's limit.
 pub const BATCH_GET_KEYS: usize = 100;
+
+/// Codes of DynamoDB's common errors that say a request can never succeed
+/// as sent ("Error handling with DynamoDB", Amazon DynamoDB Developer
+/// Guide): `ValidationException` — an item over 400 KB, a key that does not
+/// match the schema — and `SerializationException`. No operation models
+/// them, so they arrive as unmodeled errors with these codes.
+const REFUSED_CODES: &[&str] = &["ValidationException", "SerializationException"];
 
 /// Why a manifest call failed. [`Classify`] says how to retry: throttling
 /// and 5xx soon, what an operator must fix slowly; a missing table or a
@@ -53,6 +64,19 @@ pub enum ManifestError {
         /// Whether DynamoDB throttled the call.
         throttled: bool,
         /// The SDK error.
+        #[source]
+        source: BoxError,
+    },
+    /// DynamoDB refused an item request as one that can never succeed
+    /// ([`REFUSED_CODES`]): not retried. The manifest records nothing for
+    /// the item and decides its records as they are, kept.
+    #[error("dynamodb refused {operation} on event manifest table {table}: it can never succeed")]
+    Rejected {
+        /// The DynamoDB operation, e.g. `PutItem`.
+        operation: &'static str,
+        /// The table name.
+        table: String,
+        /// The SDK error, with DynamoDB's message.
         #[source]
         source: BoxError,
     },
@@ -133,8 +157,10 @@ impl Classify for ManifestError {
             Self::Dynamo { .. } | Self::Malformed { .. } => {
                 Failure::Persistent(RetryCause::event_manifest_error)
             }
-            // The caller decides: recreate the table, or stop.
+            // The caller decides: recreate the table, go on without the
+            // item, or stop.
             Self::TableMissing { .. }
+            | Self::Rejected { .. }
             | Self::TtlOnOtherAttribute { .. }
             | Self::TtlUnsupported { .. } => Failure::Final,
         }
@@ -336,25 +362,26 @@ impl ManifestTable {
         }
     }
 
-    /// The items of `ids` (at most [`BATCH_GET_KEYS`]) with one
+    /// The items of `keys` (at most [`BATCH_GET_KEYS`]) with one
     /// [BatchGetItem], eventually consistent (half a read unit per item of up
-    /// to 4 KB; a stale answer is caught by the conditional write). Returns
-    /// the items found (absent ids have none) and the ids DynamoDB left
-    /// unprocessed, to be asked again after a backoff.
+    /// to 4 KB, absent ones included; a stale answer is caught by the
+    /// conditional write). Returns the items found (absent keys have none)
+    /// and the keys DynamoDB left unprocessed, to be asked again after a
+    /// backoff.
     ///
     /// [BatchGetItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html
     ///
     /// # Errors
-    /// [`ManifestError::TableMissing`], [`ManifestError::Dynamo`],
-    /// [`ManifestError::Malformed`] for an unprocessed key that is not one.
+    /// [`ManifestError::TableMissing`], [`ManifestError::Rejected`],
+    /// [`ManifestError::Dynamo`], [`ManifestError::Malformed`] for an
+    /// unprocessed key that is not one.
     pub async fn batch_get_item(
         &self,
-        ids: &[u128],
-    ) -> Result<(Vec<Item>, Vec<u128>), ManifestError> {
-        debug_assert!(ids.len() <= BATCH_GET_KEYS);
-        let keys = ids.iter().map(|id| key(*id)).collect();
+        keys: &[EventKey],
+    ) -> Result<(Vec<Item>, Vec<EventKey>), ManifestError> {
+        debug_assert!(keys.len() <= BATCH_GET_KEYS);
         let request = KeysAndAttributes::builder()
-            .set_keys(Some(keys))
+            .set_keys(Some(keys.iter().map(key).collect()))
             .consistent_read(false)
             .build()
             .map_err(|err| self.build_error("BatchGetItem", err))?;
@@ -363,9 +390,13 @@ impl ManifestTable {
             .client
             .batch_get_item()
             .request_items(&*self.name, request)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await
-            .map_err(|err| self.sdk_error("BatchGetItem", err))?;
+            .map_err(|err| self.item_error("BatchGetItem", err))?;
+        for capacity in output.consumed_capacity() {
+            self.consumed("BatchGetItem", Some(capacity));
+        }
         let items = output
             .responses
             .as_mut()
@@ -381,35 +412,40 @@ impl ManifestTable {
         Ok((items, unprocessed))
     }
 
-    /// The item of `id`, read consistently with [GetItem] (after a failed
-    /// condition: the writer that won is seen).
+    /// The item of `key`, read consistently with [GetItem] (after a failed
+    /// condition: the writer that won is seen): one read unit per 4 KB.
     ///
     /// [GetItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_GetItem.html
     ///
     /// # Errors
-    /// [`ManifestError::TableMissing`], [`ManifestError::Dynamo`].
-    pub async fn get_item(&self, id: u128) -> Result<Option<Item>, ManifestError> {
+    /// [`ManifestError::TableMissing`], [`ManifestError::Rejected`],
+    /// [`ManifestError::Dynamo`].
+    pub async fn get_item(&self, key: &EventKey) -> Result<Option<Item>, ManifestError> {
         self.count("GetItem");
         let output = self
             .client
             .get_item()
             .table_name(&*self.name)
-            .set_key(Some(key(id)))
+            .set_key(Some(self::key(key)))
             .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await
-            .map_err(|err| self.sdk_error("GetItem", err))?;
+            .map_err(|err| self.item_error("GetItem", err))?;
+        self.consumed("GetItem", output.consumed_capacity());
         Ok(output.item)
     }
 
     /// Writes `item` with [PutItem] if the item in the table is still at
     /// `read_version` (`None`: absent). One write request unit per KB of
-    /// the larger of the old and the new item, failed conditions included.
+    /// the larger of the old and the new item, failed conditions included
+    /// (DynamoDB reports the units of successful writes only).
     ///
     /// [PutItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_PutItem.html
     ///
     /// # Errors
-    /// [`ManifestError::TableMissing`], [`ManifestError::Dynamo`].
+    /// [`ManifestError::TableMissing`], [`ManifestError::Rejected`] (an
+    /// item DynamoDB will never take), [`ManifestError::Dynamo`].
     pub async fn put_item(
         &self,
         item: Item,
@@ -425,14 +461,18 @@ impl ManifestTable {
             .set_condition_expression(rendered.condition)
             .set_expression_attribute_names(rendered.names)
             .set_expression_attribute_values(rendered.values)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
         match result {
-            Ok(_) => Ok(Written::Yes),
+            Ok(output) => {
+                self.consumed("PutItem", output.consumed_capacity());
+                Ok(Written::Yes)
+            }
             Err(err) if kind(&err) == Some(Kind::ConditionalCheckFailed) => {
                 Ok(Written::ConditionFailed)
             }
-            Err(err) => Err(self.sdk_error("PutItem", err)),
+            Err(err) => Err(self.item_error("PutItem", err)),
         }
     }
 
@@ -440,8 +480,15 @@ impl ManifestTable {
         self.metrics.event_manifest_request(operation);
     }
 
-    /// The id of a key DynamoDB handed back.
-    fn key_id(&self, key: &Item) -> Result<u128, ManifestError> {
+    /// Counts the capacity units a successful request reported.
+    fn consumed(&self, operation: &'static str, capacity: Option<&ConsumedCapacity>) {
+        if let Some(units) = capacity.and_then(ConsumedCapacity::capacity_units) {
+            self.metrics.event_manifest_capacity(operation, units);
+        }
+    }
+
+    /// The key of a key DynamoDB handed back.
+    fn key_id(&self, key: &Item) -> Result<EventKey, ManifestError> {
         let text = match key.get(attr::EVENT_ID) {
             Some(AttributeValue::S(text)) => text.as_str(),
             _ => "",
@@ -449,8 +496,27 @@ impl ManifestTable {
         parse_event_id(text).ok_or_else(|| ManifestError::Malformed {
             table: self.name.to_string(),
             event_id: text.to_owned(),
-            reason: "not 32 hex digits".to_owned(),
+            reason: "not 48 hex digits".to_owned(),
         })
+    }
+
+    /// The [`ManifestError`] of a failed item request:
+    /// [`ManifestError::Rejected`] for the [`REFUSED_CODES`], else as
+    /// [`sdk_error`](Self::sdk_error).
+    fn item_error<E: Modeled>(
+        &self,
+        operation: &'static str,
+        err: SdkError<E, HttpResponse>,
+    ) -> ManifestError {
+        let code = err.as_service_error().and_then(ProvideErrorMetadata::code);
+        if code.is_some_and(|code| REFUSED_CODES.contains(&code)) {
+            return ManifestError::Rejected {
+                operation,
+                table: self.name.to_string(),
+                source: Box::new(err),
+            };
+        }
+        self.sdk_error(operation, err)
     }
 
     /// The [`ManifestError`] of a failed call: `TableMissing` for
@@ -491,15 +557,9 @@ impl ManifestTable {
     }
 }
 
-/// The key of `id`'s item.
-fn key(id: u128) -> Item {
-    HashMap::from([(attr::EVENT_ID.to_owned(), AttributeValue::S(event_id(id)))])
-}
-
-/// An `eventId` read back: 32 hex digits.
-pub fn parse_event_id(text: &str) -> Option<u128> {
-    let hex = text.len() == 32 && text.bytes().all(|b| b.is_ascii_hexdigit());
-    hex.then(|| u128::from_str_radix(text, 16).ok()).flatten()
+/// The DynamoDB key of the item of `key`.
+fn key(key: &EventKey) -> Item {
+    HashMap::from([(attr::EVENT_ID.to_owned(), AttributeValue::S(event_id(key)))])
 }
 
 /// The condition of a write over the item read at `read_version`.
