@@ -109,7 +109,9 @@ pub enum Outcome {
     /// Accepted copies, all older than the window: kept and accepted again.
     Expired,
     /// Accepted copies of the id within the window, all with other payloads:
-    /// kept and accepted.
+    /// kept and accepted. Only the local store tells it from [`Self::Unique`]:
+    /// the DynamoDB manifest keeps each payload's copies in an item of their
+    /// own and reports such a record as unique.
     IdReused,
     /// No id could be read from the record: kept, not accepted.
     IdMissing,
