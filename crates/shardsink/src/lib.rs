@@ -44,7 +44,8 @@
 //! - `bench` (feature `bench`): the parts the pipeline benchmark in
 //!   `benches/` drives.
 //! - `fake_aws` (tests only): in-memory Kinesis, S3 and DynamoDB behind
-//!   mocked SDK clients.
+//!   mocked SDK clients; `test_wait` (tests only): waiting in paused time,
+//!   where a wait that runs out fails the test.
 //!
 //! Data flows: GetRecords (`read`) → records → replay / dedup (`shard`) →
 //! event decisions (`events`) → minute or hour batches (`shard`) → encoded
@@ -64,6 +65,8 @@ mod ops;
 mod output;
 mod read;
 mod shard;
+#[cfg(test)]
+mod test_wait;
 pub mod verify;
 mod worker;
 

@@ -14,12 +14,14 @@ use aws_config::BehaviorVersion;
 use aws_sdk_kinesis::config::{Credentials, Region};
 use rand::RngExt as _;
 
+use crate::outcome;
+
 /// Environment variable that turns "no local servers" from a skip into a
 /// test failure (`SHARDSINK_E2E_REQUIRED=1`), for CI jobs that start servers.
 pub const REQUIRED_VAR: &str = "SHARDSINK_E2E_REQUIRED";
 
-/// The message printed by a test that skips because no endpoint is set.
-pub const SKIP_MESSAGE: &str = "skipping: no local servers (set AWS_ENDPOINT_URL_*)";
+/// Why a test skips when no endpoint is set (printed as `skipping: …`).
+pub const NO_SERVERS: &str = "no local servers (set AWS_ENDPOINT_URL_*)";
 
 /// The AWS services the harness talks to, with the per-service endpoint
 /// variable the SDK (and so the daemon) reads.
@@ -124,22 +126,25 @@ impl TestEnv {
     }
 
     /// [`TestEnv::from_env`] with the skip rule applied: `None` (after
-    /// printing [`SKIP_MESSAGE`]) when no servers are configured, so a plain
-    /// `cargo test --workspace` passes without them.
+    /// [`outcome::skip`] with [`NO_SERVERS`]) when no servers are
+    /// configured, so a plain `cargo test --workspace` passes without them;
+    /// otherwise the calling test is recorded as run ([`outcome::ran`]).
     ///
     /// # Panics
     /// When no servers are configured and `SHARDSINK_E2E_REQUIRED=1`, or the
     /// configuration is partial.
     pub async fn from_env_or_skip() -> Option<Self> {
         match Self::from_env().await {
-            Ok(Some(env)) => Some(env),
+            Ok(Some(env)) => {
+                outcome::ran();
+                Some(env)
+            }
             Ok(None) if e2e_required() => panic!(
                 "{REQUIRED_VAR}=1 but no local servers are configured: start them with \
                  `scripts/local-servers start moto` and `source \"$(scripts/local-servers env moto)\"`"
             ),
             Ok(None) => {
-                println!("{SKIP_MESSAGE}");
-                eprintln!("{SKIP_MESSAGE}");
+                outcome::skip(NO_SERVERS);
                 None
             }
             Err(error) => panic!("bad test environment: {error:#}"),

@@ -7,6 +7,9 @@
 //!   [`unique_name`], the skip rule ([`require_env!`]), repeatable random
 //!   choices ([`env::seed`]) and choices per server profile
 //!   ([`env::per_profile`]).
+//! - [`outcome`]: what each test did — ran, or skipped and why — recorded
+//!   for `scripts/test`'s table; every skip goes through
+//!   [`outcome::skip`] or [`outcome::skip_unless_profile`].
 //! - [`fixtures`]: streams, buckets (optionally versioned), the lease table
 //!   (read rows, delete, empty).
 //! - [`producer`]: `PutRecords` with per-entry retries, the record
@@ -73,7 +76,8 @@
 //! ```
 //! Without endpoint variables every test prints
 //! `skipping: no local servers (set AWS_ENDPOINT_URL_*)` and passes, so a
-//! plain `cargo test --workspace` needs no servers.
+//! plain `cargo test --workspace` needs no servers; `scripts/test` shows
+//! which tests ran on which profile, and fails when one ran on none.
 //!
 //! The tests do not build the daemon: rebuild it (with the `failpoints`
 //! feature) after changing it. Knobs:
@@ -83,6 +87,8 @@
 //! - `SHARDSINK_E2E_TIMEOUT_SCALE`: multiply every timeout (slow machines);
 //! - `SHARDSINK_E2E_KEEP_RESOURCES=1`: keep each test's stream, bucket and
 //!   lease table instead of deleting them (to inspect them);
+//! - `SHARDSINK_E2E_OUTCOMES`: a file each test appends what it did to
+//!   ([`outcome`]);
 //! - `SHARDSINK_E2E_DUCKDB_PYTHON`: the Python with DuckDB and its extension
 //!   packages that the query-engine test runs (`scripts/test` installs it
 //!   into `.local/duckdb/`);
@@ -104,6 +110,7 @@ pub mod fixtures;
 pub mod http;
 pub mod kpl;
 pub mod notify;
+pub mod outcome;
 pub mod payloads;
 pub mod producer;
 pub mod scenario;

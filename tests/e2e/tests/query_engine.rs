@@ -39,6 +39,7 @@ use serde::Deserialize;
 use shardsink_e2e::check::clean_shutdown_problems;
 use shardsink_e2e::env::per_profile;
 use shardsink_e2e::env::{REQUIRED_VAR, e2e_required};
+use shardsink_e2e::outcome;
 use shardsink_e2e::{
     Daemon, ProducedRecord, RecordSpec, Scenario, TestEnv, Versioning, require_env, scaled,
     stop_gracefully,
@@ -270,9 +271,7 @@ fn duckdb_python() -> Option<PathBuf> {
              duckdb-ext-httpfs, -json and -parquet 1.4.4.20260205 into a venv and name its python)"
         ),
         None => {
-            let message = format!("skipping: no DuckDB (set {PYTHON_VAR})");
-            println!("{message}");
-            eprintln!("{message}");
+            outcome::skip(&format!("no DuckDB (set {PYTHON_VAR})"));
             None
         }
     }

@@ -644,6 +644,7 @@ mod tests {
     use crate::output::key::KeyLayout;
     use crate::output::key::object_name;
     use crate::shard::memory::MemoryBudget;
+    use crate::test_wait;
 
     const SHARD: &str = "shardId-000000000000";
     /// 2020-01-01T00:00:00Z: a minute long over.
@@ -724,22 +725,60 @@ mod tests {
             ))
         }
 
-        /// Runs the task until `done` holds, then shuts it down.
+        /// Starts the task on `lease`.
+        fn start(&self, lease: Arc<HeldLease>) -> Running {
+            let token = CancellationToken::new();
+            let task = tokio::spawn(ShardTask::new(self.ctx.clone(), lease).run(token.clone()));
+            Running { token, task }
+        }
+
+        /// Runs the task until `done` holds, then shuts it down: whatever
+        /// `done` checks happened before the shutdown, which writes what
+        /// is buffered.
+        ///
+        /// # Panics
+        /// When the task ends by itself before `done` holds, or `done`
+        /// does not hold within [`test_wait::DEFAULT_LIMIT`]; the message
+        /// names `what`.
         async fn run_until(
             &self,
             lease: Arc<HeldLease>,
+            what: &str,
             done: impl Fn(&Harness) -> bool,
         ) -> Result<ShardExit, ShardError> {
-            let token = CancellationToken::new();
-            let task = tokio::spawn(ShardTask::new(self.ctx.clone(), lease).run(token.clone()));
-            for _ in 0..600 {
-                if done(self) || task.is_finished() {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            token.cancel();
-            task.await.unwrap()
+            let mut run = self.start(lease);
+            run.wait_until(self, what, done).await;
+            run.shutdown().await
+        }
+
+        /// Runs the task until it ends by itself (shard end, a lost lease,
+        /// an error) and returns how.
+        ///
+        /// # Panics
+        /// When it still runs after [`test_wait::DEFAULT_LIMIT`].
+        async fn run_to_exit(
+            &self,
+            lease: Arc<HeldLease>,
+            what: &str,
+        ) -> Result<ShardExit, ShardError> {
+            self.start(lease).exit(what).await
+        }
+
+        /// Runs the task until `done` holds (then shuts it down) or until
+        /// it ends by itself, whichever comes first, for a test that
+        /// accepts either and tells them apart by the exit.
+        ///
+        /// # Panics
+        /// When neither happens within [`test_wait::DEFAULT_LIMIT`].
+        async fn run_until_or_exit(
+            &self,
+            lease: Arc<HeldLease>,
+            what: &str,
+            done: impl Fn(&Harness) -> bool,
+        ) -> Result<ShardExit, ShardError> {
+            let run = self.start(lease);
+            test_wait::wait_until(what, || done(self) || run.task.is_finished()).await;
+            run.shutdown().await
         }
 
         async fn row(&self) -> Lease {
@@ -753,6 +792,42 @@ mod tests {
                 .into_iter()
                 .map(|(_, line)| line["sequenceNumber"].as_str().unwrap().to_owned())
                 .collect()
+        }
+    }
+
+    /// A running shard task.
+    struct Running {
+        token: CancellationToken,
+        task: tokio::task::JoinHandle<Result<ShardExit, ShardError>>,
+    }
+
+    impl Running {
+        /// Waits until `done` holds while the task runs.
+        ///
+        /// # Panics
+        /// When the task ends first (with its exit in the message), or
+        /// `done` does not hold within [`test_wait::DEFAULT_LIMIT`].
+        async fn wait_until(&mut self, h: &Harness, what: &str, done: impl Fn(&Harness) -> bool) {
+            test_wait::wait_until(what, || done(h) || self.task.is_finished()).await;
+            if !done(h) {
+                let exit = (&mut self.task).await.unwrap();
+                panic!("the shard task ended ({exit:?}) before {what}");
+            }
+        }
+
+        /// Cancels the task (as SIGTERM does) and returns how it ended.
+        async fn shutdown(self) -> Result<ShardExit, ShardError> {
+            self.token.cancel();
+            self.task.await.unwrap()
+        }
+
+        /// Waits for the task to end by itself and returns how it ended.
+        ///
+        /// # Panics
+        /// When it still runs after [`test_wait::DEFAULT_LIMIT`].
+        async fn exit(self, what: &str) -> Result<ShardExit, ShardError> {
+            test_wait::wait_until(what, || self.task.is_finished()).await;
+            self.task.await.unwrap()
         }
     }
 
@@ -791,10 +866,13 @@ mod tests {
             h.shard.push(&seq(i), future, b"data");
         }
         let lease = h.lease(Checkpoint::TrimHorizon, None).await;
-        let exit = h
-            .run_until(lease, |h| h.shard.reads.load(Ordering::SeqCst) >= 2)
-            .await
-            .unwrap();
+        let mut run = h.start(lease);
+        run.wait_until(&h, "two reads", |h| {
+            h.shard.reads.load(Ordering::SeqCst) >= 2
+        })
+        .await;
+        assert!(h.written().is_empty(), "nothing written before shutdown");
+        let exit = run.shutdown().await.unwrap();
         assert_eq!(exit, ShardExit::Shutdown);
         assert_eq!(
             h.written(),
@@ -819,7 +897,7 @@ mod tests {
                 .push(&seq(i), PAST + 60_000 + 1_000 * i as i64, b"b");
         }
         let lease = h.lease(Checkpoint::TrimHorizon, None).await;
-        h.run_until(lease, |h| lock_len(&h.bucket) == 2)
+        h.run_until(lease, "an object per minute", |h| lock_len(&h.bucket) == 2)
             .await
             .unwrap();
         let keys: Vec<String> = h.bucket.objects.lock().unwrap().keys().cloned().collect();
@@ -859,9 +937,11 @@ mod tests {
             .unwrap()
             .insert(foreign.clone(), Bytes::from_static(b"hello"));
         let lease = h.lease(Checkpoint::TrimHorizon, None).await;
-        h.run_until(lease, |h| lock_len(&h.bucket) == 4)
-            .await
-            .unwrap();
+        h.run_until(lease, "the two objects around the written range", |h| {
+            lock_len(&h.bucket) == 4
+        })
+        .await
+        .unwrap();
         let mut keys: Vec<String> = h.bucket.objects.lock().unwrap().keys().cloned().collect();
         keys.retain(|k| k != &existing && k != &foreign);
         assert_eq!(
@@ -900,7 +980,7 @@ mod tests {
                 Some(pending.clone()),
             )
             .await;
-        h.run_until(lease, |h| h.written().len() == 8)
+        h.run_until(lease, "records 3 to 10 in S3", |h| h.written().len() == 8)
             .await
             .unwrap();
         let attempts = h.bucket.put_attempts.lock().unwrap().clone();
@@ -926,7 +1006,7 @@ mod tests {
             h.shard.push(&seq(i), PAST + 1_000 * i as i64, b"r");
         }
         let lease = h.lease(Checkpoint::TrimHorizon, None).await;
-        h.run_until(lease, |h| lock_len(&h.bucket) == 1)
+        h.run_until(lease, "the first batch", |h| lock_len(&h.bucket) == 1)
             .await
             .unwrap();
         let key = key_for(1, 4, PAST);
@@ -939,9 +1019,11 @@ mod tests {
         };
         h.table.items.lock().unwrap().clear();
         let lease = h.lease(Checkpoint::TrimHorizon, Some(pending)).await;
-        h.run_until(lease, |h| h.row_checkpoint_is(4))
-            .await
-            .unwrap();
+        h.run_until(lease, "the checkpoint at record 4", |h| {
+            h.row_checkpoint_is(4)
+        })
+        .await
+        .unwrap();
         assert_eq!(h.bucket.objects.lock().unwrap()[&key], original);
         assert_eq!(
             h.ctx
@@ -1025,7 +1107,7 @@ mod tests {
             }
         }));
         let lease = h.lease(Checkpoint::TrimHorizon, None).await;
-        h.run_until(lease, |h| lock_len(&h.bucket) == 3)
+        h.run_until(lease, "three batches in S3", |h| lock_len(&h.bucket) == 3)
             .await
             .unwrap();
         let attempts = h.bucket.put_attempts.lock().unwrap().clone();
@@ -1056,7 +1138,7 @@ mod tests {
         }
         h.shard.close();
         let lease = h.lease(Checkpoint::TrimHorizon, None).await;
-        let exit = h.run_until(lease, |_| false).await.unwrap();
+        let exit = h.run_to_exit(lease, "the end of the shard").await.unwrap();
         assert_eq!(exit, ShardExit::ShardEnd(Vec::new()));
         assert_eq!(h.written(), (1..=3).map(seq).collect::<Vec<_>>());
         assert_eq!(h.row().await.checkpoint, Checkpoint::ShardEnd);
@@ -1071,13 +1153,19 @@ mod tests {
         }
         h.shard.failing_reads.store(6, Ordering::SeqCst);
         let lease = h.lease(Checkpoint::TrimHorizon, None).await;
-        let exit = h
-            .run_until(lease, |h| h.shard.reads.load(Ordering::SeqCst) >= 8)
-            .await
-            .unwrap();
-        assert_eq!(exit, ShardExit::Shutdown, "throttling never ends the task");
+        let mut run = h.start(lease);
+        run.wait_until(&h, "two reads past the throttled ones", |h| {
+            h.shard.reads.load(Ordering::SeqCst) >= 8
+        })
+        .await;
         assert_eq!(h.shard.failing_reads.load(Ordering::SeqCst), 0);
-        assert_eq!(h.written(), (1..=5).map(seq).collect::<Vec<_>>());
+        let exit = run.shutdown().await.unwrap();
+        assert_eq!(exit, ShardExit::Shutdown, "throttling never ends the task");
+        assert_eq!(
+            h.written(),
+            (1..=5).map(seq).collect::<Vec<_>>(),
+            "every record read, and written at shutdown"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -1089,9 +1177,11 @@ mod tests {
         let lease = h.lease(Checkpoint::TrimHorizon, None).await;
         // Every pending-batch and checkpoint write meets throttling first.
         h.table.failing_updates.store(5, Ordering::SeqCst);
-        h.run_until(lease, |h| h.row_checkpoint_is(6))
-            .await
-            .unwrap();
+        h.run_until(lease, "the checkpoint at record 6", |h| {
+            h.row_checkpoint_is(6)
+        })
+        .await
+        .unwrap();
         assert_eq!(h.table.failing_updates.load(Ordering::SeqCst), 0);
         assert_eq!(sorted(h.written()), (1..=6).map(seq).collect::<Vec<_>>());
         assert!(h.row().await.pending_batch.is_none());
@@ -1191,20 +1281,13 @@ mod tests {
     }
 
     /// Starts the shard's task on a new lease at `TRIM_HORIZON`, in a
-    /// stream that keeps records 24 hours; cancel the token to stop it.
-    async fn start_with_day_retention(
-        h: &Harness,
-    ) -> (
-        CancellationToken,
-        tokio::task::JoinHandle<Result<ShardExit, ShardError>>,
-    ) {
+    /// stream that keeps records 24 hours.
+    async fn start_with_day_retention(h: &Harness) -> Running {
         h.ctx
             .metrics
             .set_stream_retention(Duration::from_secs(24 * 3_600));
         let lease = h.lease(Checkpoint::TrimHorizon, None).await;
-        let token = CancellationToken::new();
-        let task = tokio::spawn(ShardTask::new(h.ctx.clone(), lease).run(token.clone()));
-        (token, task)
+        h.start(lease)
     }
 
     #[tokio::test(start_paused = true)]
@@ -1216,7 +1299,7 @@ mod tests {
             h.shard.push(&seq(i), arrival + i as i64, b"o");
         }
         h.bucket.failing_puts.store(usize::MAX, Ordering::SeqCst);
-        let (token, task) = start_with_day_retention(&h).await;
+        let mut run = start_with_day_retention(&h).await;
         tokio::time::sleep(Duration::from_secs(5)).await;
         let ratio = retention_ratio(&h).expect("a series for the shard");
         assert!(
@@ -1224,15 +1307,13 @@ mod tests {
             "a record a day and a half old in a 24 h stream: {ratio}"
         );
         h.bucket.failing_puts.store(0, Ordering::SeqCst);
-        tokio::time::sleep(Duration::from_secs(30)).await;
-        assert_eq!(h.written().len(), 2);
-        assert_eq!(
-            retention_ratio(&h),
-            Some(0.0),
-            "archived and caught up: nothing waits"
-        );
-        token.cancel();
-        task.await.unwrap().unwrap();
+        run.wait_until(
+            &h,
+            "the batch written once S3 accepts it, and a ratio of 0 (nothing waits)",
+            |h| h.written().len() == 2 && retention_ratio(h) == Some(0.0),
+        )
+        .await;
+        run.shutdown().await.unwrap();
     }
 
     /// A shard that was caught up, then whose reads fail for six hours (a
@@ -1243,10 +1324,11 @@ mod tests {
     async fn the_retention_gauge_ages_while_reads_fail() {
         let h = harness(1_000);
         h.shard.push(&seq(1), PAST, b"r");
-        let (token, task) = start_with_day_retention(&h).await;
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        assert_eq!(h.written().len(), 1);
-        assert_eq!(retention_ratio(&h), Some(0.0), "caught up, archived");
+        let mut run = start_with_day_retention(&h).await;
+        run.wait_until(&h, "the record archived, caught up", |h| {
+            h.written().len() == 1 && retention_ratio(h) == Some(0.0)
+        })
+        .await;
 
         h.shard.failing_reads.store(usize::MAX, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_secs(6 * 3_600)).await;
@@ -1257,14 +1339,11 @@ mod tests {
         );
 
         h.shard.failing_reads.store(0, Ordering::SeqCst);
-        tokio::time::sleep(Duration::from_secs(30)).await;
-        assert_eq!(
-            retention_ratio(&h),
-            Some(0.0),
-            "read again and caught up: nothing waits"
-        );
-        token.cancel();
-        task.await.unwrap().unwrap();
+        run.wait_until(&h, "read again and caught up: nothing waits", |h| {
+            retention_ratio(h) == Some(0.0)
+        })
+        .await;
+        run.shutdown().await.unwrap();
     }
 
     /// Reads that fail from the task's start: the backlog behind the
@@ -1273,15 +1352,14 @@ mod tests {
     async fn the_retention_gauge_ages_a_shard_never_read() {
         let h = harness(1_000);
         h.shard.failing_reads.store(usize::MAX, Ordering::SeqCst);
-        let (token, task) = start_with_day_retention(&h).await;
+        let run = start_with_day_retention(&h).await;
         tokio::time::sleep(Duration::from_secs(12 * 3_600)).await;
         let ratio = retention_ratio(&h).expect("a series for the shard");
         assert!(
             (0.49..0.51).contains(&ratio),
             "twelve hours without a read in a 24 h stream: {ratio}"
         );
-        token.cancel();
-        task.await.unwrap().unwrap();
+        run.shutdown().await.unwrap();
     }
 
     #[tokio::test(start_paused = true)]
@@ -1303,10 +1381,13 @@ mod tests {
             ..h
         };
         let lease = h.lease(Checkpoint::TrimHorizon, None).await;
-        h.run_until(lease, |h| lock_len(&h.bucket) == 1)
-            .await
-            .unwrap();
+        let mut run = h.start(lease);
+        run.wait_until(&h, "the batch written to make room", |h| {
+            lock_len(&h.bucket) == 1
+        })
+        .await;
         assert_eq!(h.written(), (1..=3).map(seq).collect::<Vec<_>>());
+        run.shutdown().await.unwrap();
         assert_eq!(h.ctx.budget.used(), 0, "everything released");
     }
 
@@ -1357,7 +1438,7 @@ mod tests {
         let reads = reads_during(&h, lease.clone(), Duration::from_secs(10)).await;
         assert_eq!(reads, 0, "no read before its turn");
         drop(other);
-        h.run_until(lease, |h| h.row_checkpoint_is(4))
+        h.run_until(lease, "the replay checkpointed", |h| h.row_checkpoint_is(4))
             .await
             .unwrap();
         assert_eq!(h.written(), (1..=4).map(seq).collect::<Vec<_>>());
@@ -1394,7 +1475,9 @@ mod tests {
         h.lease_table.create_lease(&lease).await.unwrap();
         let taken = h.lease_table.take_lease(&lease, "worker-2").await.unwrap();
         let held = Arc::new(HeldLease::new(h.lease_table.clone(), taken, Instant::now()));
-        h.run_until(held, |h| h.written().len() >= 5).await.unwrap();
+        h.run_until(held, "five records in S3", |h| h.written().len() >= 5)
+            .await
+            .unwrap();
         assert_eq!(h.written(), (6..=10).map(seq).collect::<Vec<_>>());
     }
 
@@ -1412,7 +1495,9 @@ mod tests {
         };
         let checkpoint = Checkpoint::SequenceNumber(SequenceNumber::parse(&seq(2)).unwrap());
         let lease = h.lease(checkpoint.clone(), Some(pending)).await;
-        let result = h.run_until(lease, |_| false).await;
+        let result = h
+            .run_to_exit(lease, "the replay to fail on the missing records")
+            .await;
         assert!(
             matches!(result, Err(ShardError::Internal { .. })),
             "{result:?}"
@@ -1450,7 +1535,10 @@ mod tests {
             );
         }));
         let lease = h.lease(Checkpoint::TrimHorizon, None).await;
-        let exit = h.run_until(lease, |_| false).await.unwrap();
+        let exit = h
+            .run_to_exit(lease, "the task to notice the lost lease")
+            .await
+            .unwrap();
         assert_eq!(exit, ShardExit::LeaseLost);
         assert_eq!(
             h.bucket.put_attempts.lock().unwrap().len(),
@@ -1484,7 +1572,9 @@ mod tests {
                 .or_insert_with(|| planted_clone.clone());
         }));
         let lease = h.lease(Checkpoint::TrimHorizon, None).await;
-        let result = h.run_until(lease, |_| false).await;
+        let result = h
+            .run_to_exit(lease, "the task to stop on the conflicting object")
+            .await;
         assert!(
             matches!(result, Err(ShardError::ObjectConflict { ref key, .. }) if key.ends_with(".jsonl.zst")),
             "{result:?}"

@@ -14,6 +14,7 @@ use tokio::sync::oneshot;
 use super::*;
 use crate::config::parse_flags_only;
 use crate::fake_aws::{self, FakeBucket, FakeStream, FakeTable};
+use crate::test_wait::{wait_until, wait_until_within};
 
 /// 2020-01-01T00:00:00Z: minutes long over, so batches close at once.
 const PAST: i64 = 1_577_836_800_000;
@@ -104,19 +105,10 @@ async fn a_lost_shard_is_not_taken_back_before_its_task_stopped() {
         settings("worker-a"),
         fake_aws::clients(stream, bucket.clone(), table.clone()),
     );
-    let mut owned = false;
-    for _ in 0..100 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        if owners(&table).get("worker-a") == Some(&2) {
-            owned = true;
-            break;
-        }
-    }
-    assert!(
-        owned,
-        "worker-a never took both leases: {:?}",
-        owners(&table)
-    );
+    wait_until("worker-a to take both leases", || {
+        owners(&table).get("worker-a") == Some(&2)
+    })
+    .await;
     // Right after a renewal, with nothing left to write: the next scan
     // (every 400 ms) comes before the next renewal (every 667 ms).
     let counters = || -> Vec<String> {
@@ -128,13 +120,15 @@ async fn a_lost_shard_is_not_taken_back_before_its_task_stopped() {
             .filter_map(|item| item.get("leaseCounter")?.as_n().ok().cloned())
             .collect()
     };
-    while bucket.lines().len() < (shards * per_shard) as usize {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until("every record in S3", || {
+        bucket.lines().len() >= (shards * per_shard) as usize
+    })
+    .await;
     let before = counters();
-    while counters() == before {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_until_within("a lease renewal", Duration::from_secs(5), || {
+        counters() != before
+    })
+    .await;
     for item in table.items.lock().unwrap().values_mut() {
         if item.contains_key("leaseOwner") {
             let counter: u64 = item["leaseCounter"].as_n().unwrap().parse().unwrap();
@@ -148,7 +142,13 @@ async fn a_lost_shard_is_not_taken_back_before_its_task_stopped() {
             );
         }
     }
-    tokio::time::sleep(Duration::from_secs(20)).await;
+    // worker-b is not running: both leases expire after the failover
+    // time, and worker-a takes each back once its old task has stopped.
+    wait_until("worker-a to take both leases back", || {
+        owners(&table).get("worker-a") == Some(&2)
+    })
+    .await;
+    assert_each_record_once(&bucket, shards * per_shard);
     let _ = stop.send(());
     worker.await.unwrap().unwrap();
     assert_each_record_once(&bucket, shards * per_shard);
@@ -169,9 +169,10 @@ async fn a_failed_shard_list_deletes_no_lease() {
     settings.config.shard_sync_interval = Duration::from_secs(1);
     let (stop, worker) = start(settings, clients.clone());
     let has_row = |key: &str| table.items.lock().unwrap().contains_key(key);
-    while owners(&table).get("worker-a") != Some(&1) {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until("worker-a to take the lease", || {
+        owners(&table).get("worker-a") == Some(&1)
+    })
+    .await;
     // A child this worker's list does not show yet, as another worker
     // would create it; and every ListShards fails from now on.
     let child = "shardId-000000000009";
@@ -251,17 +252,20 @@ async fn two_workers_share_shards_under_throttling_without_double_writes() {
     let (stop_a, a) = start(settings("worker-a"), clients());
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (stop_b, b) = start(settings("worker-b"), clients());
-    let mut balanced = false;
-    for _ in 0..120 {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_until("the leases to spread 2/2", || {
         let counts = owners(&table);
-        if counts.get("worker-a") == Some(&2) && counts.get("worker-b") == Some(&2) {
-            balanced = true;
-            break;
-        }
-    }
-    assert!(balanced, "leases never spread 2/2: {:?}", owners(&table));
+        counts.get("worker-a") == Some(&2) && counts.get("worker-b") == Some(&2)
+    })
+    .await;
+    // Twenty seconds of renewals, scans and writes under throttling, each
+    // PUT checked against the lease row.
     tokio::time::sleep(Duration::from_secs(20)).await;
+    // Every record written while both run, not at shutdown.
+    wait_until("every record in S3", || {
+        bucket.lines().len() >= (shards * per_shard) as usize
+    })
+    .await;
+    assert_each_record_once(&bucket, shards * per_shard);
     // Releases are best effort (a few retries, then the lease expires):
     // under every-third-call throttling the calls of the two workers can
     // line up so that one release is throttled every time.

@@ -830,7 +830,7 @@ async fn a_lagging_shard_measures_the_window_both_ways() {
     let kept = candidate(A, 1, 1, 5, t + W + 1);
     assert_eq!(
         worker
-            .decide(&a, &rule(true), &[kept.clone()])
+            .decide(&a, &rule(true), std::slice::from_ref(&kept))
             .await
             .unwrap(),
         vec![Decision::Keep(Outcome::Unique)]

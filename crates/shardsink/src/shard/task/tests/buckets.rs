@@ -3,7 +3,6 @@
 //! caught up.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use chrono::Utc;
 use shard_lease::Checkpoint;
@@ -16,6 +15,7 @@ use crate::output::format::{BodyKind, Format};
 use crate::output::key::KeyLayout;
 use crate::shard::context::ShardExit;
 use crate::shard::task::ShardTask;
+use crate::test_wait;
 
 /// A harness whose keys are per hour.
 fn per_hour() -> Harness {
@@ -33,11 +33,12 @@ fn keys(h: &Harness) -> Vec<String> {
 }
 
 /// Waits (in paused time) until the task made `reads` more GetRecords
-/// calls than `after`.
+/// calls than `after`; fails the test if it does not.
 async fn reads_past(h: &Harness, after: usize, reads: usize) {
-    while h.shard.reads.load(Ordering::SeqCst) < after + reads {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    test_wait::wait_until(&format!("{reads} more reads"), || {
+        h.shard.reads.load(Ordering::SeqCst) >= after + reads
+    })
+    .await;
 }
 
 /// Records of three minutes of one long-past hour are one batch, written
@@ -68,12 +69,7 @@ async fn a_batch_is_written_when_its_hour_is_over() {
         )
     );
     assert!(past_hour.starts_with("p/2020/01/01/00/"), "{past_hour}");
-    for _ in 0..100 {
-        if !keys(&h).is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    test_wait::wait_until("the past hour's object", || !keys(&h).is_empty()).await;
     assert_eq!(
         keys(&h),
         std::slice::from_ref(&past_hour),

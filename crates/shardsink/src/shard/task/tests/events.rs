@@ -152,7 +152,7 @@ async fn duplicates_go_to_their_prefix_after_the_decisions_object() {
     push(&h, &["a", "b", "a", "c", "b", "a"]);
     let (main, duplicates, decisions) = keys(&h, 1, 6);
     let lease = h.lease(Checkpoint::TrimHorizon, None).await;
-    h.run_until(lease, |h| object(h, &main).is_some())
+    h.run_until(lease, "the main object", |h| object(h, &main).is_some())
         .await
         .unwrap();
 
@@ -250,7 +250,7 @@ async fn a_replay_adopts_the_decisions_object_it_finds() {
         Bytes::from(Compression::Zstd(3).compress(&first).unwrap()),
     );
     let lease = h.lease(Checkpoint::TrimHorizon, Some(pending(&h, 3))).await;
-    h.run_until(lease, |h| object(h, &main).is_some())
+    h.run_until(lease, "the main object", |h| object(h, &main).is_some())
         .await
         .unwrap();
     assert_eq!(
@@ -272,9 +272,11 @@ async fn a_replay_adopts_the_decisions_object_it_finds() {
     h.shard.push(&seq(4), PAST + 4_000, b"c");
     let (main_4, duplicates_4, _) = keys(&h, 4, 4);
     let lease = h.lease_again().await;
-    h.run_until(lease, |h| object(h, &main_4).is_some())
-        .await
-        .unwrap();
+    h.run_until(lease, "the main object of record 4", |h| {
+        object(h, &main_4).is_some()
+    })
+    .await
+    .unwrap();
     let dup = lines(&object(&h, &duplicates_4).unwrap());
     assert_eq!(dup[0]["duplicateOf"]["sequenceNumber"], seq(3));
 }
@@ -307,7 +309,7 @@ async fn a_replay_without_its_decisions_object_decides_as_the_first_attempt() {
             .await
             .unwrap();
     }
-    h.run_until(lease, |h| object(h, &main).is_some())
+    h.run_until(lease, "the main object", |h| object(h, &main).is_some())
         .await
         .unwrap();
     assert_eq!(
@@ -342,7 +344,9 @@ async fn a_batch_written_before_decisions_were_on_is_replayed_without_them() {
         .unwrap()
         .insert(main.clone(), Bytes::from(lines));
     let lease = h.lease(Checkpoint::TrimHorizon, Some(pending(&h, 2))).await;
-    h.run_until(lease, |h| h.checkpointed(2)).await.unwrap();
+    h.run_until(lease, "the checkpoint at record 2", |h| h.checkpointed(2))
+        .await
+        .unwrap();
     assert_eq!(sequence_numbers(&object(&h, &main).unwrap()).len(), 2);
     assert_eq!(object(&h, &duplicates), None, "no record in two places");
     assert_eq!(object(&h, &decisions), None);
@@ -355,7 +359,9 @@ async fn a_lost_local_store_is_rebuilt_from_the_archive() {
     push(&h, &["a", "b", "c"]);
     let (main, _, _) = keys(&h, 1, 3);
     let lease = h.lease(Checkpoint::TrimHorizon, None).await;
-    h.run_until(lease, |h| h.checkpointed(3)).await.unwrap();
+    h.run_until(lease, "the checkpoint at record 3", |h| h.checkpointed(3))
+        .await
+        .unwrap();
     assert_eq!(sequence_numbers(&object(&h, &main).unwrap()).len(), 3);
 
     // The disk is lost: a new host takes the shard with an empty store.
@@ -380,7 +386,7 @@ async fn a_lost_local_store_is_rebuilt_from_the_archive() {
     h.shard.push(&seq(6), PAST + 5_000, b"d");
     let (main, duplicates, _) = keys(&h, 4, 6);
     let lease = h.lease_again().await;
-    h.run_until(lease, |h| object(h, &main).is_some())
+    h.run_until(lease, "the main object", |h| object(h, &main).is_some())
         .await
         .unwrap();
     assert_eq!(sequence_numbers(&object(&h, &main).unwrap()), [seq(6)]);
@@ -444,7 +450,7 @@ async fn a_batch_whose_decisions_object_lost_its_lease_row_is_rebuilt_as_decided
         );
     }
     let lease = h.lease(Checkpoint::TrimHorizon, None).await;
-    h.run_until(lease, |h| object(h, &main).is_some())
+    h.run_until(lease, "the main object", |h| object(h, &main).is_some())
         .await
         .unwrap();
     assert_eq!(

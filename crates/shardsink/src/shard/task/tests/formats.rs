@@ -116,7 +116,7 @@ async fn rejected_records_go_to_the_error_prefix_before_the_main_object() {
     let main = key("p", 1, 3, BodyKind::lines(CompressionCodec::None));
     let errors = key("p-errors", 1, 3, BodyKind::lines(CompressionCodec::None));
     let lease = h.lease(Checkpoint::TrimHorizon, None).await;
-    h.run_until(lease, |h| object(h, &main).is_some())
+    h.run_until(lease, "the main object", |h| object(h, &main).is_some())
         .await
         .unwrap();
 
@@ -169,7 +169,7 @@ async fn a_batch_whose_every_record_is_rejected_still_writes_its_main_object() {
     h.shard.push(&seq(2), PAST + 2_000, b"\xff");
     let main = key("p", 1, 2, BodyKind::lines(CompressionCodec::None));
     let lease = h.lease(Checkpoint::TrimHorizon, None).await;
-    h.run_until(lease, |h| object(h, &main).is_some())
+    h.run_until(lease, "the main object", |h| object(h, &main).is_some())
         .await
         .unwrap();
     assert_eq!(
@@ -195,7 +195,7 @@ async fn raw_objects_hold_the_payloads_and_their_delimiters() {
     }
     let main = key("p", 1, 3, BodyKind::raw(CompressionCodec::None));
     let lease = h.lease(Checkpoint::TrimHorizon, None).await;
-    h.run_until(lease, |h| object(h, &main).is_some())
+    h.run_until(lease, "the main object", |h| object(h, &main).is_some())
         .await
         .unwrap();
     assert_eq!(&object(&h, &main).unwrap()[..], b"p1|p2|p3|");
@@ -213,7 +213,7 @@ async fn parquet_objects_hold_one_row_per_record() {
     }
     let main = key("p", 1, 4, BodyKind::PARQUET);
     let lease = h.lease(Checkpoint::TrimHorizon, None).await;
-    h.run_until(lease, |h| object(h, &main).is_some())
+    h.run_until(lease, "the main object", |h| object(h, &main).is_some())
         .await
         .unwrap();
     let rows = row_identities(object(&h, &main).unwrap()).unwrap();
@@ -237,8 +237,8 @@ async fn a_replay_accepts_the_batch_written_in_another_format() {
     let lease = h
         .lease(Checkpoint::TrimHorizon, Some(pending(&pending_key)))
         .await;
-    h.run_until(lease, |h| {
-        h.shard.reads.load(std::sync::atomic::Ordering::SeqCst) >= 2
+    h.run_until(lease, "the replayed batch checkpointed", |h| {
+        h.row_checkpoint_is(3)
     })
     .await
     .unwrap();
@@ -272,7 +272,9 @@ async fn a_replay_refuses_an_object_of_another_format_with_other_records() {
     let lease = h
         .lease(Checkpoint::TrimHorizon, Some(pending(&pending_key)))
         .await;
-    let exit = h.run_until(lease, |_| false).await;
+    let exit = h
+        .run_to_exit(lease, "the task to stop on the other object")
+        .await;
     assert!(
         matches!(exit, Err(ShardError::ObjectConflict { .. })),
         "{exit:?}"
@@ -299,7 +301,7 @@ async fn a_replay_after_a_change_of_format_leaves_rejected_records_where_they_ar
     let error_line = error_lines(&[(2, b"not json")]);
     plant_error_object(&h, &errors, error_line.clone());
     let lease = h.lease(Checkpoint::TrimHorizon, Some(pending(&main))).await;
-    h.run_until(lease, |h| object(h, &main).is_some())
+    h.run_until(lease, "the main object", |h| object(h, &main).is_some())
         .await
         .unwrap();
     let lines = json_lines(&object(&h, &main).unwrap());
@@ -369,9 +371,11 @@ async fn an_uncommitted_batch_is_rebuilt_into_the_same_objects() {
     let main = key("p", 1, 3, lines);
     let next = key("p", 4, 5, lines);
     let lease = h.lease(Checkpoint::TrimHorizon, None).await;
-    h.run_until(lease, |h| object(h, &next).is_some())
-        .await
-        .unwrap();
+    h.run_until(lease, "the next batch's main object", |h| {
+        object(h, &next).is_some()
+    })
+    .await
+    .unwrap();
     let numbers = |key: &str| -> Vec<String> {
         json_lines(&object(&h, key).unwrap())
             .iter()
@@ -494,7 +498,11 @@ async fn meet_existing(
         }
     }));
     let lease = h.lease(Checkpoint::TrimHorizon, None).await;
-    let exit = h.run_until(lease, |h| h.row_checkpoint_is(3)).await;
+    let exit = h
+        .run_until_or_exit(lease, "the batch checkpointed, or the task stopped", |h| {
+            h.row_checkpoint_is(3)
+        })
+        .await;
     Met {
         h,
         key,

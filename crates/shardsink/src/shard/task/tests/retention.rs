@@ -53,9 +53,11 @@ async fn a_checkpoint_past_retention_reads_on_from_the_oldest_record_and_says_so
         h.shard.trimmed.store(6, Ordering::SeqCst);
         let checkpoint = Checkpoint::SequenceNumber(SequenceNumber::parse(&seq(3)).unwrap());
         let lease = h.lease(checkpoint, None).await;
-        h.run_until(lease, |h| h.row_checkpoint_is(10))
-            .await
-            .unwrap();
+        h.run_until(lease, "the checkpoint at record 10", |h| {
+            h.row_checkpoint_is(10)
+        })
+        .await
+        .unwrap();
         assert_eq!(
             h.written(),
             (7..=10).map(seq).collect::<Vec<_>>(),
@@ -95,7 +97,7 @@ async fn pending_batch_whose_first_records_expired(answer: Answer) {
         }),
         ..h
     };
-    h.run_until(lease, |h| lock_len(&h.bucket) == 3)
+    h.run_until(lease, "three batches in S3", |h| lock_len(&h.bucket) == 3)
         .await
         .unwrap();
     let pending = PendingBatch {
@@ -107,9 +109,11 @@ async fn pending_batch_whose_first_records_expired(answer: Answer) {
     h.shard.trimmed.store(6, Ordering::SeqCst);
     let checkpoint = Checkpoint::SequenceNumber(SequenceNumber::parse(&seq(4)).unwrap());
     let lease = h.lease(checkpoint, Some(pending)).await;
-    h.run_until(lease, |h| h.row_checkpoint_is(10))
-        .await
-        .unwrap();
+    h.run_until(lease, "the checkpoint at record 10", |h| {
+        h.row_checkpoint_is(10)
+    })
+    .await
+    .unwrap();
     assert_eq!(
         sorted(h.written()),
         (1..=10).map(seq).collect::<Vec<_>>(),
@@ -130,9 +134,11 @@ async fn a_position_rejected_but_still_there_loses_and_repeats_nothing() {
     h.shard.rejected_positions.store(1, Ordering::SeqCst);
     let checkpoint = Checkpoint::SequenceNumber(SequenceNumber::parse(&seq(3)).unwrap());
     let lease = h.lease(checkpoint, None).await;
-    h.run_until(lease, |h| h.row_checkpoint_is(8))
-        .await
-        .unwrap();
+    h.run_until(lease, "the checkpoint at record 8", |h| {
+        h.row_checkpoint_is(8)
+    })
+    .await
+    .unwrap();
     assert_eq!(h.written(), (4..=8).map(seq).collect::<Vec<_>>());
     assert_eq!(h.ctx.metrics.retention_gaps.get(), 0, "nothing expired");
     assert!(gap_marker(&h, &seq(3)).is_none());
@@ -147,7 +153,10 @@ async fn a_shard_that_left_the_stream_ends_and_says_so() {
     h.shard.gone.store(true, Ordering::SeqCst);
     let checkpoint = Checkpoint::SequenceNumber(SequenceNumber::parse(&seq(2)).unwrap());
     let lease = h.lease(checkpoint, None).await;
-    let exit = h.run_until(lease, |_| false).await.unwrap();
+    let exit = h
+        .run_to_exit(lease, "the end of the shard that left")
+        .await
+        .unwrap();
     assert_eq!(exit, ShardExit::ShardEnd(Vec::new()));
     assert_eq!(h.row().await.checkpoint, Checkpoint::ShardEnd);
     assert_eq!(h.ctx.metrics.retention_gaps.get(), 1);
@@ -182,9 +191,11 @@ async fn from_record_4s_time_with(trimmed: usize) -> Harness {
     }
     h.shard.trimmed.store(trimmed, Ordering::SeqCst);
     let lease = at_timestamp_lease(&h, PAST + 4_000).await;
-    h.run_until(lease, |h| h.row_checkpoint_is(10))
-        .await
-        .unwrap();
+    h.run_until(lease, "the checkpoint at record 10", |h| {
+        h.row_checkpoint_is(10)
+    })
+    .await
+    .unwrap();
     h
 }
 
