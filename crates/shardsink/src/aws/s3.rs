@@ -348,15 +348,24 @@ impl ObjectStore {
     /// Reads a GetObject body to its end; a failure while reading is
     /// retriable.
     async fn collect(&self, key: &str, stream: ByteStream) -> Result<Bytes, S3Error> {
-        let body = stream.collect().await.map_err(|err| S3Error::Other {
+        let body = stream
+            .collect()
+            .await
+            .map_err(|err| self.download_failed(key, Box::new(err)))?;
+        Ok(body.into_bytes())
+    }
+
+    /// The error of a GetObject of `key` whose body failed to download
+    /// after the response began (a dropped connection): retriable.
+    pub fn download_failed(&self, key: &str, source: BoxError) -> S3Error {
+        S3Error::Other {
             operation: "GetObject",
             bucket: self.bucket.clone(),
             key: key.to_owned(),
             retriable: true,
             throttled: false,
-            source: Box::new(err),
-        })?;
-        Ok(body.into_bytes())
+            source,
+        }
     }
 
     /// The user metadata of `key` ([HeadObject]): the `x-amz-meta-*`
