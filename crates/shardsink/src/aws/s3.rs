@@ -296,6 +296,26 @@ impl ObjectStore {
         Ok((length, output.body))
     }
 
+    /// The body of `key` as a stream, with its user metadata (`x-amz-meta-*`,
+    /// names without the prefix) ([GetObject]): the metadata is known before
+    /// the body is read.
+    ///
+    /// [GetObject]: https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetObject.html
+    ///
+    /// # Errors
+    /// [`S3Error`] up to the response headers; errors while reading the body
+    /// come from the stream.
+    pub async fn get_stream_with_metadata(
+        &self,
+        key: &str,
+    ) -> Result<(HashMap<String, String>, ByteStream), S3Error> {
+        let output = self
+            .get_object(key)
+            .await
+            .map_err(|err| self.error("GetObject", key, err))?;
+        Ok((output.metadata.clone().unwrap_or_default(), output.body))
+    }
+
     /// The whole body of `key` and its user metadata, or `None` when there
     /// is no such object ([GetObject] answering 404 `NoSuchKey`).
     ///

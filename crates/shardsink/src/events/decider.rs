@@ -19,14 +19,14 @@ use super::local::{LocalStore, LocalStoreError, Watermark};
 use super::manifest::{Manifest, ManifestError};
 #[cfg(test)]
 use super::memory::MemoryStore;
-use super::rebuild::rebuild;
+pub use super::rebuild::RebuildSource;
+use super::rebuild::{RebuildError, rebuild};
 use super::rule::{AcceptedCopy, CopyRef, Decision, EventKey, Outcome};
 use super::store::{Candidate, Lineage};
+use crate::aws::S3Error;
 use crate::aws::retry::{Retry, Stopped};
-use crate::aws::{ObjectStore, S3Error};
 use crate::config::EventSettings;
 use crate::ops::metrics::Metrics;
-use crate::output::Output;
 use crate::read::record::ShardRecord;
 
 /// Extra history a local store keeps beyond twice the window (ms): room
@@ -88,15 +88,14 @@ pub enum EventError {
     Join(#[source] tokio::task::JoinError),
 }
 
-/// Where a rebuild reads: the bucket and the layouts.
-#[derive(Debug, Clone)]
-pub struct RebuildSource {
-    /// The bucket.
-    pub store: ObjectStore,
-    /// The layouts of main and decisions objects.
-    pub output: Output,
-    /// Retry metrics.
-    pub metrics: Arc<Metrics>,
+impl From<RebuildError> for EventError {
+    fn from(error: RebuildError) -> Self {
+        match error {
+            RebuildError::Stopped(stopped) => Self::Rebuild(stopped),
+            RebuildError::Store(error) => Self::Local(error),
+            RebuildError::Join(join) => Self::Join(join),
+        }
+    }
 }
 
 /// One shard's event decisions.
@@ -292,19 +291,7 @@ impl ShardEvents {
             }
         }
         for shard_id in behind {
-            let rebuilt = rebuild(
-                &self.source.store,
-                &self.source.output,
-                &shard_id,
-                window,
-                &description,
-                &self.source.metrics,
-                stop,
-            )
-            .await
-            .map_err(EventError::Rebuild)?;
-            let store = store.clone();
-            blocking(move || store.insert(&rebuilt.copies)).await?;
+            rebuild(&self.source, store, &shard_id, window, &description, stop).await?;
         }
         if let (false, Some(placed)) = (current, placed_through) {
             let watermark = Watermark {

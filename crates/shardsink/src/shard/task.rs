@@ -100,6 +100,7 @@ impl ShardTask {
                     store: ctx.store.clone(),
                     output: ctx.output.clone(),
                     metrics: ctx.metrics.clone(),
+                    budget: ctx.budget.clone(),
                 },
             )
         });

@@ -296,6 +296,7 @@ async fn a_replay_without_its_decisions_object_decides_as_the_first_attempt() {
                 store: h.ctx.store.clone(),
                 output: h.ctx.output.clone(),
                 metrics: h.ctx.metrics.clone(),
+                budget: h.ctx.budget.clone(),
             },
         );
         events
