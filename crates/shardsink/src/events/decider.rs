@@ -356,6 +356,34 @@ impl ShardEvents {
     }
 }
 
+impl ShardEvents {
+    /// What deciding `records` (one GetRecords response) holds in memory at
+    /// most, bytes — an estimate from the types' sizes, counted against the
+    /// memory budget with the response: per user record, its candidate
+    /// (with a copy of its sequence number), its key, its decision and the
+    /// decision handed back, and the store's working set for it
+    /// ([`STORE_BYTES_PER_CANDIDATE`]).
+    pub fn deciding_bytes(records: &[ShardRecord]) -> u64 {
+        const EACH: u64 = (std::mem::size_of::<Candidate>()
+            + std::mem::size_of::<Option<EventKey>>()
+            + std::mem::size_of::<Decision>()
+            + std::mem::size_of::<UserDecision>()) as u64
+            + STORE_BYTES_PER_CANDIDATE;
+        records
+            .iter()
+            .map(|record| {
+                let users = record.user_record_count() as u64;
+                users * (EACH + record.sequence_number.as_str().len() as u64)
+            })
+            .sum()
+    }
+}
+
+/// What a store's decide call holds per candidate, bytes: the local
+/// store's slot (its map entry and the copies read for the key, often a
+/// few), the run's value of an accepted copy, and the recent keys' entry.
+pub const STORE_BYTES_PER_CANDIDATE: u64 = 256;
+
 /// Runs a manifest call, retrying it as its errors say until `stop` is
 /// cancelled; a table found missing (deleted while running) is created
 /// again — empty: the window starts over — and the call made again.

@@ -156,6 +156,28 @@ impl RecordedDecision {
     }
 }
 
+/// Bytes a replay holds for decisions read back from a decisions object
+/// (an estimate from the types' sizes and the texts' lengths): the
+/// `recorded` decisions, the queue of their [`UserDecision`]s the batch is
+/// rebuilt from, and the accepted copies the store is given.
+pub fn held_bytes(recorded: &[RecordedDecision]) -> u64 {
+    const EACH: usize = std::mem::size_of::<RecordedDecision>()
+        + std::mem::size_of::<UserDecision>()
+        + std::mem::size_of::<(EventKey, AcceptedCopy)>();
+    recorded
+        .iter()
+        .map(|r| {
+            let duplicate_of = match &r.decision.decision {
+                Decision::Duplicate { of } => of.sequence_number.as_str().len(),
+                Decision::Keep(_) => 0,
+            };
+            // The record's number in the decision and its accepted copy; the
+            // duplicated copy's in the decision and its queued clone.
+            EACH + 2 * r.copy.sequence_number.as_str().len() + 2 * duplicate_of
+        })
+        .sum::<usize>() as u64
+}
+
 /// Reads a decisions body (uncompressed) of `shard_id`'s batch.
 ///
 /// # Errors

@@ -21,12 +21,15 @@
 //!    it holds a batch: it writes the batch first. Whatever the others hold
 //!    is then being written or being placed, and is released soon, so the
 //!    wait ends.
-//! 3. A pending batch being replayed cannot be written early (it must be
-//!    exactly the records recorded in the lease row), so its reads go ahead
-//!    past the limit; instead at most `limit / (2 × --buffer-max-bytes)` (at
-//!    least one) replays run at once — a replayed batch holds its lines and
-//!    then its compressed body too — and the other shards with a pending
-//!    batch wait their turn before their first read.
+//! 3. A batch being replayed — the pending batch from the lease row, or an
+//!    uncommitted batch found in S3 — cannot be written early (it must be
+//!    exactly the records recorded), so its reads go ahead past the limit,
+//!    and so does the decisions object it adopts; instead at most
+//!    `limit / (2 × --buffer-max-bytes)` (at least one) replays run at once
+//!    ([`MemoryBudget::replay_permit`]) — a replayed batch holds its lines
+//!    and then its compressed body too — and the other shards wait their
+//!    turn: a pending batch before the shard's first read, an uncommitted
+//!    batch before its decisions object is read.
 //! 4. A rebuild of the local event store (a shard's window of accepted
 //!    copies read back from S3) holds at most [`REBUILD_BYTES`] and never
 //!    waits for room: it runs at a shard's first decision, while the shard
