@@ -205,6 +205,9 @@ pub struct FakeBucket {
     /// create the object (for invariants).
     #[allow(clippy::type_complexity)]
     pub on_put: Mutex<Option<Box<dyn Fn(&str, bool) + Send>>>,
+    /// Called before each GetObject is answered, with the key.
+    #[allow(clippy::type_complexity)]
+    pub on_get: Mutex<Option<Box<dyn Fn(&str) + Send>>>,
 }
 
 impl FakeBucket {
@@ -443,6 +446,9 @@ fn s3_client(bucket: Arc<FakeBucket>) -> aws_sdk_s3::Client {
     let b2 = bucket.clone();
     let get = mock!(Client::get_object).then_compute_response(move |input| {
         let key = input.key().unwrap();
+        if let Some(hook) = lock(&b2.on_get).as_ref() {
+            hook(key);
+        }
         match lock(&b2.objects).get(key) {
             Some(body) => MockResponse::Output(
                 GetObjectOutput::builder()

@@ -11,6 +11,8 @@
 //!   ListObjectsV2;
 //! - `retry`: the one retry loop every call goes through, and how each
 //!   service's failures are classified; `backoff`: its delays;
+//! - `tracked_read`: a GetObject body read on a blocking thread that tells
+//!   a failed download from bytes that do not decode;
 //! - `recorder` (test builds): every AWS operation a run makes, for the IAM
 //!   policy test.
 
@@ -22,6 +24,7 @@ pub(crate) mod kinesis;
 pub(crate) mod recorder;
 pub(crate) mod retry;
 pub(crate) mod s3;
+pub(crate) mod tracked_read;
 
 /// An SDK error, boxed.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

@@ -295,6 +295,26 @@ impl ObjectStore {
         Ok((length, output.body))
     }
 
+    /// The body of `key` as a stream, with its user metadata (`x-amz-meta-*`,
+    /// names without the prefix) ([GetObject]): the metadata is known before
+    /// the body is read.
+    ///
+    /// [GetObject]: https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetObject.html
+    ///
+    /// # Errors
+    /// [`S3Error`] up to the response headers; errors while reading the body
+    /// come from the stream.
+    pub async fn get_stream_with_metadata(
+        &self,
+        key: &str,
+    ) -> Result<(HashMap<String, String>, ByteStream), S3Error> {
+        let output = self
+            .get_object(key)
+            .await
+            .map_err(|err| self.error("GetObject", key, err))?;
+        Ok((output.metadata.clone().unwrap_or_default(), output.body))
+    }
+
     /// The whole body of `key` and its user metadata, or `None` when there
     /// is no such object ([GetObject] answering 404 `NoSuchKey`).
     ///
@@ -347,15 +367,24 @@ impl ObjectStore {
     /// Reads a GetObject body to its end; a failure while reading is
     /// retriable.
     async fn collect(&self, key: &str, stream: ByteStream) -> Result<Bytes, S3Error> {
-        let body = stream.collect().await.map_err(|err| S3Error::Other {
+        let body = stream
+            .collect()
+            .await
+            .map_err(|err| self.download_failed(key, Box::new(err)))?;
+        Ok(body.into_bytes())
+    }
+
+    /// The error of a GetObject of `key` whose body failed to download
+    /// after the response began (a dropped connection): retriable.
+    pub fn download_failed(&self, key: &str, source: BoxError) -> S3Error {
+        S3Error::Other {
             operation: "GetObject",
             bucket: self.bucket.clone(),
             key: key.to_owned(),
             retriable: true,
             throttled: false,
-            source: Box::new(err),
-        })?;
-        Ok(body.into_bytes())
+            source,
+        }
     }
 
     /// The user metadata of `key` ([HeadObject]): the `x-amz-meta-*`

@@ -20,7 +20,7 @@
 //!   only this stream writes.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use serde_json::Value;
@@ -28,6 +28,7 @@ use tokio_util::io::SyncIoBridge;
 use tracing::warn;
 
 use super::body::{ERRORS_FORMAT, FORMAT_METADATA, ObjectBody, RECORDS_METADATA};
+use crate::aws::tracked_read::TrackedRead;
 use crate::aws::{BoxError, ObjectStore, S3Error};
 use crate::config::CompressionCodec;
 use crate::output::compression;
@@ -107,7 +108,7 @@ async fn compare_parquet(
             warn!(key, error = %err, "existing object is not a readable Parquet file");
             Comparison::Different
         }
-        Err(join_error) => return Err(read_failed(store, key, Box::new(join_error))),
+        Err(join_error) => return Err(store.download_failed(key, Box::new(join_error))),
     })
 }
 
@@ -132,7 +133,7 @@ async fn read_counted(
     let existing = stream
         .collect()
         .await
-        .map_err(|err| read_failed(store, key, Box::new(err)))?
+        .map_err(|err| store.download_failed(key, Box::new(err)))?
         .into_bytes();
     if let Some(held) = held.as_mut() {
         held.resize(existing.len() as u64);
@@ -152,7 +153,7 @@ async fn compare_streamed(
     let (codec, records_in_lines) = (body.kind.codec, is_envelope_lines(body));
     let compared = tokio::task::spawn_blocking(move || {
         let source = TrackedRead::new(SyncIoBridge::new(stream));
-        let read_failed = source.failed.clone();
+        let read_failed = source.failed();
         let result = compare_lines(
             codec,
             std::io::BufReader::new(source),
@@ -162,7 +163,7 @@ async fn compare_streamed(
         (result, read_failed.load(Ordering::Relaxed))
     })
     .await;
-    let retriable = |source: BoxError| read_failed(store, key, source);
+    let retriable = |source: BoxError| store.download_failed(key, source);
     match compared {
         Ok((Ok(comparison), _)) => Ok(comparison),
         // Reading the object failed (a dropped connection): try again.
@@ -183,18 +184,6 @@ async fn compare_streamed(
 fn is_envelope_lines(body: &ObjectBody) -> bool {
     body.kind.shape == BodyShape::JsonLines
         && (body.format == ERRORS_FORMAT || body.format == Format::Envelope.description())
-}
-
-/// Reading the existing object failed after its response began: retriable.
-fn read_failed(store: &ObjectStore, key: &str, source: BoxError) -> S3Error {
-    S3Error::Other {
-        operation: "GetObject",
-        bucket: store.bucket().to_owned(),
-        key: key.to_owned(),
-        retriable: true,
-        throttled: false,
-        source,
-    }
 }
 
 /// How an existing object's lines compare with a batch's.
@@ -256,30 +245,6 @@ fn identity(line: &[u8]) -> Option<(Value, Value, Value)> {
             .unwrap_or(Value::Null),
         value.get("data")?.clone(),
     ))
-}
-
-/// A reader that remembers whether it failed, to tell a failed download
-/// from a body that does not decode.
-struct TrackedRead<R> {
-    inner: R,
-    failed: Arc<AtomicBool>,
-}
-
-impl<R> TrackedRead<R> {
-    fn new(inner: R) -> Self {
-        Self {
-            inner,
-            failed: Arc::default(),
-        }
-    }
-}
-
-impl<R: std::io::Read> std::io::Read for TrackedRead<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.inner.read(buf).inspect_err(|_| {
-            self.failed.store(true, Ordering::Relaxed);
-        })
-    }
 }
 
 #[cfg(test)]

@@ -38,6 +38,7 @@ use crate::output::format::{BodyKind, Format};
 use crate::output::key::parse_object_name;
 use crate::shard::dedup::{Side, Uncommitted};
 use crate::shard::error::ShardError;
+use crate::shard::memory::{MemoryBudget, Reservation};
 use crate::shard::replay::{ReplayDecisions, recorded_kind};
 
 /// A batch as written: the pending batch it was recorded as (its last
@@ -60,6 +61,9 @@ pub struct ReplayPlan {
     /// The decisions read back from its decisions object (empty when there
     /// is none): their accepted copies go into the store.
     pub recorded: Vec<RecordedDecision>,
+    /// The bytes of `recorded` and `decisions`, held against the memory
+    /// budget until the replay is written (`None` when nothing was read).
+    pub held: Option<Reservation>,
 }
 
 impl ReplayPlan {
@@ -69,8 +73,29 @@ impl ReplayPlan {
             format,
             decisions: ReplayDecisions::None,
             recorded: Vec::new(),
+            held: None,
         }
     }
+
+    /// A plan adopting the decisions `read` back.
+    fn adopting(format: Format, read: ReadBack) -> Self {
+        Self {
+            format,
+            decisions: ReplayDecisions::adopted(&read.recorded),
+            recorded: read.recorded,
+            held: Some(read.held),
+        }
+    }
+}
+
+/// A decisions object read back.
+#[derive(Debug)]
+struct ReadBack {
+    recorded: Vec<RecordedDecision>,
+    /// Its user metadata.
+    metadata: HashMap<String, String>,
+    /// [`decisions::held_bytes`] of `recorded`, against the memory budget.
+    held: Reservation,
 }
 
 /// Writes a shard's batches through its lease.
@@ -185,6 +210,9 @@ impl BatchWriter {
     /// unless the error or main object is there: then the batch was written
     /// without event decisions and is rebuilt without them.
     ///
+    /// The decisions read back are counted against `budget` until the plan's
+    /// [`held`](ReplayPlan::held) is dropped.
+    ///
     /// # Errors
     /// [`ShardError`] when the lease is lost while S3 is retried, or when the
     /// decisions object does not parse.
@@ -192,6 +220,7 @@ impl BatchWriter {
         &self,
         pending: &PendingBatch,
         events_on: bool,
+        budget: &Arc<MemoryBudget>,
     ) -> Result<ReplayPlan, ShardError> {
         let kind = recorded_kind(&pending.key).unwrap_or_else(|| self.output.body_kind());
         let format = self.output.format.for_shape(kind.shape);
@@ -219,24 +248,19 @@ impl BatchWriter {
             self.shard_id(),
             range,
         );
-        if let Some(recorded) = self.read_decisions(&decisions_key).await? {
+        if let Some(read) = self.read_decisions(&decisions_key, budget).await? {
             info!(key = %pending.key, decisions_key, "the pending batch's decisions object is in S3; rebuilding the batch as decided");
-            return Ok(ReplayPlan {
-                format,
-                decisions: ReplayDecisions::adopted(&recorded),
-                recorded,
-            });
+            return Ok(ReplayPlan::adopting(format, read));
         }
         let written_without_decisions =
             error_metadata.is_some() || self.head_metadata(&pending.key).await?.is_some();
         Ok(ReplayPlan {
-            format,
             decisions: if events_on && !written_without_decisions {
                 ReplayDecisions::Fresh(std::collections::VecDeque::new())
             } else {
                 ReplayDecisions::None
             },
-            recorded: Vec::new(),
+            ..ReplayPlan::without_decisions(format)
         })
     }
 
@@ -274,27 +298,19 @@ impl BatchWriter {
         }
     }
 
-    /// The decisions a decisions object records, if it is in S3.
+    /// The decisions a decisions object records, with its user metadata,
+    /// if it is in S3. What is read is counted against `budget` — the body,
+    /// then its decompressed lines, then the decisions parsed from them —
+    /// without waiting: only a replay, which has its turn, reads one.
     ///
     /// # Errors
     /// [`ShardError`] when the lease is lost while S3 is retried, or when
     /// the object does not decompress or parse.
-    pub async fn read_decisions(
+    async fn read_decisions(
         &self,
         key: &str,
-    ) -> Result<Option<Vec<RecordedDecision>>, ShardError> {
-        Ok(self
-            .read_decisions_with_metadata(key)
-            .await?
-            .map(|(recorded, _)| recorded))
-    }
-
-    /// [`read_decisions`](Self::read_decisions), with the object's user
-    /// metadata.
-    async fn read_decisions_with_metadata(
-        &self,
-        key: &str,
-    ) -> Result<Option<(Vec<RecordedDecision>, HashMap<String, String>)>, ShardError> {
+        budget: &Arc<MemoryBudget>,
+    ) -> Result<Option<ReadBack>, ShardError> {
         let found = Retry::new("GetObject")
             .metrics(&self.metrics)
             .until(self.lease.lost())
@@ -311,12 +327,21 @@ impl BatchWriter {
                 message: "a decisions object does not parse",
             }
         };
+        let mut held = budget.reserve();
+        held.grow(body.len() as u64);
         let plain =
             crate::output::compression::decompress(body::DECISIONS_COMPRESSION.codec(), &body)
                 .map_err(|err| corrupt(err.to_string()))?;
-        decisions::parse(self.shard_id(), &plain)
-            .map(|recorded| Some((recorded, metadata)))
-            .map_err(corrupt)
+        held.grow(plain.len() as u64);
+        drop(body);
+        let recorded = decisions::parse(self.shard_id(), &plain).map_err(corrupt)?;
+        drop(plain);
+        held.resize(decisions::held_bytes(&recorded));
+        Ok(Some(ReadBack {
+            recorded,
+            metadata,
+            held,
+        }))
     }
 
     /// Replays the pending batch recorded in the lease row: `batch` must hold
@@ -342,7 +367,8 @@ impl BatchWriter {
     /// (same time path, shard and range; the body kind of the main format
     /// that object records — for an error object at its own codec, for a
     /// decisions object the main extension it records). A decisions object's
-    /// decisions are adopted.
+    /// decisions are adopted, counted against `budget` as by
+    /// [`replay_plan`](Self::replay_plan).
     ///
     /// # Errors
     /// [`ShardError`] when the lease is lost while S3 is retried, or when a
@@ -350,12 +376,13 @@ impl BatchWriter {
     pub async fn uncommitted_batch(
         &self,
         batch: &Uncommitted,
+        budget: &Arc<MemoryBudget>,
     ) -> Result<(PendingBatch, ReplayPlan), ShardError> {
-        let (metadata, recorded) = match batch.side {
-            Side::Errors => (self.head_metadata(&batch.key).await?, Vec::new()),
-            Side::Decisions => match self.read_decisions_with_metadata(&batch.key).await? {
-                Some((recorded, metadata)) => (Some(metadata), recorded),
-                None => (None, Vec::new()),
+        let (metadata, read) = match batch.side {
+            Side::Errors => (self.head_metadata(&batch.key).await?, None),
+            Side::Decisions => match self.read_decisions(&batch.key, budget).await? {
+                Some(mut read) => (Some(std::mem::take(&mut read.metadata)), Some(read)),
+                None => (None, None),
             },
         };
         let metadata = metadata.unwrap_or_default();
@@ -388,18 +415,11 @@ impl BatchWriter {
             first: batch.range.first().clone(),
             last: batch.range.last().clone(),
         };
-        let decisions = match recorded.is_empty() {
-            true => ReplayDecisions::None,
-            false => ReplayDecisions::adopted(&recorded),
+        let plan = match read {
+            Some(read) if !read.recorded.is_empty() => ReplayPlan::adopting(format, read),
+            _ => ReplayPlan::without_decisions(format),
         };
-        Ok((
-            pending,
-            ReplayPlan {
-                format,
-                decisions,
-                recorded,
-            },
-        ))
+        Ok((pending, plan))
     }
 
     /// Writes an uncommitted batch found in S3, rebuilt: records it in the

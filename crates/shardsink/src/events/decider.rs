@@ -19,14 +19,14 @@ use super::local::{LocalStore, LocalStoreError, Watermark};
 use super::manifest::{Manifest, ManifestError};
 #[cfg(test)]
 use super::memory::MemoryStore;
-use super::rebuild::rebuild;
+pub use super::rebuild::RebuildSource;
+use super::rebuild::{RebuildError, rebuild};
 use super::rule::{AcceptedCopy, CopyRef, Decision, EventKey, Outcome};
 use super::store::{Candidate, Lineage};
+use crate::aws::S3Error;
 use crate::aws::retry::{Retry, Stopped};
-use crate::aws::{ObjectStore, S3Error};
 use crate::config::EventSettings;
 use crate::ops::metrics::Metrics;
-use crate::output::Output;
 use crate::read::record::ShardRecord;
 
 /// Extra history a local store keeps beyond twice the window (ms): room
@@ -88,15 +88,14 @@ pub enum EventError {
     Join(#[source] tokio::task::JoinError),
 }
 
-/// Where a rebuild reads: the bucket and the layouts.
-#[derive(Debug, Clone)]
-pub struct RebuildSource {
-    /// The bucket.
-    pub store: ObjectStore,
-    /// The layouts of main and decisions objects.
-    pub output: Output,
-    /// Retry metrics.
-    pub metrics: Arc<Metrics>,
+impl From<RebuildError> for EventError {
+    fn from(error: RebuildError) -> Self {
+        match error {
+            RebuildError::Stopped(stopped) => Self::Rebuild(stopped),
+            RebuildError::Store(error) => Self::Local(error),
+            RebuildError::Join(join) => Self::Join(join),
+        }
+    }
 }
 
 /// One shard's event decisions.
@@ -303,19 +302,7 @@ impl ShardEvents {
             }
         }
         for shard_id in behind {
-            let rebuilt = rebuild(
-                &self.source.store,
-                &self.source.output,
-                &shard_id,
-                window,
-                &description,
-                &self.source.metrics,
-                stop,
-            )
-            .await
-            .map_err(EventError::Rebuild)?;
-            let store = store.clone();
-            blocking(move || store.insert(&rebuilt.copies)).await?;
+            rebuild(&self.source, store, &shard_id, window, &description, stop).await?;
         }
         if let (false, Some(placed)) = (current, placed_through) {
             let watermark = Watermark {
@@ -379,6 +366,34 @@ impl ShardEvents {
         Ok(())
     }
 }
+
+impl ShardEvents {
+    /// What deciding `records` (one GetRecords response) holds in memory at
+    /// most, bytes — an estimate from the types' sizes, counted against the
+    /// memory budget with the response: per user record, its candidate
+    /// (with a copy of its sequence number), its key, its decision and the
+    /// decision handed back, and the store's working set for it
+    /// ([`STORE_BYTES_PER_CANDIDATE`]).
+    pub fn deciding_bytes(records: &[ShardRecord]) -> u64 {
+        const EACH: u64 = (std::mem::size_of::<Candidate>()
+            + std::mem::size_of::<Option<EventKey>>()
+            + std::mem::size_of::<Decision>()
+            + std::mem::size_of::<UserDecision>()) as u64
+            + STORE_BYTES_PER_CANDIDATE;
+        records
+            .iter()
+            .map(|record| {
+                let users = record.user_record_count() as u64;
+                users * (EACH + record.sequence_number.as_str().len() as u64)
+            })
+            .sum()
+    }
+}
+
+/// What a store's decide call holds per candidate, bytes: the local
+/// store's slot (its map entry and the copies read for the key, often a
+/// few), the run's value of an accepted copy, and the recent keys' entry.
+pub const STORE_BYTES_PER_CANDIDATE: u64 = 256;
 
 /// Runs a manifest call, retrying it as its errors say until `stop` is
 /// cancelled; a table found missing (deleted while running) is created

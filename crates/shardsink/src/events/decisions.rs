@@ -156,59 +156,92 @@ impl RecordedDecision {
     }
 }
 
+/// Bytes a replay holds for decisions read back from a decisions object
+/// (an estimate from the types' sizes and the texts' lengths): the
+/// `recorded` decisions, the queue of their [`UserDecision`]s the batch is
+/// rebuilt from, and the accepted copies the store is given.
+pub fn held_bytes(recorded: &[RecordedDecision]) -> u64 {
+    const EACH: usize = std::mem::size_of::<RecordedDecision>()
+        + std::mem::size_of::<UserDecision>()
+        + std::mem::size_of::<(EventKey, AcceptedCopy)>();
+    recorded
+        .iter()
+        .map(|r| {
+            let duplicate_of = match &r.decision.decision {
+                Decision::Duplicate { of } => of.sequence_number.as_str().len(),
+                Decision::Keep(_) => 0,
+            };
+            // The record's number in the decision and its accepted copy; the
+            // duplicated copy's in the decision and its queued clone.
+            EACH + 2 * r.copy.sequence_number.as_str().len() + 2 * duplicate_of
+        })
+        .sum::<usize>() as u64
+}
+
 /// Reads a decisions body (uncompressed) of `shard_id`'s batch.
 ///
 /// # Errors
 /// A sentence naming the first line that does not parse.
 pub fn parse(shard_id: &str, body: &[u8]) -> Result<Vec<RecordedDecision>, String> {
     let shard: Arc<str> = Arc::from(shard_id);
-    let number = |text: &str| {
-        SequenceNumber::parse(text).map_err(|err| format!("sequence number {text:?}: {err}"))
-    };
     body.split(|b| *b == b'\n')
         .filter(|line| !line.is_empty())
         .enumerate()
-        .map(|(n, line)| {
-            let line: Line = serde_json::from_slice(line)
-                .map_err(|err| format!("decisions line {}: {err}", n + 1))?;
-            let key = match (&line.event_id_hash, &line.payload_hash) {
-                (Some(id), Some(fingerprint)) => Some(EventKey {
-                    id: u128::from_str_radix(id, 16)
-                        .map_err(|err| format!("decisions line {}: eventIdHash: {err}", n + 1))?,
-                    fingerprint: u64::from_str_radix(fingerprint, 16)
-                        .map_err(|err| format!("decisions line {}: payloadHash: {err}", n + 1))?,
-                }),
-                _ => None,
-            };
-            let outcome = Outcome::from_str_label(&line.outcome)
-                .ok_or_else(|| format!("decisions line {}: outcome {:?}", n + 1, line.outcome))?;
-            let decision = match (outcome, line.duplicate_of) {
-                (Outcome::Duplicate, Some(of)) => Decision::Duplicate {
-                    of: CopyRef {
-                        shard_id: Arc::from(of.shard_id.as_str()),
-                        sequence_number: number(&of.sequence_number)?,
-                        sub_sequence_number: of.sub_sequence_number,
-                    },
-                },
-                (Outcome::Duplicate, None) => {
-                    return Err(format!(
-                        "decisions line {}: a duplicate without duplicateOf",
-                        n + 1
-                    ));
-                }
-                (outcome, _) => Decision::Keep(outcome),
-            };
-            Ok(RecordedDecision {
-                copy: CopyRef {
-                    shard_id: shard.clone(),
-                    sequence_number: number(&line.sequence_number)?,
-                    sub_sequence_number: line.sub_sequence_number,
-                },
-                arrival_millis: line.approximate_arrival_timestamp,
-                decision: UserDecision { key, decision },
-            })
-        })
+        .map(|(n, line)| parse_line(&shard, n + 1, line))
         .collect()
+}
+
+/// Reads the `number`-th line (from 1, empty lines not counted; for the
+/// error) of a decisions body of `shard`'s batch, without its newline.
+///
+/// # Errors
+/// A sentence naming the line when it does not parse.
+pub fn parse_line(
+    shard: &Arc<str>,
+    number: usize,
+    line: &[u8],
+) -> Result<RecordedDecision, String> {
+    let n = number;
+    let sequence_number = |text: &str| {
+        SequenceNumber::parse(text).map_err(|err| format!("sequence number {text:?}: {err}"))
+    };
+    let line: Line =
+        serde_json::from_slice(line).map_err(|err| format!("decisions line {n}: {err}"))?;
+    let key = match (&line.event_id_hash, &line.payload_hash) {
+        (Some(id), Some(fingerprint)) => Some(EventKey {
+            id: u128::from_str_radix(id, 16)
+                .map_err(|err| format!("decisions line {n}: eventIdHash: {err}"))?,
+            fingerprint: u64::from_str_radix(fingerprint, 16)
+                .map_err(|err| format!("decisions line {n}: payloadHash: {err}"))?,
+        }),
+        _ => None,
+    };
+    let outcome = Outcome::from_str_label(&line.outcome)
+        .ok_or_else(|| format!("decisions line {n}: outcome {:?}", line.outcome))?;
+    let decision = match (outcome, line.duplicate_of) {
+        (Outcome::Duplicate, Some(of)) => Decision::Duplicate {
+            of: CopyRef {
+                shard_id: Arc::from(of.shard_id.as_str()),
+                sequence_number: sequence_number(&of.sequence_number)?,
+                sub_sequence_number: of.sub_sequence_number,
+            },
+        },
+        (Outcome::Duplicate, None) => {
+            return Err(format!(
+                "decisions line {n}: a duplicate without duplicateOf"
+            ));
+        }
+        (outcome, _) => Decision::Keep(outcome),
+    };
+    Ok(RecordedDecision {
+        copy: CopyRef {
+            shard_id: shard.clone(),
+            sequence_number: sequence_number(&line.sequence_number)?,
+            sub_sequence_number: line.sub_sequence_number,
+        },
+        arrival_millis: line.approximate_arrival_timestamp,
+        decision: UserDecision { key, decision },
+    })
 }
 
 #[cfg(test)]

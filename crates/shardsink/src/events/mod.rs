@@ -16,7 +16,8 @@
 //!   (stream scope);
 //! - `memory`: a store in memory, for tests;
 //! - `rebuild`: a shard's window of accepted copies read back from the
-//!   decisions objects in S3, for a local store that is missing or behind;
+//!   decisions objects in S3, streamed into a local store that is missing
+//!   or behind, within the memory budget;
 //! - `decisions`: a batch's decisions and the decisions object that records
 //!   them in S3 before the batch's other objects.
 

@@ -21,16 +21,28 @@
 //!    it holds a batch: it writes the batch first. Whatever the others hold
 //!    is then being written or being placed, and is released soon, so the
 //!    wait ends.
-//! 3. A pending batch being replayed cannot be written early (it must be
-//!    exactly the records recorded in the lease row), so its reads go ahead
-//!    past the limit; instead at most `limit / (2 × --buffer-max-bytes)` (at
-//!    least one) replays run at once — a replayed batch holds its lines and
-//!    then its compressed body too — and the other shards with a pending
-//!    batch wait their turn before their first read.
+//! 3. A batch being replayed — the pending batch from the lease row, or an
+//!    uncommitted batch found in S3 — cannot be written early (it must be
+//!    exactly the records recorded), so its reads go ahead past the limit,
+//!    and so does the decisions object it adopts; instead at most
+//!    `limit / (2 × --buffer-max-bytes)` (at least one) replays run at once
+//!    ([`MemoryBudget::replay_permit`]) — a replayed batch holds its lines
+//!    and then its compressed body too — and the other shards wait their
+//!    turn: a pending batch before the shard's first read, an uncommitted
+//!    batch before its decisions object is read.
+//! 4. A rebuild of the local event store (a shard's window of accepted
+//!    copies read back from S3) holds at most [`REBUILD_BYTES`] and never
+//!    waits for room: it runs at a shard's first decision, while the shard
+//!    holds a response's records and maybe a replay's turn, so a rebuild
+//!    waiting for room could wait on shards that wait for it. Instead at
+//!    most `limit / (4 × REBUILD_BYTES)` (at least one) rebuilds run at once
+//!    ([`MemoryBudget::rebuild_permit`]), counted against the limit. A
+//!    rebuild with its turn waits on nothing but S3 and the local disk, so
+//!    it ends, and the next rebuild gets the turn.
 //!
-//! The records in memory then stay within the limit plus the replays it
-//! allows; the process itself (runtime, clients, compression contexts) comes
-//! on top.
+//! The records in memory then stay within the limit plus the replays and
+//! the rebuilds it allows; the process itself (runtime, clients,
+//! compression contexts) comes on top.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,6 +57,13 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 /// rest of the JSON.
 pub const READ_RESERVATION: u64 = 24 << 20;
 
+/// What one rebuild of the local event store holds at most while it has
+/// its turn ([`MemoryBudget::rebuild_permit`]): the accepted copies read
+/// from decisions objects but not yet inserted, the store's working set
+/// while it inserts them, and the zstd decoder with its buffers
+/// (`events::rebuild` sizes its chunks to fit).
+pub const REBUILD_BYTES: u64 = 20 << 20;
+
 /// Memory the process may use for records (see the module documentation).
 #[derive(Debug)]
 pub struct MemoryBudget {
@@ -53,6 +72,7 @@ pub struct MemoryBudget {
     /// Woken whenever bytes are released.
     released: Notify,
     replays: Arc<Semaphore>,
+    rebuilds: Arc<Semaphore>,
 }
 
 impl MemoryBudget {
@@ -60,14 +80,15 @@ impl MemoryBudget {
     /// up to `max_batch_bytes` (`--buffer-max-bytes`).
     pub fn new(limit: u64, max_batch_bytes: u64) -> Arc<Self> {
         // A replay holds up to a batch of lines and then its body as well.
-        let replays = usize::try_from(limit / max_batch_bytes.saturating_mul(2).max(1))
-            .unwrap_or(usize::MAX)
-            .clamp(1, Semaphore::MAX_PERMITS);
+        let replays = turns(limit, max_batch_bytes.saturating_mul(2));
+        // Rebuilds go past the limit by at most a quarter of it (or one).
+        let rebuilds = turns(limit, REBUILD_BYTES * 4);
         Arc::new(Self {
             used: AtomicU64::new(0),
             limit,
             released: Notify::new(),
             replays: Arc::new(Semaphore::new(replays)),
+            rebuilds: Arc::new(Semaphore::new(rebuilds)),
         })
     }
 
@@ -128,12 +149,28 @@ impl MemoryBudget {
         self.replays.clone().acquire_owned().await.ok()
     }
 
+    /// Waits for a turn to rebuild a shard's window of the local event
+    /// store; hold it, with a reservation of [`REBUILD_BYTES`], until the
+    /// rebuild ended. `None` only if the semaphore were closed, which
+    /// nothing does.
+    pub async fn rebuild_permit(&self) -> Option<OwnedSemaphorePermit> {
+        self.rebuilds.clone().acquire_owned().await.ok()
+    }
+
     fn release(&self, bytes: u64) {
         if bytes > 0 {
             self.used.fetch_sub(bytes, Ordering::Relaxed);
             self.released.notify_waiters();
         }
     }
+}
+
+/// How many of something that holds up to `each` bytes fit in `limit`: at
+/// least one.
+fn turns(limit: u64, each: u64) -> usize {
+    usize::try_from(limit / each.max(1))
+        .unwrap_or(usize::MAX)
+        .clamp(1, Semaphore::MAX_PERMITS)
 }
 
 /// Bytes of records held against a [`MemoryBudget`]; released when dropped.
@@ -242,5 +279,27 @@ mod tests {
             1,
             "at least one"
         );
+    }
+
+    #[tokio::test]
+    async fn rebuilds_take_turns_apart_from_replays() {
+        // 64 MiB: one rebuild at a time (a quarter of the limit is less
+        // than a rebuild), and one replay.
+        let budget = MemoryBudget::new(64 << 20, 64 << 20);
+        let rebuild = budget.rebuild_permit().await;
+        let second = budget.rebuild_permit();
+        tokio::pin!(second);
+        assert!(futures::poll!(second.as_mut()).is_pending());
+        let replay = budget.replay_permit();
+        tokio::pin!(replay);
+        assert!(
+            futures::poll!(replay.as_mut()).is_ready(),
+            "a rebuild does not take a replay's turn"
+        );
+        drop(rebuild);
+        assert!(futures::poll!(second.as_mut()).is_ready());
+        // The default limit: 256 MiB / (4 × 20 MiB) = 3.
+        let default = MemoryBudget::new(256 << 20, 64 << 20);
+        assert_eq!(default.rebuilds.available_permits(), 3);
     }
 }

@@ -14,7 +14,7 @@ use crate::output::batch::Batch;
 use crate::output::format::{BodyKind, Format};
 use crate::output::key::parse_object_name;
 use crate::read::record::ShardRecord;
-use crate::shard::memory::MemoryBudget;
+use crate::shard::memory::{MemoryBudget, Reservation};
 
 /// The pending batch being rebuilt.
 #[derive(Debug)]
@@ -28,9 +28,28 @@ pub(crate) struct Replay {
     /// Where the records' event decisions come from.
     decisions: ReplayDecisions,
     batch: Option<Batch>,
-    /// This shard's turn to replay ([`MemoryBudget::replay_permit`]), held
-    /// until the replay is written.
-    turn: Option<OwnedSemaphorePermit>,
+    /// What it holds besides its batch, until it is written.
+    holding: Holding,
+}
+
+/// What a replay holds against the memory budget besides its batch, until
+/// the batch is written (then dropped).
+#[derive(Debug, Default)]
+pub(crate) struct Holding {
+    _turn: Option<OwnedSemaphorePermit>,
+    _decisions: Option<Reservation>,
+}
+
+impl Holding {
+    /// The shard's `turn` to replay ([`MemoryBudget::replay_permit`]), and
+    /// the bytes of the `decisions` read back from the batch's decisions
+    /// object ([`decisions::held_bytes`](crate::events::decisions::held_bytes)).
+    pub(crate) fn new(turn: Option<OwnedSemaphorePermit>, decisions: Option<Reservation>) -> Self {
+        Self {
+            _turn: turn,
+            _decisions: decisions,
+        }
+    }
 }
 
 /// Where a replayed batch's event decisions come from.
@@ -101,18 +120,18 @@ pub(crate) struct Complete {
     /// Whether the lease row records `pending` already.
     pub(crate) recorded: bool,
     /// Hold until the batch is written.
-    pub(crate) turn: Option<OwnedSemaphorePermit>,
+    pub(crate) holding: Holding,
 }
 
 impl Replay {
-    /// The replay of `pending`, in its `turn`, encoded in `format` with
-    /// `decisions`
-    /// ([`BatchWriter::replay_plan`](crate::commit::writer::BatchWriter::replay_plan)).
+    /// The replay of `pending`, encoded in `format` with `decisions`
+    /// ([`BatchWriter::replay_plan`](crate::commit::writer::BatchWriter::replay_plan)),
+    /// holding its turn and decisions.
     pub(crate) fn new(
         pending: PendingBatch,
         format: Format,
         decisions: ReplayDecisions,
-        turn: Option<OwnedSemaphorePermit>,
+        holding: Holding,
     ) -> Self {
         Self {
             format,
@@ -120,7 +139,7 @@ impl Replay {
             pending,
             recorded: true,
             batch: None,
-            turn,
+            holding,
         }
     }
 
@@ -131,14 +150,11 @@ impl Replay {
         pending: PendingBatch,
         format: Format,
         decisions: ReplayDecisions,
+        holding: Holding,
     ) -> Self {
         Self {
-            format,
-            decisions,
-            pending,
             recorded: false,
-            batch: None,
-            turn: None,
+            ..Self::new(pending, format, decisions, holding)
         }
     }
 
@@ -227,7 +243,7 @@ impl Replay {
                 batch,
                 format: self.format,
                 recorded: self.recorded,
-                turn: self.turn,
+                holding: self.holding,
             }),
             batch => Step::Continue(Self { batch, ..self }),
         }
@@ -266,7 +282,7 @@ mod tests {
             },
             Format::Envelope,
             ReplayDecisions::None,
-            None,
+            Holding::default(),
         )
     }
 

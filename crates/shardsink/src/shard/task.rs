@@ -38,7 +38,7 @@ use crate::events::decisions::UserDecision;
 use crate::events::store::Lineage;
 use crate::ops::log::error_chain;
 use crate::output::batch::{Batch, FlushReason};
-use crate::read::reader::ShardReader;
+use crate::read::reader::{ReadBatch, ShardReader};
 use crate::read::record::ShardRecord;
 use crate::shard::context::{ShardContext, ShardExit};
 use crate::shard::dedup::Dedup;
@@ -46,7 +46,7 @@ use crate::shard::error::ShardError;
 use crate::shard::frontier::Frontier;
 use crate::shard::memory::Reservation;
 use crate::shard::progress::Progress;
-use crate::shard::replay::Replay;
+use crate::shard::replay::{Holding, Replay};
 
 mod replaying;
 mod retention;
@@ -100,6 +100,7 @@ impl ShardTask {
                     store: ctx.store.clone(),
                     output: ctx.output.clone(),
                     metrics: ctx.metrics.clone(),
+                    budget: ctx.budget.clone(),
                 },
             )
         });
@@ -176,14 +177,15 @@ impl ShardTask {
             };
             let plan = match self
                 .writer
-                .replay_plan(&pending, self.events.is_some())
+                .replay_plan(&pending, self.events.is_some(), &self.ctx.budget)
                 .await
             {
                 Err(ShardError::LeaseLost { .. }) => return Ok(ShardExit::LeaseLost),
                 plan => plan?,
             };
             self.adopt(&plan.recorded).await?;
-            self.replay = Some(Replay::new(pending, plan.format, plan.decisions, turn));
+            let holding = Holding::new(turn, plan.held);
+            self.replay = Some(Replay::new(pending, plan.format, plan.decisions, holding));
         }
         let mut reader = ShardReader::new(
             self.ctx.kinesis.clone(),
@@ -206,7 +208,7 @@ impl ShardTask {
                 () = lost.cancelled() => return Ok(ShardExit::LeaseLost),
                 read = reader.read() => read,
             };
-            response.resize(read.as_ref().map_or(0, |read| read.bytes));
+            response.resize(read.as_ref().map_or(0, |read| self.held_for(read)));
             let delay = match read {
                 Ok(mut read) => {
                     transient.reset();
@@ -330,6 +332,17 @@ impl ShardTask {
                 () = released => {}
             }
         }
+    }
+
+    /// What a response holds until its records are in batches: its
+    /// records, and with event decisions what deciding them holds
+    /// ([`ShardEvents::deciding_bytes`]).
+    fn held_for(&self, read: &ReadBatch) -> u64 {
+        let deciding = match &self.events {
+            Some(_) => ShardEvents::deciding_bytes(&read.records),
+            None => 0,
+        };
+        read.bytes + deciding
     }
 
     fn lease_lost(&self) -> ShardError {

@@ -9,7 +9,7 @@ use crate::aws::PutOutcome;
 use crate::output::batch::FlushReason;
 use crate::read::record::ShardRecord;
 use crate::shard::error::ShardError;
-use crate::shard::replay::{Replay, Step};
+use crate::shard::replay::{Holding, Replay, Step};
 
 impl ShardTask {
     /// Feeds `record` to the replay in progress. Returns whether the record
@@ -41,7 +41,7 @@ impl ShardTask {
                         .write_uncommitted(done.pending, done.batch, &done.format)
                         .await?
                 };
-                drop(done.turn);
+                drop(done.holding);
                 info!(
                     key = %written.pending.key,
                     records,
@@ -76,8 +76,8 @@ impl ShardTask {
     }
 
     /// When `record` (not in S3) is the first of an uncommitted batch dedup
-    /// found, writes the batch being built and starts rebuilding that batch
-    /// with `record`. Returns whether it did.
+    /// found, writes the batch being built, waits for a turn to replay, and
+    /// starts rebuilding that batch with `record`. Returns whether it did.
     ///
     /// # Errors
     /// [`ShardError`] from writing the batch being built or reading the error
@@ -92,14 +92,30 @@ impl ShardTask {
         if let Some(batch) = self.batch.take() {
             self.write(batch, FlushReason::Gap).await?;
         }
-        let (pending, plan) = self.writer.uncommitted_batch(&uncommitted).await?;
+        // Its reads go past the memory limit, as a pending batch's do: it
+        // waits for its turn first (see `MemoryBudget`), holding no batch.
+        let turn = tokio::select! {
+            biased;
+            () = self.lease.lost().cancelled() => return Err(self.lease_lost()),
+            turn = self.ctx.budget.replay_permit() => turn,
+        };
+        let (pending, plan) = self
+            .writer
+            .uncommitted_batch(&uncommitted, &self.ctx.budget)
+            .await?;
         warn!(
             key = %pending.key,
             found = uncommitted.key,
             "rebuilding an uncommitted batch: an object written before its main object is in S3, its main object is not"
         );
         self.adopt(&plan.recorded).await?;
-        self.replay = Some(Replay::uncommitted(pending, plan.format, plan.decisions));
+        let holding = Holding::new(turn, plan.held);
+        self.replay = Some(Replay::uncommitted(
+            pending,
+            plan.format,
+            plan.decisions,
+            holding,
+        ));
         self.feed_replay(record).await
     }
 }

@@ -20,6 +20,8 @@ use crate::output::compression::{Compression, decompress};
 use crate::output::format::{BodyKind, Format};
 use crate::output::key::KeyLayout;
 use crate::shard::context::ShardContext;
+use crate::shard::memory::MemoryBudget;
+use crate::shard::task::ShardTask;
 
 const LINES: BodyKind = BodyKind::lines(CompressionCodec::None);
 
@@ -298,6 +300,7 @@ async fn a_replay_without_its_decisions_object_decides_as_the_first_attempt() {
                 store: h.ctx.store.clone(),
                 output: h.ctx.output.clone(),
                 metrics: h.ctx.metrics.clone(),
+                budget: h.ctx.budget.clone(),
             },
         );
         events
@@ -402,14 +405,14 @@ async fn a_lost_local_store_is_rebuilt_from_the_archive() {
     );
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_batch_whose_decisions_object_lost_its_lease_row_is_rebuilt_as_decided() {
-    let h = with_events();
-    push(&h, &["a", "b", "a"]);
-    let (main, duplicates, decisions) = keys(&h, 1, 3);
-    // A first attempt decided record 2 a duplicate of record 1 (with other
-    // settings), wrote the decisions and duplicates objects, and crashed
-    // before the main object; then the lease table was lost.
+/// Records 1 to 3 ("a", "b", "a") and the objects of a first attempt at
+/// their batch that decided record 2 a duplicate of record 1 (with other
+/// settings), wrote the decisions and duplicates objects, and crashed
+/// before the main object; then the lease table was lost. The keys of the
+/// batch's main and duplicates objects, and the duplicates object's lines.
+fn uncommitted_batch(h: &Harness) -> (String, String, Vec<u8>) {
+    push(h, &["a", "b", "a"]);
+    let (main, duplicates, decisions) = keys(h, 1, 3);
     let records = h.shard_records();
     let of = crate::events::rule::CopyRef {
         shard_id: Arc::from(SHARD),
@@ -433,22 +436,27 @@ async fn a_batch_whose_decisions_object_lost_its_lease_row_is_rebuilt_as_decided
         );
     }
     let extension = LINES.extension();
-    {
-        let mut objects = h.bucket.objects.lock().unwrap();
-        objects.insert(
-            decisions.clone(),
-            Bytes::from(Compression::Zstd(3).compress(&lines).unwrap()),
-        );
-        objects.insert(duplicates.clone(), Bytes::from(dup_lines.clone()));
-        h.bucket.metadata.lock().unwrap().insert(
-            decisions.clone(),
-            [
-                ("shardsink-main-format".to_owned(), "envelope".to_owned()),
-                ("shardsink-main-extension".to_owned(), extension.to_owned()),
-            ]
-            .into(),
-        );
-    }
+    let mut objects = h.bucket.objects.lock().unwrap();
+    objects.insert(
+        decisions.clone(),
+        Bytes::from(Compression::Zstd(3).compress(&lines).unwrap()),
+    );
+    objects.insert(duplicates.clone(), Bytes::from(dup_lines.clone()));
+    h.bucket.metadata.lock().unwrap().insert(
+        decisions,
+        [
+            ("shardsink-main-format".to_owned(), "envelope".to_owned()),
+            ("shardsink-main-extension".to_owned(), extension.to_owned()),
+        ]
+        .into(),
+    );
+    (main, duplicates, dup_lines)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_whose_decisions_object_lost_its_lease_row_is_rebuilt_as_decided() {
+    let h = with_events();
+    let (main, duplicates, dup_lines) = uncommitted_batch(&h);
     let lease = h.lease(Checkpoint::TrimHorizon, None).await;
     h.run_until(lease, "the main object", |h| object(h, &main).is_some())
         .await
@@ -461,4 +469,116 @@ async fn a_batch_whose_decisions_object_lost_its_lease_row_is_rebuilt_as_decided
     assert_eq!(object(&h, &duplicates).unwrap(), Bytes::from(dup_lines));
     let objects = h.bucket.objects.lock().unwrap().len();
     assert_eq!(objects, 3, "no other object");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_uncommitted_batch_waits_for_its_turn_to_replay() {
+    let h = with_events();
+    // One replay at a time (limit / max bytes = 1), and another shard's
+    // replay is under way.
+    let h = Harness {
+        ctx: Arc::new(ShardContext {
+            budget: MemoryBudget::new(1 << 20, 1 << 20),
+            ..clone_ctx(&h.ctx)
+        }),
+        ..h
+    };
+    let (main, _, _) = uncommitted_batch(&h);
+    let other = h.ctx.budget.replay_permit().await;
+    let lease = h.lease(Checkpoint::TrimHorizon, None).await;
+    let token = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(ShardTask::new(h.ctx.clone(), lease).run(token.clone()));
+    tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+    assert!(h.shard.reads.load(std::sync::atomic::Ordering::SeqCst) > 0);
+    assert_eq!(object(&h, &main), None, "not rebuilt before its turn");
+    drop(other);
+    while object(&h, &main).is_none() && !task.is_finished() {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    token.cancel();
+    task.await.unwrap().unwrap();
+    assert_eq!(
+        sequence_numbers(&object(&h, &main).unwrap()),
+        [1, 3].map(seq)
+    );
+    assert_eq!(h.ctx.budget.used(), 0, "its turn and bytes given back");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_decisions_a_replay_adopts_are_counted_until_it_is_written() {
+    let h = with_events();
+    push(&h, &["a", "b", "c"]);
+    let (_, _, decisions) = keys(&h, 1, 3);
+    let mut lines = Vec::new();
+    for record in h.shard_records() {
+        for user in record.views(SHARD) {
+            let key = EventIdSource::Payload.key(&user, true);
+            let decision = crate::events::rule::Decision::Keep(Outcome::Unique);
+            decisions::encode_line(
+                &user,
+                &decisions::UserDecision { key, decision },
+                &mut lines,
+            );
+        }
+    }
+    h.bucket.objects.lock().unwrap().insert(
+        decisions,
+        Bytes::from(Compression::Zstd(3).compress(&lines).unwrap()),
+    );
+    let lease = h.lease(Checkpoint::TrimHorizon, Some(pending(&h, 3))).await;
+    let writer = crate::commit::writer::BatchWriter::new(
+        h.ctx.store.clone(),
+        h.ctx.output.clone(),
+        lease,
+        h.ctx.metrics.clone(),
+        std::time::Duration::from_secs(10),
+    );
+    let budget = &h.ctx.budget;
+    let plan = writer
+        .replay_plan(&pending(&h, 3), true, budget)
+        .await
+        .unwrap();
+    assert_eq!(plan.recorded.len(), 3);
+    assert_eq!(budget.used(), decisions::held_bytes(&plan.recorded));
+    assert!(budget.used() > 3 * 56, "{}", budget.used());
+    drop(plan);
+    assert_eq!(budget.used(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn what_deciding_a_response_holds_counts_against_the_memory_budget() {
+    let h = with_events();
+    // Arrival in an hour: the minute is not over while the test runs.
+    let future = chrono::Utc::now().timestamp_millis() + 3_600_000;
+    for i in 1..=100 {
+        h.shard.push(&seq(i), future, format!("{i}").as_bytes());
+    }
+    // The records and their batch fit; with what deciding them holds, the
+    // budget is exceeded, so the batch is written early, a record at a time.
+    let deciding = crate::events::decider::ShardEvents::deciding_bytes(&h.shard_records());
+    let h = Harness {
+        ctx: Arc::new(ShardContext {
+            budget: MemoryBudget::new(deciding - 1, deciding - 1),
+            ..clone_ctx(&h.ctx)
+        }),
+        ..h
+    };
+    let lease = h.lease(Checkpoint::TrimHorizon, None).await;
+    h.run_until(
+        lease,
+        "a second read, after the records were batched",
+        |h| h.shard.reads.load(std::sync::atomic::Ordering::SeqCst) >= 2,
+    )
+    .await
+    .unwrap();
+    let main_objects = h
+        .bucket
+        .objects
+        .lock()
+        .unwrap()
+        .keys()
+        .filter(|key| key.starts_with("p/") && !key.starts_with("p/_events/"))
+        .count();
+    assert!(main_objects > 1, "{main_objects} main objects");
+    assert_eq!(h.written().len(), 100);
 }
