@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::config::CompressionCodec;
 use crate::events::rule::Outcome;
+use crate::memory::MemoryBudget;
 use crate::output::compression::Compression;
+use crate::output::compression::CompressionCodec;
 use crate::output::format::{Bodies, BodyKind, BodyShape, Format, MainBody};
 use crate::output::view::RejectReason;
-use crate::shard::memory::MemoryBudget;
 
 /// User metadata name (`x-amz-meta-shardsink-format`): the format and its
 /// settings ([`Format::description`]), or `errors` for an error object.

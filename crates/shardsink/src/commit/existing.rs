@@ -30,11 +30,11 @@ use tracing::warn;
 use super::body::{ERRORS_FORMAT, FORMAT_METADATA, ObjectBody, RECORDS_METADATA};
 use crate::aws::tracked_read::TrackedRead;
 use crate::aws::{BoxError, ObjectStore, S3Error};
-use crate::config::CompressionCodec;
+use crate::memory::{MemoryBudget, Reservation};
 use crate::output::compression;
+use crate::output::compression::CompressionCodec;
 use crate::output::format::parquet::same_rows;
 use crate::output::format::{BodyShape, Format};
-use crate::shard::memory::{MemoryBudget, Reservation};
 
 /// Whether the existing object `key` holds the same records as `body`.
 ///
@@ -254,7 +254,7 @@ mod tests {
     use crate::output::compression::Compression;
     use crate::output::format::BodyKind;
     use crate::output::format::parquet::ParquetBatch;
-    use crate::output::view::UserRecordView;
+    use crate::read::record::UserRecordView;
 
     fn compare(existing: &[u8], expected: &[u8]) -> std::io::Result<Comparison> {
         let body = Compression::Zstd(3).compress(existing).unwrap();

@@ -22,7 +22,7 @@ use super::id::EventIdSource;
 use super::rule::{AcceptedCopy, CopyRef, Decision, EventKey, Outcome};
 use crate::output::bucket::Bucket;
 use crate::output::key::{KeyLayout, KeyParseError, named, parse_named};
-use crate::output::view::UserRecordView;
+use crate::read::record::UserRecordView;
 
 /// The folder of decisions objects under the prefix.
 pub const DECISIONS_FOLDER: &str = "_events";
@@ -247,7 +247,8 @@ pub fn parse_line(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{KeyStyle, TimeBucket};
+    use crate::output::bucket::TimeBucket;
+    use crate::output::key::KeyStyle;
 
     fn view(sub: Option<u64>) -> UserRecordView<'static> {
         UserRecordView {

@@ -23,7 +23,7 @@
 //! twice: once to check it, once to insert its copies a chunk at a time.
 //!
 //! A rebuild takes its turn from the process's [`MemoryBudget`] and holds
-//! [`REBUILD_BYTES`] of it until it ended (see `shard::memory`, rule 4).
+//! [`REBUILD_BYTES`] of it until it ended (see `crate::memory`, rule 4).
 
 use std::collections::HashSet;
 use std::io::BufRead;
@@ -43,12 +43,12 @@ use crate::aws::retry::{Retry, Stopped};
 use crate::aws::tracked_read::TrackedRead;
 use crate::aws::{ObjectStore, S3Error};
 use crate::commit::body::{DECISIONS_COMPRESSION, FORMAT_METADATA};
+use crate::memory::{MemoryBudget, REBUILD_BYTES, Reservation};
 use crate::ops::metrics::Metrics;
 use crate::output::Output;
 use crate::output::bucket::Bucket;
 use crate::output::compression;
 use crate::shard::dedup::list_written;
-use crate::shard::memory::{MemoryBudget, REBUILD_BYTES, Reservation};
 
 /// Accepted copies read before they are inserted: at most this many are
 /// held at once (about 5.5 MiB with 56-digit sequence numbers, 8.5 MiB
@@ -430,7 +430,7 @@ mod tests {
     use crate::events::store::{Candidate, Lineage};
     use crate::fake_aws::{self, FakeBucket, FakeStream, FakeTable};
     use crate::lock::lock;
-    use crate::output::view::UserRecordView;
+    use crate::read::record::UserRecordView;
 
     const SHARD: &str = "shardId-000000000000";
     /// 2026-11-21T05:27:00Z, a minute's start.
