@@ -142,6 +142,7 @@ mod keys;
 mod overlaps;
 mod placement;
 mod progress;
+mod render;
 mod report;
 mod stream;
 #[cfg(test)]
