@@ -492,4 +492,25 @@ fn athena_locations_are_where_the_keys_are() {
     // The six tables with a projection (the schema-file example has none),
     // and the per-hour and Hive projections.
     assert_eq!(checked, 8);
+
+    // The per-shard table the prose suggests: the shard's own folder.
+    let template = ATHENA
+        .split("`'storage.location.template' = '")
+        .nth(1)
+        .and_then(|rest| rest.split("'`").next())
+        .unwrap();
+    let output = output(&[]);
+    let key = output.layout.object_key(
+        output.layout.bucket_of(arrival.timestamp_millis()),
+        SHARD,
+        &range,
+        kind,
+    );
+    let location = template
+        .replace("${dt}", &arrival.format("%Y/%m/%d/%H/%M").to_string())
+        .replace("${shard_id}", SHARD);
+    assert_eq!(
+        format!("s3://BUCKET/{key}"),
+        format!("{location}{}", object_name(&range, kind))
+    );
 }
