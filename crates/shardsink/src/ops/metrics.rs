@@ -34,7 +34,7 @@ pub struct Metrics {
     /// `shardsink_read_bytes_total`: data bytes read.
     pub bytes_read: Counter,
     /// `shardsink_records_written_total`: user records in written or already
-    /// present objects, error objects included.
+    /// present objects, error and duplicates objects included.
     pub records_written: Counter,
     /// `shardsink_records_errored_total{reason}`: user records the format
     /// could not represent, written to the error prefix.
@@ -135,7 +135,7 @@ impl Metrics {
         );
         registry.register(
             "records_written",
-            "User records in objects written or found already written (error objects included)",
+            "User records in objects written or found already written (error and duplicates objects included)",
             metrics.records_written.clone(),
         );
         registry.register(
