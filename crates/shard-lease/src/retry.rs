@@ -1,6 +1,8 @@
-//! Which DynamoDB errors are worth retrying, and the part of that answer
-//! every AWS service shares ([`is_transport_or_server_failure`]). The daemon
-//! classifies its own Kinesis and S3 errors on top of the shared part.
+//! Which DynamoDB errors are worth retrying — [`classify`], the one
+//! classification of DynamoDB SDK errors, for the lease table and the
+//! daemon's other tables — and the part of that answer every AWS service
+//! shares ([`is_transport_or_server_failure`]). The daemon classifies its
+//! own Kinesis and S3 errors on top of the shared part.
 //!
 //! DynamoDB's errors are matched as the typed variants each operation
 //! models (`Modeled`); only the common errors that no operation models
@@ -181,6 +183,66 @@ pub(crate) fn is_throttling<E: Modeled>(err: &SdkError<E, HttpResponse>) -> bool
     let too_many =
         matches!(err, SdkError::ServiceError(context) if context.raw().status().as_u16() == 429);
     too_many || kind(err) == Some(Kind::Throttled)
+}
+
+/// Codes of DynamoDB's common errors that say a request can never succeed
+/// as sent ("Error handling with DynamoDB", Amazon DynamoDB Developer
+/// Guide): `ValidationException` — an item over 400 KB, a key that does not
+/// match the schema — and `SerializationException`. No operation models
+/// them, so they arrive as unmodeled errors with these codes.
+pub const REFUSED_CODES: &[&str] = &["ValidationException", "SerializationException"];
+
+/// How a failed DynamoDB call is retried ([`classify`]): throttling and
+/// transient failures soon, persistent ones slowly until an operator fixes
+/// them; a missing table or a refused request not at all (final: the
+/// caller recreates the table, goes on without the item, or stops).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// DynamoDB throttled the call ([`Kind::Throttled`], or HTTP 429).
+    Throttling,
+    /// A transport or server failure, or a transient error
+    /// ([`Kind::Transient`]): a retry after a backoff may succeed.
+    Transient,
+    /// Anything else — denied access, a bad request, a failed condition —
+    /// that only an operator (or the caller) can fix.
+    Persistent,
+    /// Final: the table does not exist (`ResourceNotFoundException`).
+    TableMissing,
+    /// Final: the request can never succeed as sent ([`REFUSED_CODES`]).
+    Refused,
+}
+
+impl ErrorClass {
+    /// Whether a retry after a backoff may succeed ([`Self::Throttling`]
+    /// or [`Self::Transient`]).
+    pub fn is_retriable(self) -> bool {
+        matches!(self, Self::Throttling | Self::Transient)
+    }
+
+    /// Whether DynamoDB throttled the call.
+    pub fn is_throttling(self) -> bool {
+        self == Self::Throttling
+    }
+}
+
+/// How the failed DynamoDB call `err` is retried: the one classification of
+/// DynamoDB SDK errors, for the lease table and the daemon's other tables.
+/// A refused request ([`REFUSED_CODES`]) first, then a missing table, then
+/// throttling ([`is_throttling`]), then what else is retriable
+/// ([`is_retriable`]).
+pub fn classify<E: Modeled>(err: &SdkError<E, HttpResponse>) -> ErrorClass {
+    let code = err.as_service_error().and_then(ProvideErrorMetadata::code);
+    if code.is_some_and(|code| REFUSED_CODES.contains(&code)) {
+        ErrorClass::Refused
+    } else if kind(err) == Some(Kind::ResourceNotFound) {
+        ErrorClass::TableMissing
+    } else if is_throttling(err) {
+        ErrorClass::Throttling
+    } else if is_retriable(err) {
+        ErrorClass::Transient
+    } else {
+        ErrorClass::Persistent
+    }
 }
 
 #[cfg(test)]
