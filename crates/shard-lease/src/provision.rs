@@ -256,3 +256,131 @@ fn sdk_error<E: Modeled>(
         source: Box::new(err),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use aws_sdk_dynamodb::operation::create_table::{CreateTableError, CreateTableOutput};
+    use aws_sdk_dynamodb::types::TableDescription;
+    use aws_sdk_dynamodb::types::error::{ResourceInUseException, ResourceNotFoundException};
+    use aws_smithy_mocks::{RuleMode, mock, mock_client};
+    use aws_smithy_types::error::ErrorMetadata;
+
+    use super::*;
+
+    fn meta(code: &str) -> ErrorMetadata {
+        ErrorMetadata::builder().code(code).message("mock").build()
+    }
+
+    fn described(status: TableStatus) -> impl Fn() -> DescribeTableOutput {
+        move || {
+            DescribeTableOutput::builder()
+                .table(
+                    TableDescription::builder()
+                        .table_status(status.clone())
+                        .build(),
+                )
+                .build()
+        }
+    }
+
+    fn missing() -> DescribeTableError {
+        DescribeTableError::ResourceNotFoundException(
+            ResourceNotFoundException::builder()
+                .meta(meta("ResourceNotFoundException"))
+                .build(),
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn creates_with_the_key_asked_for_polls_every_second_and_tells_each_request() {
+        let gone = mock!(Client::describe_table).then_error(missing);
+        let create = mock!(Client::create_table)
+            .match_requests(|input| {
+                input.table_name() == Some("events")
+                    && input.billing_mode() == Some(&BillingMode::PayPerRequest)
+                    && input.key_schema().first().map(|k| k.attribute_name()) == Some("eventId")
+            })
+            .then_output(|| CreateTableOutput::builder().build());
+        let not_yet = mock!(Client::describe_table).then_error(missing);
+        let creating = mock!(Client::describe_table).then_output(described(TableStatus::Creating));
+        let updating = mock!(Client::describe_table).then_output(described(TableStatus::Updating));
+        let active = mock!(Client::describe_table).then_output(described(TableStatus::Active));
+        let client = mock_client!(
+            aws_sdk_dynamodb,
+            RuleMode::Sequential,
+            [&gone, &create, &not_yet, &creating, &updating, &active]
+        );
+        let requests = Mutex::new(Vec::new());
+        let started = tokio::time::Instant::now();
+        let outcome = create_table_if_missing(&client, "events", "eventId", &|operation| {
+            requests.lock().unwrap().push(operation);
+        })
+        .await
+        .unwrap();
+        assert_eq!(outcome, TableCreation::Created);
+        assert_eq!(active.num_calls(), 1);
+        let waited = started.elapsed();
+        assert!(
+            (Duration::from_secs(3)..Duration::from_secs(4)).contains(&waited),
+            "three polls a second apart after the first: {waited:?}"
+        );
+        assert_eq!(
+            *requests.lock().unwrap(),
+            [
+                "DescribeTable",
+                "CreateTable",
+                "DescribeTable",
+                "DescribeTable",
+                "DescribeTable",
+                "DescribeTable"
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_table_in_use_is_waited_for_and_a_failed_poll_is_classified() {
+        let gone = mock!(Client::describe_table).then_error(missing);
+        let in_use = mock!(Client::create_table).then_error(|| {
+            CreateTableError::ResourceInUseException(
+                ResourceInUseException::builder()
+                    .meta(meta("ResourceInUseException"))
+                    .build(),
+            )
+        });
+        let throttled = mock!(Client::describe_table)
+            .then_error(|| DescribeTableError::generic(meta("ThrottlingException")));
+        let client = mock_client!(
+            aws_sdk_dynamodb,
+            RuleMode::Sequential,
+            [&gone, &in_use, &throttled]
+        );
+        let err = create_table_if_missing(&client, "leases", "leaseKey", &|_| {})
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                TableSetupError::Dynamo {
+                    operation: "DescribeTable",
+                    class: ErrorClass::Throttling,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        // The SDK's own retries (standard mode, 3 attempts) come first.
+        assert_eq!((in_use.num_calls(), throttled.num_calls()), (1, 3));
+
+        let creating = mock!(Client::describe_table).then_output(described(TableStatus::Creating));
+        let active = mock!(Client::describe_table).then_output(described(TableStatus::Active));
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&creating, &active]);
+        assert_eq!(
+            create_table_if_missing(&client, "leases", "leaseKey", &|_| {})
+                .await
+                .unwrap(),
+            TableCreation::Existed
+        );
+    }
+}

@@ -340,4 +340,48 @@ mod tests {
             SdkError::TimeoutError(TimeoutError::builder().source("slow").build());
         assert_eq!(kind(&timeout), None);
     }
+
+    #[test]
+    fn classify_says_how_each_answer_is_retried() {
+        let refused =
+            PutItemError::generic(ErrorMetadata::builder().code("ValidationException").build());
+        assert_eq!(classify(&service_error(refused, 400)), ErrorClass::Refused);
+        let missing = GetItemError::ResourceNotFoundException(
+            aws_sdk_dynamodb::types::error::ResourceNotFoundException::builder().build(),
+        );
+        assert_eq!(
+            classify(&service_error(missing, 400)),
+            ErrorClass::TableMissing
+        );
+        let throttled = DescribeTableError::generic(
+            ErrorMetadata::builder().code("ThrottlingException").build(),
+        );
+        assert_eq!(
+            classify(&service_error(throttled, 400)),
+            ErrorClass::Throttling
+        );
+        let too_many = ScanError::generic(ErrorMetadata::builder().code("Whatever").build());
+        assert_eq!(
+            classify(&service_error(too_many, 429)),
+            ErrorClass::Throttling
+        );
+        let unavailable = ScanError::generic(ErrorMetadata::builder().code("Whatever").build());
+        assert_eq!(
+            classify(&service_error(unavailable, 503)),
+            ErrorClass::Transient
+        );
+        let timeout: SdkError<ScanError, HttpResponse> =
+            SdkError::TimeoutError(TimeoutError::builder().source("slow").build());
+        assert_eq!(classify(&timeout), ErrorClass::Transient);
+        let denied = ScanError::generic(
+            ErrorMetadata::builder()
+                .code("AccessDeniedException")
+                .build(),
+        );
+        let denied = classify(&service_error(denied, 400));
+        assert_eq!(denied, ErrorClass::Persistent);
+        assert!(!denied.is_retriable() && !denied.is_throttling());
+        assert!(ErrorClass::Throttling.is_retriable() && ErrorClass::Throttling.is_throttling());
+        assert!(ErrorClass::Transient.is_retriable() && !ErrorClass::Transient.is_throttling());
+    }
 }
