@@ -17,7 +17,6 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TableStatus,
 };
 use aws_smithy_async::rt::sleep::{SharedAsyncSleep, TokioSleep};
-use aws_smithy_async::time::SharedTimeSource;
 use aws_smithy_runtime::client::waiters::{AcceptorState, WaiterOrchestrator};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
@@ -209,11 +208,7 @@ async fn wait(
         .min_delay(TABLE_POLL_INTERVAL)
         .max_delay(TABLE_POLL_INTERVAL)
         .max_wait(max_wait)
-        .time_source(
-            config
-                .time_source()
-                .unwrap_or_else(SharedTimeSource::default),
-        )
+        .time_source(config.time_source().unwrap_or_default())
         .sleep_impl(
             config
                 .sleep_impl()

@@ -125,8 +125,8 @@ pub(crate) struct Retry<'a, E> {
     metrics: Option<&'a Metrics>,
     stop: Option<&'a CancellationToken>,
     give_up_after: Option<u32>,
-    give_up_after_when: Option<(fn(&E) -> bool, u32)>,
-    final_when: Option<fn(&E) -> bool>,
+    give_up_after_when: Option<(Picks<E>, u32)>,
+    final_when: Option<Picks<E>>,
     retry_final: bool,
     on_retry: Option<&'a OnRetry<'a, E>>,
 }
@@ -139,6 +139,9 @@ impl<E> Clone for Retry<'_, E> {
 }
 
 impl<E> Copy for Retry<'_, E> {}
+
+/// Which errors a loop's option applies to.
+type Picks<E> = fn(&E) -> bool;
 
 /// A hook called before each backoff with the error and the delay.
 pub(crate) type OnRetry<'a, E> = dyn Fn(&E, Duration) + Send + Sync + 'a;

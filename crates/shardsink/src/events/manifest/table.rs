@@ -61,8 +61,9 @@ pub enum ManifestError {
         source: BoxError,
     },
     /// DynamoDB refused an item request as one that can never succeed
-    /// ([`REFUSED_CODES`](shard_lease::retry::REFUSED_CODES)): not retried. The manifest records nothing for
-    /// the item and decides its records as they are, kept.
+    /// ([`REFUSED_CODES`](shard_lease::retry::REFUSED_CODES)): not
+    /// retried. The manifest records nothing for the item and decides its
+    /// records as they are, kept.
     #[error("dynamodb refused {operation} on event manifest table {table}: it can never succeed")]
     Rejected {
         /// The DynamoDB operation, e.g. `PutItem`.
