@@ -15,7 +15,9 @@
 //! - `memory`: the process's memory budget (`--buffer-memory-limit`), which
 //!   every stage that holds records reserves from.
 //! - `aws`: one thin function per Kinesis and S3 call, each service's error
-//!   classification, the one retry path (`retry::Retry`) and backoff, and the interceptor that reports attempts to liveness;
+//!   classification, the one retry path (`retry::Retry`, whose step the
+//!   loops of a shard's and `verify`'s reads take too) and backoff, and the
+//!   interceptor that reports attempts to liveness;
 //!   leases live in the `shard-lease` crate, sequence arithmetic in
 //!   `sequence-range`.
 //! - `read`: a shard's records from GetShardIterator and GetRecords, the
