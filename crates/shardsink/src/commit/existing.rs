@@ -27,13 +27,14 @@ use serde_json::Value;
 use tokio_util::io::SyncIoBridge;
 use tracing::warn;
 
-use super::body::{ERRORS_FORMAT, FORMAT_METADATA, ObjectBody, RECORDS_METADATA};
+use super::body::ObjectBody;
 use crate::aws::tracked_read::TrackedRead;
 use crate::aws::{BoxError, ObjectStore, S3Error};
 use crate::config::CompressionCodec;
 use crate::output::compression;
 use crate::output::format::parquet::same_rows;
 use crate::output::format::{BodyShape, Format};
+use crate::output::read_back::metadata::{ERRORS_FORMAT, FORMAT_METADATA, RECORDS_METADATA};
 use crate::shard::memory::{MemoryBudget, Reservation};
 
 /// Whether the existing object `key` holds the same records as `body`.

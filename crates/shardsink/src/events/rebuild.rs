@@ -36,17 +36,17 @@ use tokio_util::io::SyncIoBridge;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::decisions::{parse_decisions_name, parse_line};
 use super::local::{LocalStore, LocalStoreError};
 use super::rule::{AcceptedCopy, EventKey};
 use crate::aws::retry::{Retry, Stopped};
 use crate::aws::tracked_read::TrackedRead;
 use crate::aws::{ObjectStore, S3Error};
-use crate::commit::body::{DECISIONS_COMPRESSION, FORMAT_METADATA};
 use crate::ops::metrics::Metrics;
 use crate::output::Output;
 use crate::output::bucket::Bucket;
 use crate::output::compression;
+use crate::output::read_back::decisions::{parse_decisions_name, parse_line};
+use crate::output::read_back::metadata::{DECISIONS_COMPRESSION, FORMAT_METADATA};
 use crate::shard::dedup::list_written;
 use crate::shard::memory::{MemoryBudget, REBUILD_BYTES, Reservation};
 

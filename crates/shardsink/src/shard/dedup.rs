@@ -34,10 +34,10 @@ use tracing::{debug, warn};
 
 use crate::aws::retry::{Retry, Stopped};
 use crate::aws::{ObjectStore, S3Error};
-use crate::events::decisions::parse_decisions_name;
 use crate::ops::metrics::Metrics;
 use crate::output::bucket::Bucket;
 use crate::output::key::{KeyLayout, KeyParseError, parse_object_name};
+use crate::output::read_back::decisions::parse_decisions_name;
 
 /// Dedup state of one shard, with what it needs to list the shard's objects.
 #[derive(Debug)]

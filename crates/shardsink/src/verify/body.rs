@@ -22,14 +22,14 @@ use super::progress::Phase;
 use super::report::minute_text;
 use super::{s3_retry, s3_stopped};
 use crate::aws::{ObjectStore, S3Error};
-use crate::commit::body::{FORMAT_METADATA, RECORDS_METADATA};
-use crate::events::decisions;
 use crate::events::rule::{CopyRef, Outcome};
 use crate::ops::log::error_chain;
 use crate::output::bucket::Bucket;
 use crate::output::compression::decompress;
 use crate::output::format::parquet::row_identities;
 use crate::output::format::{BodyShape, Format};
+use crate::output::read_back::decisions;
+use crate::output::read_back::metadata::{FORMAT_METADATA, RECORDS_METADATA};
 
 /// Objects fetched and checked at once with `--deep`.
 const DEEP_CONCURRENCY: usize = 8;

@@ -14,13 +14,14 @@ use super::progress::Phase;
 use super::{s3_retry, s3_stopped};
 use crate::aws::ObjectStore;
 use crate::aws::retry::{Retry, Stopped};
-use crate::commit::body::DECISIONS_COMPRESSION;
 use crate::config::{KeyStyle, TimeBucket};
-use crate::events::decisions::{decisions_layout, parse_decisions_name};
+use crate::events::decisions::decisions_layout;
 use crate::output::bucket::Bucket;
 use crate::output::format::BodyKind;
 use crate::output::key::KeyLayout;
 use crate::output::marker::{self, marker_key};
+use crate::output::read_back::decisions::parse_decisions_name;
+use crate::output::read_back::metadata::DECISIONS_COMPRESSION;
 
 /// A key that is a shardsink object.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -45,7 +45,7 @@
 //!    identity to check. Error and duplicates objects are read the same
 //!    way; a duplicates object's lines must each carry `duplicateOf`, and
 //!    no other object's may. A decisions object must read as the daemon
-//!    writes it (`events::decisions::parse`), one decision per user record
+//!    writes it (`output::read_back::decisions::parse`), one decision per user record
 //!    of its key's range, as many as its stored count.
 //! 4. **Gaps** (`--stream`, when Kinesis answers). For every shard of the
 //!    stream (ListShards) the *bound* is the larger of the lease row's

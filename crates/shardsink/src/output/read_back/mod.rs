@@ -1,0 +1,15 @@
+//! Reading the archive back: the one reader every part of shardsink that
+//! looks at what is already in S3 calls — the shard's resume-skip, the
+//! check of an object already at a key after a 412, a replay that adopts a
+//! batch's decisions, a rebuild of the event window, and `verify`.
+//!
+//! - `metadata`: the names of the user metadata stored with each object,
+//!   and the codec of decisions objects — what the writer stores and the
+//!   readers read by;
+//! - `decisions`: a decisions object's name and lines.
+//!
+//! The end-to-end tests keep their own reader on purpose
+//! (`tests/e2e/src/archive/reader.rs`): it shares no code with this one.
+
+pub(crate) mod decisions;
+pub(crate) mod metadata;
