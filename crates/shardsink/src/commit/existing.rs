@@ -23,7 +23,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
-use serde_json::Value;
 use tokio_util::io::SyncIoBridge;
 use tracing::warn;
 
@@ -34,6 +33,7 @@ use crate::config::CompressionCodec;
 use crate::output::compression;
 use crate::output::format::parquet::same_rows;
 use crate::output::format::{BodyShape, Format};
+use crate::output::read_back::envelope::identity;
 use crate::output::read_back::metadata::{ERRORS_FORMAT, FORMAT_METADATA, RECORDS_METADATA};
 use crate::shard::memory::{MemoryBudget, Reservation};
 
@@ -233,19 +233,6 @@ fn compare_lines(
             },
         }
     }
-}
-
-/// A line's record identity: sequence number, sub-sequence number, data.
-fn identity(line: &[u8]) -> Option<(Value, Value, Value)> {
-    let value: Value = serde_json::from_slice(line).ok()?;
-    Some((
-        value.get("sequenceNumber")?.clone(),
-        value
-            .get("subSequenceNumber")
-            .cloned()
-            .unwrap_or(Value::Null),
-        value.get("data")?.clone(),
-    ))
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@
 //!
 //! This module writes them; `output::read_back::decisions` reads them back.
 
-use sequence_range::{SequenceNumber, SequenceRange};
+use sequence_range::SequenceRange;
 use serde::{Deserialize, Serialize};
 
 use super::id::EventIdSource;
@@ -181,6 +181,8 @@ pub fn held_bytes(recorded: &[RecordedDecision]) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use sequence_range::SequenceNumber;
+
     use super::*;
     use crate::config::{KeyStyle, TimeBucket};
     use crate::output::read_back::decisions::parse_decisions_name;

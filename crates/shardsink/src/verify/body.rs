@@ -4,14 +4,11 @@
 //! the event checks need of each: its records' positions, the copies its
 //! duplicates name, the decisions it records.
 
-use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use chrono::DateTime;
 use futures::StreamExt as _;
@@ -29,46 +26,12 @@ use crate::output::compression::decompress;
 use crate::output::format::parquet::row_identities;
 use crate::output::format::{BodyShape, Format};
 use crate::output::read_back::decisions;
+use crate::output::read_back::lines::read_lines;
 use crate::output::read_back::metadata::{FORMAT_METADATA, RECORDS_METADATA};
+use crate::output::read_back::row::{Place, Row};
 
 /// Objects fetched and checked at once with `--deep`.
 const DEEP_CONCURRENCY: usize = 8;
-
-/// One envelope line as shardsink writes it (`format/envelope.rs`).
-#[derive(Debug, serde::Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct Line<'a> {
-    #[serde(borrow)]
-    shard_id: Cow<'a, str>,
-    #[serde(borrow)]
-    sequence_number: Cow<'a, str>,
-    sub_sequence_number: Option<u64>,
-    #[serde(borrow)]
-    #[allow(dead_code)] // read for its type only
-    partition_key: Cow<'a, str>,
-    #[serde(borrow)]
-    approximate_arrival_timestamp: Cow<'a, str>,
-    #[serde(borrow)]
-    data: Cow<'a, str>,
-    /// Only in the lines of error objects.
-    #[serde(borrow, default)]
-    #[allow(dead_code)] // read for its type only
-    error_message: Option<Cow<'a, str>>,
-    /// Only in the lines of duplicates objects: the accepted copy.
-    #[serde(borrow, default)]
-    duplicate_of: Option<DuplicateOf<'a>>,
-}
-
-/// The `duplicateOf` member of a duplicates object's line.
-#[derive(Debug, serde::Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct DuplicateOf<'a> {
-    #[serde(borrow)]
-    shard_id: Cow<'a, str>,
-    #[serde(borrow)]
-    sequence_number: Cow<'a, str>,
-    sub_sequence_number: Option<u64>,
-}
 
 /// A user record's place in its shard: sequence number and sub-sequence
 /// number (`None` outside KPL aggregates).
@@ -228,20 +191,6 @@ impl Role {
     }
 }
 
-/// One record's identity and metadata, as read from a body.
-struct Row {
-    /// Where in the body: `line 3`, `row 3`.
-    at: String,
-    shard_id: Option<String>,
-    sequence_number: String,
-    sub_sequence_number: Option<u64>,
-    /// `approximateArrivalTimestamp` as written (RFC 3339), when the body
-    /// has it as text.
-    arrival: Option<String>,
-    /// `duplicateOf`: shard, sequence number and sub-sequence number.
-    duplicate_of: Option<(String, String, Option<u64>)>,
-}
-
 /// Checks an object's body against its key (check 3 of the `verify` module
 /// documentation): JSON Lines (envelope lines, or `json` lines with their
 /// metadata member), Parquet rows; raw payloads are only decompressed. A
@@ -255,7 +204,7 @@ fn check_body(role: Role, object: &ArchivedKey, body: &[u8]) -> BodyCheck {
                 .into_iter()
                 .enumerate()
                 .map(|(index, (sequence_number, sub))| Row {
-                    at: format!("row {}", index + 1),
+                    at: Place::Row(index + 1),
                     shard_id: None,
                     sequence_number,
                     sub_sequence_number: sub.and_then(|sub| u64::try_from(sub).ok()),
@@ -278,7 +227,12 @@ fn check_body(role: Role, object: &ArchivedKey, body: &[u8]) -> BodyCheck {
             if object.body.shape == BodyShape::Raw {
                 return check;
             }
-            json_rows(&text, &mut check)
+            let read = read_lines(&text);
+            check.lines = read.lines;
+            for problem in read.problems {
+                check.problem(|| problem.to_string());
+            }
+            read.rows
         }
     };
     let first = object.range.first().to_string();
@@ -450,93 +404,6 @@ fn copy_ref(
         sequence_number: number,
         sub_sequence_number: *sub,
     })
-}
-
-/// The rows of JSON Lines: envelope lines (checked field by field, data
-/// base64), or `json` lines with their metadata member (a line without one
-/// is counted, with no identity).
-fn json_rows(text: &[u8], check: &mut BodyCheck) -> Vec<Row> {
-    let mut rows = Vec::new();
-    let mut data = Vec::new();
-    // Envelope lines or `json` lines, as the first line says.
-    let mut envelope_object = None;
-    let pieces: Vec<&[u8]> = text.split(|&b| b == b'\n').collect();
-    for (index, raw) in pieces.iter().enumerate() {
-        let n = index + 1;
-        if raw.is_empty() {
-            // The piece after the final newline is empty; any other is not.
-            if index + 1 < pieces.len() {
-                check.problem(|| format!("line {n} is empty"));
-            }
-            continue;
-        }
-        let envelope = serde_json::from_slice::<Line<'_>>(raw);
-        let is_envelope = *envelope_object.get_or_insert_with(|| {
-            envelope.is_ok()
-                || serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(raw)
-                    .is_ok_and(|object| object.contains_key("sequenceNumber"))
-        });
-        if let Ok(line) = envelope {
-            check.lines += 1;
-            data.clear();
-            if let Err(err) = STANDARD.decode_vec(line.data.as_bytes(), &mut data) {
-                check.problem(|| format!("line {n}: data is not base64: {err}"));
-            }
-            rows.push(Row {
-                at: format!("line {n}"),
-                shard_id: Some(line.shard_id.into_owned()),
-                sequence_number: line.sequence_number.into_owned(),
-                sub_sequence_number: line.sub_sequence_number,
-                arrival: Some(line.approximate_arrival_timestamp.into_owned()),
-                duplicate_of: line.duplicate_of.map(|of| {
-                    (
-                        of.shard_id.into_owned(),
-                        of.sequence_number.into_owned(),
-                        of.sub_sequence_number,
-                    )
-                }),
-            });
-            continue;
-        }
-        let object: serde_json::Map<String, serde_json::Value> = match serde_json::from_slice(raw) {
-            Ok(object) => object,
-            Err(err) => {
-                check.problem(|| format!("line {n} is not a JSON object: {err}"));
-                continue;
-            }
-        };
-        if let (Err(err), true) = (envelope, is_envelope) {
-            check.problem(|| format!("line {n} is not a shardsink JSON line: {err}"));
-            continue;
-        }
-        check.lines += 1;
-        let metadata = object
-            .values()
-            .find_map(|value| serde_json::from_value::<Metadata>(value.clone()).ok());
-        if let Some(metadata) = metadata {
-            rows.push(Row {
-                at: format!("line {n}"),
-                shard_id: Some(metadata.shard_id),
-                sequence_number: metadata.sequence_number,
-                sub_sequence_number: metadata.sub_sequence_number,
-                arrival: Some(metadata.approximate_arrival_timestamp),
-                duplicate_of: None,
-            });
-        }
-    }
-    rows
-}
-
-/// The metadata member of a `json` line.
-#[derive(Debug, serde::Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct Metadata {
-    shard_id: String,
-    sequence_number: String,
-    sub_sequence_number: Option<u64>,
-    #[allow(dead_code)] // read for its type only
-    partition_key: String,
-    approximate_arrival_timestamp: String,
 }
 
 /// An object `--deep` could not read as a batch of its key.

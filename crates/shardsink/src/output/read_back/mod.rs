@@ -6,10 +6,20 @@
 //! - `metadata`: the names of the user metadata stored with each object,
 //!   and the codec of decisions objects — what the writer stores and the
 //!   readers read by;
+//! - `envelope`: envelope lines (also error and duplicates objects), and
+//!   the record identity of a line;
+//! - `json`: `json` lines and their metadata member;
+//! - `lines`: a JSON Lines body's records (envelope or `json` lines) and
+//!   the lines that are not records;
+//! - `row`: a record's identity and metadata as a body holds it;
 //! - `decisions`: a decisions object's name and lines.
 //!
 //! The end-to-end tests keep their own reader on purpose
 //! (`tests/e2e/src/archive/reader.rs`): it shares no code with this one.
 
 pub(crate) mod decisions;
+pub(crate) mod envelope;
+pub(crate) mod json;
+pub(crate) mod lines;
 pub(crate) mod metadata;
+pub(crate) mod row;
