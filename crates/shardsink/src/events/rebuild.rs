@@ -46,8 +46,8 @@ use crate::output::Output;
 use crate::output::bucket::Bucket;
 use crate::output::compression;
 use crate::output::read_back::decisions::{parse_decisions_name, parse_line};
+use crate::output::read_back::listing::{list_all, list_written};
 use crate::output::read_back::metadata::{DECISIONS_COMPRESSION, FORMAT_METADATA};
-use crate::shard::dedup::list_written;
 use crate::shard::memory::{MemoryBudget, REBUILD_BYTES, Reservation};
 
 /// Accepted copies read before they are inserted: at most this many are
@@ -399,20 +399,6 @@ fn read_copies(
         insert(&held).map_err(ReadError::Store)?;
     }
     Ok(PassOutcome::Inserted(copies))
-}
-
-/// Every key under `prefix`.
-async fn list_all(store: &ObjectStore, prefix: &str) -> Result<Vec<String>, S3Error> {
-    let mut keys = Vec::new();
-    let mut continuation = None;
-    loop {
-        let page = store.list_page(prefix, continuation).await?;
-        keys.extend(page.keys);
-        match page.next_continuation_token {
-            Some(token) => continuation = Some(token),
-            None => return Ok(keys),
-        }
-    }
 }
 
 #[cfg(test)]

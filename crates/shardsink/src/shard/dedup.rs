@@ -25,6 +25,9 @@
 //! so the records in S3 are a prefix of the shard's records from where this
 //! shard was first read; past the first clean batch, nothing can be in S3
 //! yet. It is turned on again the next time the lease is taken.
+//!
+//! The listings are `output::read_back::listing`'s; this module decides
+//! what they mean for the shard.
 
 use std::sync::Arc;
 
@@ -36,8 +39,9 @@ use crate::aws::retry::{Retry, Stopped};
 use crate::aws::{ObjectStore, S3Error};
 use crate::ops::metrics::Metrics;
 use crate::output::bucket::Bucket;
-use crate::output::key::{KeyLayout, KeyParseError, parse_object_name};
+use crate::output::key::{KeyLayout, KeyParseError};
 use crate::output::read_back::decisions::parse_decisions_name;
+use crate::output::read_back::listing::{batch_range, list_ranges, list_written};
 
 /// Dedup state of one shard, with what it needs to list the shard's objects.
 #[derive(Debug)]
@@ -82,19 +86,6 @@ pub enum Side {
     Decisions,
     /// Its error object.
     Errors,
-}
-
-/// What a listing found.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Listing {
-    /// Ranges of the objects under the prefix (that matter, see [`list_written`]).
-    pub written: RangeSet,
-    /// LIST requests made.
-    pub requests: u64,
-    /// Keys that did not parse (logged, ignored).
-    pub foreign_keys: u64,
-    /// Each listed object's key and range.
-    pub ranges: Vec<(String, SequenceRange)>,
 }
 
 impl Dedup {
@@ -269,31 +260,6 @@ impl Dedup {
     }
 }
 
-/// Lists the ranges written under `prefix` (one shard, one bucket) that can
-/// hold `from` or later sequence numbers.
-///
-/// Keys that do not parse are logged and ignored, never read as ranges. S3
-/// lists keys in ascending byte order and names sort newest batch first, so
-/// once a listed range ends before `from`, every later key is older still and
-/// the listing stops — but only while the keys seen so far did come in
-/// ascending order and no two listed ranges overlap; otherwise the prefix is
-/// read to the end.
-///
-/// # Errors
-/// [`S3Error`] from ListObjectsV2.
-pub async fn list_written(
-    store: &ObjectStore,
-    prefix: &str,
-    from: &SequenceNumber,
-) -> Result<Listing, S3Error> {
-    list_ranges(store, prefix, from, batch_range).await
-}
-
-/// The range a batch object's name says.
-fn batch_range(name: &str) -> Result<SequenceRange, KeyParseError> {
-    parse_object_name(name).map(|object| object.range)
-}
-
 impl Side {
     /// How the names of these objects are parsed.
     fn name_parser(self) -> fn(&str) -> Result<SequenceRange, KeyParseError> {
@@ -302,53 +268,6 @@ impl Side {
             Self::Decisions => parse_decisions_name,
         }
     }
-}
-
-/// [`list_written`] for objects whose names `parse` reads.
-///
-/// # Errors
-/// [`S3Error`] from ListObjectsV2.
-pub async fn list_ranges(
-    store: &ObjectStore,
-    prefix: &str,
-    from: &SequenceNumber,
-    parse: fn(&str) -> Result<SequenceRange, KeyParseError>,
-) -> Result<Listing, S3Error> {
-    let mut listing = Listing::default();
-    let mut continuation = None;
-    let mut previous_key: Option<String> = None;
-    let mut ordered = true;
-    loop {
-        let page = store.list_page(prefix, continuation).await?;
-        listing.requests += 1;
-        let mut below_from = false;
-        for key in page.keys {
-            if let Some(previous) = &previous_key {
-                ordered &= *previous < key;
-            }
-            let name = key.strip_prefix(prefix).unwrap_or(&key);
-            match parse(name) {
-                Ok(range) => {
-                    below_from |= range.last() < from;
-                    // Overlapping ranges (which shardsink never writes) break
-                    // the "older keys end earlier" reasoning: read them all.
-                    ordered &= !listing.written.overlaps(&range);
-                    listing.written.insert(range.clone());
-                    listing.ranges.push((key.clone(), range));
-                }
-                Err(error) => {
-                    listing.foreign_keys += 1;
-                    warn!(key = %key, error = %error, "ignoring key that is not a shardsink batch");
-                }
-            }
-            previous_key = Some(key);
-        }
-        match page.next_continuation_token {
-            Some(token) if !(ordered && below_from) => continuation = Some(token),
-            _ => break,
-        }
-    }
-    Ok(listing)
 }
 
 /// The pieces of `group` not in `written`: what is left to write of a group

@@ -12,7 +12,9 @@
 //! - `lines`: a JSON Lines body's records (envelope or `json` lines) and
 //!   the lines that are not records;
 //! - `row`: a record's identity and metadata as a body holds it;
-//! - `decisions`: a decisions object's name and lines.
+//! - `decisions`: a decisions object's name and lines;
+//! - `listing`: the one paginated walk of a prefix, and a shard's time
+//!   bucket read into the batch ranges its keys name.
 //!
 //! The end-to-end tests keep their own reader on purpose
 //! (`tests/e2e/src/archive/reader.rs`): it shares no code with this one.
@@ -21,5 +23,6 @@ pub(crate) mod decisions;
 pub(crate) mod envelope;
 pub(crate) mod json;
 pub(crate) mod lines;
+pub(crate) mod listing;
 pub(crate) mod metadata;
 pub(crate) mod row;
