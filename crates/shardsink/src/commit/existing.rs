@@ -31,10 +31,10 @@ use crate::aws::tracked_read::TrackedRead;
 use crate::aws::{BoxError, ObjectStore, S3Error};
 use crate::config::CompressionCodec;
 use crate::output::compression;
-use crate::output::format::parquet::same_rows;
 use crate::output::format::{BodyShape, Format};
 use crate::output::read_back::envelope::identity;
 use crate::output::read_back::metadata::{ERRORS_FORMAT, FORMAT_METADATA, RECORDS_METADATA};
+use crate::output::read_back::parquet::same_rows;
 use crate::shard::memory::{MemoryBudget, Reservation};
 
 /// Whether the existing object `key` holds the same records as `body`.

@@ -23,12 +23,11 @@ use crate::events::rule::{CopyRef, Outcome};
 use crate::ops::log::error_chain;
 use crate::output::bucket::Bucket;
 use crate::output::compression::decompress;
-use crate::output::format::parquet::row_identities;
 use crate::output::format::{BodyShape, Format};
 use crate::output::read_back::decisions;
 use crate::output::read_back::lines::read_lines;
 use crate::output::read_back::metadata::{FORMAT_METADATA, RECORDS_METADATA};
-use crate::output::read_back::row::{Place, Row};
+use crate::output::read_back::parquet::identity_rows;
 
 /// Objects fetched and checked at once with `--deep`.
 const DEEP_CONCURRENCY: usize = 8;
@@ -199,19 +198,8 @@ impl Role {
 fn check_body(role: Role, object: &ArchivedKey, body: &[u8]) -> BodyCheck {
     let mut check = BodyCheck::default();
     let rows = match object.body.shape {
-        BodyShape::Parquet => match row_identities(Bytes::copy_from_slice(body)) {
-            Ok(identities) => identities
-                .into_iter()
-                .enumerate()
-                .map(|(index, (sequence_number, sub))| Row {
-                    at: Place::Row(index + 1),
-                    shard_id: None,
-                    sequence_number,
-                    sub_sequence_number: sub.and_then(|sub| u64::try_from(sub).ok()),
-                    arrival: None,
-                    duplicate_of: None,
-                })
-                .collect(),
+        BodyShape::Parquet => match identity_rows(Bytes::copy_from_slice(body)) {
+            Ok(rows) => rows,
             Err(err) => return BodyCheck::failed(format!("is not a readable Parquet file: {err}")),
         },
         BodyShape::JsonLines | BodyShape::Raw => {

@@ -11,6 +11,8 @@
 //! - `json`: `json` lines and their metadata member;
 //! - `lines`: a JSON Lines body's records (envelope or `json` lines) and
 //!   the lines that are not records;
+//! - `parquet`: Parquet files compared row by row, and their rows'
+//!   identities;
 //! - `row`: a record's identity and metadata as a body holds it;
 //! - `decisions`: a decisions object's name and lines;
 //! - `listing`: the one paginated walk of a prefix, and a shard's time
@@ -25,4 +27,5 @@ pub(crate) mod json;
 pub(crate) mod lines;
 pub(crate) mod listing;
 pub(crate) mod metadata;
+pub(crate) mod parquet;
 pub(crate) mod row;

@@ -1,7 +1,10 @@
-//! Reading a batch's Parquet file back: whether two files hold the same
-//! rows ([`same_rows`], for the check of an object already under a key),
-//! and the identities of a file's rows ([`row_identities`], for `verify`).
-//! Both read a batch of rows at a time.
+//! Reading a batch's Parquet file back (the files
+//! `output::format::parquet` writes): whether two files hold the same rows
+//! ([`same_rows`], for the check of an object already under a key), and
+//! the identities of a file's rows — the `sequence_number` and
+//! `sub_sequence_number` columns read back ([`row_identities`], and as
+//! [`Row`]s for `verify`: [`identity_rows`]). Each reads a batch of rows at
+//! a time.
 
 use ::parquet::arrow::ProjectionMask;
 use ::parquet::arrow::arrow_reader::{
@@ -14,7 +17,8 @@ use arrow_array::{Array, RecordBatch};
 use arrow_schema::Schema;
 use bytes::Bytes;
 
-use super::{MAX_ROW_GROUP_ROWS, SEQUENCE_NUMBER, SUB_SEQUENCE_NUMBER};
+use super::row::{Place, Row};
+use crate::output::format::parquet::{MAX_ROW_GROUP_ROWS, SEQUENCE_NUMBER, SUB_SEQUENCE_NUMBER};
 
 /// Whether two Parquet files hold the same rows: the same column names,
 /// types and nullability in the same order, and the same values (nulls
@@ -36,7 +40,7 @@ const COMPARE_BATCH_ROWS: usize = 1024;
 
 /// [`same_rows`], reading each file `existing_batch` and `ours_batch` rows
 /// at a time.
-pub(super) fn compare_rows(
+pub(crate) fn compare_rows(
     existing: Bytes,
     ours: Bytes,
     existing_batch: usize,
@@ -67,7 +71,7 @@ pub(super) fn compare_rows(
 }
 
 /// The (`sequence_number`, `sub_sequence_number`) of every row of a file
-/// written by [`ParquetBatch::finish`](super::ParquetBatch::finish), in row
+/// written by [`ParquetBatch::finish`](crate::output::format::parquet::ParquetBatch::finish), in row
 /// order, reading only those two columns. `sub_sequence_number` is `None` outside KPL aggregates.
 ///
 /// # Errors
@@ -117,8 +121,29 @@ pub fn row_identities(body: Bytes) -> Result<Vec<(String, Option<i64>)>, Parquet
     Ok(identities)
 }
 
+/// [`row_identities`] as the [`Row`]s `verify` checks: `row 1`, `row 2`…,
+/// with no shard id or arrival text (a sub-sequence number below zero,
+/// which shardsink never writes, reads as none).
+///
+/// # Errors
+/// As [`row_identities`].
+pub fn identity_rows(body: Bytes) -> Result<Vec<Row>, ParquetError> {
+    Ok(row_identities(body)?
+        .into_iter()
+        .enumerate()
+        .map(|(index, (sequence_number, sub))| Row {
+            at: Place::Row(index + 1),
+            shard_id: None,
+            sequence_number,
+            sub_sequence_number: sub.and_then(|sub| u64::try_from(sub).ok()),
+            arrival: None,
+            duplicate_of: None,
+        })
+        .collect())
+}
+
 /// A reader of `body` that types its columns from the Parquet schema alone.
-pub(super) fn reader(body: Bytes) -> Result<ParquetRecordBatchReaderBuilder<Bytes>, ParquetError> {
+pub(crate) fn reader(body: Bytes) -> Result<ParquetRecordBatchReaderBuilder<Bytes>, ParquetError> {
     ParquetRecordBatchReaderBuilder::try_new_with_options(
         body,
         ArrowReaderOptions::new().with_skip_arrow_metadata(true),
