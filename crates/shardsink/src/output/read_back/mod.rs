@@ -11,12 +11,19 @@
 //! - `json`: `json` lines and their metadata member;
 //! - `lines`: a JSON Lines body's records (envelope or `json` lines) and
 //!   the lines that are not records;
-//! - `parquet`: Parquet files compared row by row, and their rows'
-//!   identities;
-//! - `row`: a record's identity and metadata as a body holds it;
+//! - `parquet`: Parquet files compared row by row, their rows' identities
+//!   and their records;
+//! - `raw`: raw payloads split at their delimiter;
+//! - `row`: a record's identity and metadata as a body holds it, and a
+//!   record decoded with its payload;
 //! - `decisions`: a decisions object's name and lines;
 //! - `listing`: the one paginated walk of a prefix, and a shard's time
 //!   bucket read into the batch ranges its keys name.
+//!
+//! Each format's decoder (`envelope`, `json`, `raw`, `parquet`: `decode`)
+//! is the inverse of its encoder in `output::format`, checked by a
+//! round-trip property test in its file: adding a format is one encoder
+//! there and one decoder here.
 //!
 //! The end-to-end tests keep their own reader on purpose
 //! (`tests/e2e/src/archive/reader.rs`): it shares no code with this one.
@@ -28,4 +35,5 @@ pub(crate) mod lines;
 pub(crate) mod listing;
 pub(crate) mod metadata;
 pub(crate) mod parquet;
+pub(crate) mod raw;
 pub(crate) mod row;

@@ -3,8 +3,9 @@
 //! ([`same_rows`], for the check of an object already under a key), and
 //! the identities of a file's rows — the `sequence_number` and
 //! `sub_sequence_number` columns read back ([`row_identities`], and as
-//! [`Row`]s for `verify`: [`identity_rows`]). Each reads a batch of rows at
-//! a time.
+//! [`Row`]s for `verify`: [`identity_rows`]), and its records ([`decode`],
+//! the inverse of the writer, checked by a round-trip test). Each reads a
+//! batch of rows at a time.
 
 use ::parquet::arrow::ProjectionMask;
 use ::parquet::arrow::arrow_reader::{
@@ -12,13 +13,16 @@ use ::parquet::arrow::arrow_reader::{
 };
 use ::parquet::errors::ParquetError;
 use arrow_array::cast::AsArray;
-use arrow_array::types::Int64Type;
+use arrow_array::types::{Int64Type, TimestampMillisecondType};
 use arrow_array::{Array, RecordBatch};
 use arrow_schema::Schema;
 use bytes::Bytes;
 
-use super::row::{Place, Row};
-use crate::output::format::parquet::{MAX_ROW_GROUP_ROWS, SEQUENCE_NUMBER, SUB_SEQUENCE_NUMBER};
+use super::row::{Place, Record, Row};
+use crate::output::format::parquet::{
+    APPROXIMATE_ARRIVAL_TIMESTAMP, DATA, MAX_ROW_GROUP_ROWS, PARTITION_KEY, SEQUENCE_NUMBER,
+    SHARD_ID, SUB_SEQUENCE_NUMBER,
+};
 
 /// Whether two Parquet files hold the same rows: the same column names,
 /// types and nullability in the same order, and the same values (nulls
@@ -142,6 +146,75 @@ pub fn identity_rows(body: Bytes) -> Result<Vec<Row>, ParquetError> {
         .collect())
 }
 
+/// The records of a file written without a schema (its payloads are the
+/// `data` column), in row order. A file written with a schema holds typed
+/// columns instead of the payload: it has no `data` column.
+///
+/// # Errors
+/// When `body` is not a readable Parquet file, lacks a column or has one
+/// of another type than written, or a column but `sub_sequence_number`
+/// holds a null.
+#[cfg_attr(not(test), allow(dead_code))] // only the round-trip test needs payloads today
+pub fn decode(body: Bytes) -> Result<Vec<Record>, ParquetError> {
+    let mut records = Vec::new();
+    for batch in reader(body)?.build()? {
+        let batch = batch?;
+        let text = |name: &str| {
+            batch
+                .column_by_name(name)
+                .and_then(|column| column.as_string_opt::<i32>())
+                .ok_or_else(|| wrong_type(name, "Utf8"))
+        };
+        let (shard_ids, sequence_numbers, partition_keys) = (
+            text(SHARD_ID)?,
+            text(SEQUENCE_NUMBER)?,
+            text(PARTITION_KEY)?,
+        );
+        let sub_sequence_numbers = batch
+            .column_by_name(SUB_SEQUENCE_NUMBER)
+            .and_then(|column| column.as_primitive_opt::<Int64Type>())
+            .ok_or_else(|| wrong_type(SUB_SEQUENCE_NUMBER, "Int64"))?;
+        let arrivals = batch
+            .column_by_name(APPROXIMATE_ARRIVAL_TIMESTAMP)
+            .and_then(|column| column.as_primitive_opt::<TimestampMillisecondType>())
+            .ok_or_else(|| wrong_type(APPROXIMATE_ARRIVAL_TIMESTAMP, "Timestamp(Millisecond)"))?;
+        let data = batch
+            .column_by_name(DATA)
+            .and_then(|column| column.as_binary_opt::<i32>())
+            .ok_or_else(|| wrong_type(DATA, "Binary"))?;
+        for row in 0..batch.num_rows() {
+            if [
+                shard_ids.is_null(row),
+                sequence_numbers.is_null(row),
+                partition_keys.is_null(row),
+                arrivals.is_null(row),
+                data.is_null(row),
+            ]
+            .contains(&true)
+            {
+                return Err(ParquetError::General(
+                    "a row of the file has a null metadata or data column".to_owned(),
+                ));
+            }
+            records.push(Record {
+                shard_id: shard_ids.value(row).to_owned(),
+                sequence_number: sequence_numbers.value(row).to_owned(),
+                sub_sequence_number: sub_sequence_numbers
+                    .is_valid(row)
+                    .then(|| u64::try_from(sub_sequence_numbers.value(row)))
+                    .transpose()
+                    .map_err(|err| {
+                        ParquetError::General(format!("{SUB_SEQUENCE_NUMBER}: {err}"))
+                    })?,
+                partition_key: partition_keys.value(row).to_owned(),
+                arrival_millis: arrivals.value(row),
+                payload: data.value(row).to_vec(),
+            });
+        }
+    }
+    Ok(records)
+}
+
 /// A reader of `body` that types its columns from the Parquet schema alone.
 pub(crate) fn reader(body: Bytes) -> Result<ParquetRecordBatchReaderBuilder<Bytes>, ParquetError> {
     ParquetRecordBatchReaderBuilder::try_new_with_options(
@@ -218,5 +291,39 @@ impl Rows {
         let slice = self.batch.as_ref()?.slice(self.offset, n);
         self.offset += n;
         Some(slice)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::output::compression::Compression;
+    use crate::output::format::parquet::ParquetBatch;
+    use crate::output::read_back::row::strategy::records;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// A file's rows decode to the records written, and their
+        /// identities to the records' own.
+        #[test]
+        fn parquet_rows_decode_to_the_records_written(
+            records in records(prop::collection::vec(any::<u8>(), 0..64)),
+        ) {
+            let mut batch = ParquetBatch::new(None);
+            for record in &records {
+                batch.push(&record.view()).unwrap();
+            }
+            let file = Bytes::from(batch.finish(Compression::Zstd(3)).unwrap());
+            prop_assert_eq!(&decode(file.clone()).unwrap(), &records);
+            let rows = identity_rows(file).unwrap();
+            prop_assert_eq!(rows.len(), records.len());
+            for (row, record) in rows.iter().zip(&records) {
+                prop_assert_eq!(&row.sequence_number, &record.sequence_number);
+                prop_assert_eq!(row.sub_sequence_number, record.sub_sequence_number);
+            }
+        }
     }
 }
