@@ -25,8 +25,10 @@
 //!   records a batch's decisions first.
 //! - `output`: what a batch becomes: its body in the configured format
 //!   (envelope, json, raw or Parquet) and the records a format rejects, the
-//!   compression, the object key and its inverse, the time bucket, and the
-//!   key layout recorded under the prefix.
+//!   compression, the object key and its inverse, the time bucket, the
+//!   key layout recorded under the prefix, and reading the archive back
+//!   (`output::read_back`: listings, each format's decoder, decisions
+//!   objects) for every part that looks at what is already in S3.
 //! - `commit`: record the batch in the lease row → PUT with
 //!   `If-None-Match: *` (decisions, error and duplicates objects, each when
 //!   the batch has one, then the main object) → checkpoint; the

@@ -9,7 +9,6 @@
 
 use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
 use bytes::Bytes;
@@ -28,6 +27,7 @@ use crate::output::bucket::Bucket;
 use crate::output::compression::decompress;
 use crate::output::format::{BodyShape, Format};
 use crate::output::read_back::decisions;
+use crate::output::read_back::envelope::copy_ref;
 use crate::output::read_back::lines::read_lines;
 use crate::output::read_back::metadata::{FORMAT_METADATA, RECORDS_METADATA};
 use crate::output::read_back::parquet::identity_rows;
@@ -382,19 +382,6 @@ fn check_decisions(object: &ArchivedKey, body: &[u8]) -> BodyCheck {
     }
     check.lines = recorded.len() as u64;
     check
-}
-
-/// The accepted copy a `duplicateOf` names.
-fn copy_ref(
-    (shard_id, sequence_number, sub): &(String, String, Option<u64>),
-) -> Result<CopyRef, String> {
-    let number = SequenceNumber::parse(sequence_number)
-        .map_err(|err| format!("sequenceNumber {sequence_number:?}: {err}"))?;
-    Ok(CopyRef {
-        shard_id: Arc::from(shard_id.as_str()),
-        sequence_number: number,
-        sub_sequence_number: *sub,
-    })
 }
 
 /// An object `--deep` could not read as a batch of its key.

@@ -7,16 +7,20 @@
 //! - [`identity`]: the record a line holds, whatever else it holds, for the
 //!   check of an object already at a key (an older shardsink may have
 //!   encoded the same records in other bytes);
+//! - [`copy_ref`]: the accepted copy a duplicates line names;
 //! - [`decode`]: a body's records, payloads decoded — the inverse of the
 //!   encoder, checked by a round-trip test.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+use sequence_range::SequenceNumber;
 use serde_json::Value;
 
 use super::row::{DecodeError, Record, arrival_millis, numbered_lines};
+use crate::events::rule::CopyRef;
 
 /// One envelope line as shardsink writes it (`output/format/envelope.rs`).
 #[derive(Debug, serde::Deserialize)]
@@ -123,6 +127,23 @@ pub fn decode(body: &[u8]) -> Result<Vec<Record>, DecodeError> {
             })
         })
         .collect()
+}
+
+/// The accepted copy a duplicates line's `duplicateOf` names (as
+/// [`Row::duplicate_of`](super::row::Row::duplicate_of) holds it).
+///
+/// # Errors
+/// A sentence when the sequence number is not one.
+pub fn copy_ref(
+    (shard_id, sequence_number, sub): &(String, String, Option<u64>),
+) -> Result<CopyRef, String> {
+    let number = SequenceNumber::parse(sequence_number)
+        .map_err(|err| format!("sequenceNumber {sequence_number:?}: {err}"))?;
+    Ok(CopyRef {
+        shard_id: Arc::from(shard_id.as_str()),
+        sequence_number: number,
+        sub_sequence_number: *sub,
+    })
 }
 
 #[cfg(test)]

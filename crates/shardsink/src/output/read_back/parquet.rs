@@ -14,7 +14,7 @@ use ::parquet::arrow::arrow_reader::{
 use ::parquet::errors::ParquetError;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int64Type, TimestampMillisecondType};
-use arrow_array::{Array, RecordBatch};
+use arrow_array::{Array, PrimitiveArray, RecordBatch, StringArray};
 use arrow_schema::Schema;
 use bytes::Bytes;
 
@@ -100,14 +100,7 @@ pub fn row_identities(body: Bytes) -> Result<Vec<(String, Option<i64>)>, Parquet
     let mut identities = Vec::with_capacity(rows.min(MAX_ROW_GROUP_ROWS));
     for batch in builder.with_projection(mask).build()? {
         let batch = batch?;
-        let sequence_numbers = batch
-            .column_by_name(SEQUENCE_NUMBER)
-            .and_then(|column| column.as_string_opt::<i32>())
-            .ok_or_else(|| wrong_type(SEQUENCE_NUMBER, "Utf8"))?;
-        let sub_sequence_numbers = batch
-            .column_by_name(SUB_SEQUENCE_NUMBER)
-            .and_then(|column| column.as_primitive_opt::<Int64Type>())
-            .ok_or_else(|| wrong_type(SUB_SEQUENCE_NUMBER, "Int64"))?;
+        let (sequence_numbers, sub_sequence_numbers) = identity_columns(&batch)?;
         for row in 0..batch.num_rows() {
             if sequence_numbers.is_null(row) {
                 return Err(ParquetError::General(format!(
@@ -159,21 +152,14 @@ pub fn decode(body: Bytes) -> Result<Vec<Record>, ParquetError> {
     let mut records = Vec::new();
     for batch in reader(body)?.build()? {
         let batch = batch?;
+        let (sequence_numbers, sub_sequence_numbers) = identity_columns(&batch)?;
         let text = |name: &str| {
             batch
                 .column_by_name(name)
                 .and_then(|column| column.as_string_opt::<i32>())
                 .ok_or_else(|| wrong_type(name, "Utf8"))
         };
-        let (shard_ids, sequence_numbers, partition_keys) = (
-            text(SHARD_ID)?,
-            text(SEQUENCE_NUMBER)?,
-            text(PARTITION_KEY)?,
-        );
-        let sub_sequence_numbers = batch
-            .column_by_name(SUB_SEQUENCE_NUMBER)
-            .and_then(|column| column.as_primitive_opt::<Int64Type>())
-            .ok_or_else(|| wrong_type(SUB_SEQUENCE_NUMBER, "Int64"))?;
+        let (shard_ids, partition_keys) = (text(SHARD_ID)?, text(PARTITION_KEY)?);
         let arrivals = batch
             .column_by_name(APPROXIMATE_ARRIVAL_TIMESTAMP)
             .and_then(|column| column.as_primitive_opt::<TimestampMillisecondType>())
@@ -213,6 +199,25 @@ pub fn decode(body: Bytes) -> Result<Vec<Record>, ParquetError> {
         }
     }
     Ok(records)
+}
+
+/// The `sequence_number` (Utf8) and `sub_sequence_number` (Int64) columns
+/// of a batch of rows.
+///
+/// # Errors
+/// When either is missing or of another type.
+fn identity_columns(
+    batch: &RecordBatch,
+) -> Result<(&StringArray, &PrimitiveArray<Int64Type>), ParquetError> {
+    let sequence_numbers = batch
+        .column_by_name(SEQUENCE_NUMBER)
+        .and_then(|column| column.as_string_opt::<i32>())
+        .ok_or_else(|| wrong_type(SEQUENCE_NUMBER, "Utf8"))?;
+    let sub_sequence_numbers = batch
+        .column_by_name(SUB_SEQUENCE_NUMBER)
+        .and_then(|column| column.as_primitive_opt::<Int64Type>())
+        .ok_or_else(|| wrong_type(SUB_SEQUENCE_NUMBER, "Int64"))?;
+    Ok((sequence_numbers, sub_sequence_numbers))
 }
 
 /// A reader of `body` that types its columns from the Parquet schema alone.
