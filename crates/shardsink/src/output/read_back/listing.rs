@@ -180,3 +180,130 @@ pub async fn list_ranges(
     }
     Ok(listing)
 }
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    //! Mocked listings of one shard's minute, for the tests of the
+    //! listing and of what the shard makes of it.
+
+    use aws_sdk_s3::Client;
+    use aws_sdk_s3::operation::list_objects_v2::ListObjectsV2Output;
+    use aws_sdk_s3::types::Object;
+    use sequence_range::SequenceRange;
+
+    use crate::aws::ObjectStore;
+    use crate::config::CompressionCodec;
+    use crate::output::format::BodyKind;
+    use crate::output::key::object_name;
+
+    pub(crate) const PREFIX: &str = "p/2026/11/21/05/27/shardId-000000000000/";
+
+    pub(crate) fn range(first: u64, last: u64) -> SequenceRange {
+        SequenceRange::new(first.into(), last.into()).unwrap()
+    }
+
+    pub(crate) fn key(first: u64, last: u64) -> String {
+        format!(
+            "{PREFIX}{}",
+            object_name(&range(first, last), BodyKind::lines(CompressionCodec::Zstd))
+        )
+    }
+
+    pub(crate) fn page(keys: &[String], next: Option<&str>) -> ListObjectsV2Output {
+        let mut builder = ListObjectsV2Output::builder().is_truncated(next.is_some());
+        for k in keys {
+            builder = builder.contents(Object::builder().key(k).build());
+        }
+        if let Some(token) = next {
+            builder = builder.next_continuation_token(token);
+        }
+        builder.build()
+    }
+
+    pub(crate) fn store(client: Client) -> ObjectStore {
+        ObjectStore::new(client, "bucket")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_s3::Client;
+    use aws_smithy_mocks::{RuleMode, mock, mock_client};
+
+    use super::test_support::{PREFIX, key, page, range, store};
+    use super::*;
+
+    #[tokio::test]
+    async fn collects_ranges_and_ignores_foreign_keys() {
+        // Newest first, as S3 lists them, plus junk.
+        let keys = vec![
+            key(300, 400),
+            key(100, 200),
+            format!("{PREFIX}_SUCCESS"),
+            format!("{PREFIX}9-1-2.jsonl"),
+        ];
+        let list = mock!(Client::list_objects_v2)
+            .match_requests(|input| input.prefix() == Some(PREFIX))
+            .then_output(move || page(&keys, None));
+        let client = mock_client!(aws_sdk_s3, RuleMode::Sequential, [&list]);
+        let listing = list_written(&store(client), PREFIX, &SequenceNumber::from(1u64))
+            .await
+            .unwrap();
+        assert_eq!(
+            listing.written,
+            [range(100, 200), range(300, 400)].into_iter().collect()
+        );
+        assert_eq!(listing.foreign_keys, 2);
+        assert_eq!(listing.requests, 1);
+    }
+
+    #[tokio::test]
+    async fn stops_after_the_page_that_reaches_older_ranges() {
+        let first_page = vec![key(900, 999), key(500, 599)];
+        let second_page = vec![key(100, 199)];
+        let list1 =
+            mock!(Client::list_objects_v2).then_output(move || page(&first_page, Some("t1")));
+        let list2 = mock!(Client::list_objects_v2).then_output(move || page(&second_page, None));
+        let client = mock_client!(aws_sdk_s3, RuleMode::Sequential, [&list1, &list2]);
+        // Everything from 600 on matters; the first page already reached 500-599.
+        let listing = list_written(&store(client), PREFIX, &SequenceNumber::from(600u64))
+            .await
+            .unwrap();
+        assert_eq!(listing.requests, 1, "second page is older, never fetched");
+        assert_eq!(list2.num_calls(), 0);
+    }
+
+    #[tokio::test]
+    async fn reads_every_page_when_listed_ranges_overlap() {
+        // 500-950 overlaps 900-999: something else wrote here, so a wider
+        // older range may hide on the next page.
+        let first_page = vec![key(900, 999), key(500, 950)];
+        let second_page = vec![key(100, 700)];
+        let list1 =
+            mock!(Client::list_objects_v2).then_output(move || page(&first_page, Some("t1")));
+        let list2 = mock!(Client::list_objects_v2).then_output(move || page(&second_page, None));
+        let client = mock_client!(aws_sdk_s3, RuleMode::Sequential, [&list1, &list2]);
+        let listing = list_written(&store(client), PREFIX, &SequenceNumber::from(960u64))
+            .await
+            .unwrap();
+        assert_eq!(listing.requests, 2);
+    }
+
+    #[tokio::test]
+    async fn reads_every_page_when_the_server_does_not_sort() {
+        // Oldest first: not S3's order, so no early stop.
+        let first_page = vec![key(100, 199), key(900, 999)];
+        let second_page = vec![key(500, 599)];
+        let list1 =
+            mock!(Client::list_objects_v2).then_output(move || page(&first_page, Some("t1")));
+        let list2 = mock!(Client::list_objects_v2)
+            .match_requests(|input| input.continuation_token() == Some("t1"))
+            .then_output(move || page(&second_page, None));
+        let client = mock_client!(aws_sdk_s3, RuleMode::Sequential, [&list1, &list2]);
+        let listing = list_written(&store(client), PREFIX, &SequenceNumber::from(600u64))
+            .await
+            .unwrap();
+        assert_eq!(listing.requests, 2);
+        assert!(listing.written.contains(&SequenceNumber::from(550u64)));
+    }
+}
