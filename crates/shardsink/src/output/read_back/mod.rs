@@ -16,6 +16,7 @@
 //! - `raw`: raw payloads split at their delimiter;
 //! - `row`: a record's identity and metadata as a body holds it, and a
 //!   record decoded with its payload;
+//! - `compare`: whether an object's lines hold the same records as ours;
 //! - `decisions`: a decisions object's name and lines;
 //! - `listing`: the one paginated walk of a prefix, and a shard's time
 //!   bucket read into the batch ranges its keys name.
@@ -28,6 +29,7 @@
 //! The end-to-end tests keep their own reader on purpose
 //! (`tests/e2e/src/archive/reader.rs`): it shares no code with this one.
 
+pub(crate) mod compare;
 pub(crate) mod decisions;
 pub(crate) mod envelope;
 pub(crate) mod json;
