@@ -7,16 +7,16 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::config::CompressionCodec;
 use crate::events::rule::Outcome;
+use crate::memory::MemoryBudget;
 use crate::output::compression::Compression;
+use crate::output::compression::CompressionCodec;
 use crate::output::format::{Bodies, BodyKind, BodyShape, Format, MainBody};
 use crate::output::read_back::metadata::{
     DECISIONS_COMPRESSION, DUPLICATES_FORMAT, ERRORS_FORMAT, FORMAT_METADATA,
     MAIN_EXTENSION_METADATA, MAIN_FORMAT_METADATA, RECORDS_METADATA,
 };
 use crate::output::view::RejectReason;
-use crate::shard::memory::MemoryBudget;
 
 /// One object body, ready to PUT.
 #[derive(Debug, Clone)]

@@ -33,11 +33,11 @@ use tracing::warn;
 use super::body::ObjectBody;
 use crate::aws::tracked_read::TrackedRead;
 use crate::aws::{BoxError, ObjectStore, S3Error};
+use crate::memory::{MemoryBudget, Reservation};
 use crate::output::format::{BodyShape, Format};
 use crate::output::read_back::compare::{Comparison, compare_lines};
 use crate::output::read_back::metadata::{ERRORS_FORMAT, FORMAT_METADATA, RECORDS_METADATA};
 use crate::output::read_back::parquet::same_rows;
-use crate::shard::memory::{MemoryBudget, Reservation};
 
 /// Whether the existing object `key` holds the same records as `body`.
 ///
@@ -196,7 +196,7 @@ mod tests {
     use crate::output::compression::Compression;
     use crate::output::format::BodyKind;
     use crate::output::format::parquet::ParquetBatch;
-    use crate::output::view::UserRecordView;
+    use crate::read::record::UserRecordView;
 
     /// A Parquet file of `n` rows.
     fn parquet_file(n: u64) -> Bytes {

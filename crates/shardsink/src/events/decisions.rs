@@ -22,7 +22,7 @@ use super::id::EventIdSource;
 use super::rule::{AcceptedCopy, CopyRef, Decision, EventKey};
 use crate::output::bucket::Bucket;
 use crate::output::key::{KeyLayout, named};
-use crate::output::view::UserRecordView;
+use crate::read::record::UserRecordView;
 
 /// The folder of decisions objects under the prefix.
 pub const DECISIONS_FOLDER: &str = "_events";
@@ -184,7 +184,8 @@ mod tests {
     use sequence_range::SequenceNumber;
 
     use super::*;
-    use crate::config::{KeyStyle, TimeBucket};
+    use crate::output::bucket::TimeBucket;
+    use crate::output::key::KeyStyle;
     use crate::output::read_back::decisions::parse_decisions_name;
 
     #[test]

@@ -19,9 +19,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::registry::Registry;
 
-use crate::events::rule::Outcome as EventOutcome;
 use crate::lock::lock;
-use crate::output::view::RejectReason;
 
 /// How a batch's PUT ended.
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
@@ -81,8 +79,8 @@ pub struct CauseLabel {
     pub cause: RetryCause,
 }
 
-/// Label set with `reason`: why a format rejected a record
-/// ([`RejectReason::as_str`]).
+/// Label set with `reason`: why a format rejected a record (the format's
+/// reject reason as text).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
     /// `not_utf8`, `not_json_object`, `metadata_field_present` or
@@ -91,7 +89,7 @@ pub struct ReasonLabel {
 }
 
 /// Label set with `outcome`: what event deduplication decided of a user
-/// record ([`EventOutcome::as_str`]).
+/// record (the rule's outcome as text).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EventOutcomeLabel {
     /// `unique`, `duplicate`, `expired`, `id_reused` or `id_missing`.
@@ -369,21 +367,19 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts `count` user records rejected for `reason`.
-    pub fn records_errored(&self, reason: RejectReason, count: u64) {
+    /// Counts `count` user records rejected for `reason` (a label of
+    /// [`ReasonLabel::reason`]).
+    pub fn records_errored(&self, reason: &'static str, count: u64) {
         self.records_errored
-            .get_or_create(&ReasonLabel {
-                reason: reason.as_str(),
-            })
+            .get_or_create(&ReasonLabel { reason })
             .inc_by(count);
     }
 
-    /// Counts `count` user records written with event `outcome`.
-    pub fn events(&self, outcome: EventOutcome, count: u64) {
+    /// Counts `count` user records written with event `outcome` (a label of
+    /// [`EventOutcomeLabel::outcome`]).
+    pub fn events(&self, outcome: &'static str, count: u64) {
         self.events
-            .get_or_create(&EventOutcomeLabel {
-                outcome: outcome.as_str(),
-            })
+            .get_or_create(&EventOutcomeLabel { outcome })
             .inc_by(count);
     }
 

@@ -4,8 +4,41 @@
 use std::fmt;
 
 use chrono::{DateTime, Datelike, Timelike, Utc};
+use clap::ValueEnum;
 
-use crate::config::{KeyStyle, TimeBucket};
+use crate::output::key::KeyStyle;
+
+/// The span of arrival time one object's records share.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum TimeBucket {
+    /// A UTC minute.
+    Minute,
+    /// A UTC hour.
+    Hour,
+}
+
+impl TimeBucket {
+    /// The name, as `--time-bucket` takes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Minute => "minute",
+            Self::Hour => "hour",
+        }
+    }
+}
 
 /// Milliseconds in a minute.
 const MINUTE_MILLIS: i64 = 60_000;

@@ -37,6 +37,7 @@ use tracing::{debug, warn};
 
 use crate::aws::retry::{Retry, Stopped};
 use crate::aws::{ObjectStore, S3Error};
+use crate::commit::replay_plan::{Side, Uncommitted};
 use crate::ops::metrics::Metrics;
 use crate::output::bucket::Bucket;
 use crate::output::key::{KeyLayout, KeyParseError};
@@ -61,31 +62,6 @@ pub struct Dedup {
     loaded: Option<(Bucket, RangeSet, Vec<Uncommitted>)>,
     /// Whether a record was excluded since the last written batch.
     excluded_since_write: bool,
-}
-
-/// A batch whose error object or decisions object is in S3 and whose main
-/// object is not.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Uncommitted {
-    /// Which of the batch's objects was found.
-    pub side: Side,
-    /// That object's key.
-    pub key: String,
-    /// The batch's time bucket.
-    pub bucket: Bucket,
-    /// The batch's range.
-    pub range: SequenceRange,
-}
-
-/// An object a batch writes before its main object, which marks the batch
-/// uncommitted when the main object is missing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Side {
-    /// Its decisions object (event deduplication), written first: it says
-    /// where each record goes.
-    Decisions,
-    /// Its error object.
-    Errors,
 }
 
 impl Dedup {
@@ -284,7 +260,7 @@ mod tests {
     use aws_smithy_mocks::{RuleMode, mock, mock_client};
 
     use super::*;
-    use crate::config::CompressionCodec;
+    use crate::output::compression::CompressionCodec;
     use crate::output::format::BodyKind;
     use crate::output::read_back::listing::test_support::{key, page, range, store};
 
@@ -324,8 +300,9 @@ mod tests {
     /// reads the second pages too.
     #[tokio::test]
     async fn an_hour_is_listed_in_two_requests_with_its_error_objects() {
-        use crate::config::{KeyStyle, TimeBucket};
         use crate::fake_aws::{self, FakeBucket};
+        use crate::output::bucket::TimeBucket;
+        use crate::output::key::KeyStyle;
 
         const BATCHES: u64 = 1_500;
         let shard = "shardId-000000000000";

@@ -32,10 +32,12 @@ use tracing::{Instrument, error, info, info_span, warn};
 use crate::aws::backoff::Backoff;
 use crate::aws::retry::{Classify, Failure, Retry, Stopped};
 use crate::aws::{KinesisError, S3Error, ShardInfo};
+use crate::commit::error::CommitError;
 use crate::commit::writer::BatchWriter;
 use crate::events::decider::{EventError, RebuildSource, ShardEvents};
 use crate::events::decisions::UserDecision;
 use crate::events::store::Lineage;
+use crate::memory::Reservation;
 use crate::ops::log::error_chain;
 use crate::output::batch::{Batch, FlushReason};
 use crate::read::reader::{ReadBatch, ShardReader};
@@ -44,7 +46,6 @@ use crate::shard::context::{ShardContext, ShardExit};
 use crate::shard::dedup::Dedup;
 use crate::shard::error::ShardError;
 use crate::shard::frontier::Frontier;
-use crate::shard::memory::Reservation;
 use crate::shard::progress::Progress;
 use crate::shard::replay::{Holding, Replay};
 
@@ -149,7 +150,7 @@ impl ShardTask {
         let span = info_span!("shard", shard_id = %self.shard_id);
         async move {
             match self.run_inner(shutdown).await {
-                Err(ShardError::LeaseLost { .. }) => Ok(ShardExit::LeaseLost),
+                Err(err) if err.is_lease_lost() => Ok(ShardExit::LeaseLost),
                 other => other,
             }
         }
@@ -180,7 +181,7 @@ impl ShardTask {
                 .replay_plan(&pending, self.events.is_some(), &self.ctx.budget)
                 .await
             {
-                Err(ShardError::LeaseLost { .. }) => return Ok(ShardExit::LeaseLost),
+                Err(CommitError::LeaseLost { .. }) => return Ok(ShardExit::LeaseLost),
                 plan => plan?,
             };
             self.adopt(&plan.recorded).await?;
@@ -346,9 +347,7 @@ impl ShardTask {
     }
 
     fn lease_lost(&self) -> ShardError {
-        ShardError::LeaseLost {
-            shard_id: self.shard_id.clone(),
-        }
+        ShardError::lease_lost(&self.shard_id)
     }
 
     async fn on_record(&mut self, record: ShardRecord) -> Result<(), ShardError> {
@@ -549,10 +548,10 @@ impl ShardTask {
         if let Some(replay) = self.replay.take() {
             if replay.batch().is_some() {
                 // As for `Step::Broken`: consumed records must not be dropped.
-                return Err(ShardError::Internal {
-                    shard_id: self.shard_id.clone(),
-                    message: "the shard ended before the pending batch's last record",
-                });
+                return Err(ShardError::internal(
+                    &self.shard_id,
+                    "the shard ended before the pending batch's last record",
+                ));
             }
             warn!(key = %replay.pending().key, "shard ended before the pending batch's first record; its records left the stream, dedup covers it");
         }
@@ -610,9 +609,7 @@ impl ShardTask {
 fn events_failed(shard_id: &str, source: EventError) -> ShardError {
     match source {
         EventError::Rebuild(stopped) => ShardError::from_s3_stop(shard_id, stopped),
-        EventError::Manifest(Stopped::Cancelled) => ShardError::LeaseLost {
-            shard_id: shard_id.to_owned(),
-        },
+        EventError::Manifest(Stopped::Cancelled) => ShardError::lease_lost(shard_id),
         source => ShardError::Events {
             shard_id: shard_id.to_owned(),
             source,
@@ -646,17 +643,17 @@ mod tests {
 
     use super::*;
     use crate::aws::{Kinesis, ObjectStore};
-    use crate::config::CompressionCodec;
     use crate::fake_aws::{self, FakeBucket, FakeShard, FakeStream, FakeTable};
+    use crate::memory::MemoryBudget;
     use crate::ops::metrics::Metrics;
     use crate::output::Output;
     use crate::output::batch::BufferLimits;
     use crate::output::compression::Compression;
+    use crate::output::compression::CompressionCodec;
     use crate::output::format::BodyKind;
     use crate::output::format::Format;
     use crate::output::key::KeyLayout;
     use crate::output::key::object_name;
-    use crate::shard::memory::MemoryBudget;
     use crate::test_wait;
 
     const SHARD: &str = "shardId-000000000000";
@@ -690,7 +687,7 @@ mod tests {
         let ctx = Arc::new(ShardContext {
             kinesis: Kinesis::new(
                 clients.kinesis.clone(),
-                crate::config::StreamRef::Name("s".to_owned()),
+                crate::aws::kinesis::StreamRef::Name("s".to_owned()),
             ),
             store: ObjectStore::new(clients.s3.clone(), "bucket"),
             output: Output::for_tests("p"),
@@ -1512,7 +1509,10 @@ mod tests {
             .run_to_exit(lease, "the replay to fail on the missing records")
             .await;
         assert!(
-            matches!(result, Err(ShardError::Internal { .. })),
+            matches!(
+                result,
+                Err(ShardError::Commit(CommitError::Internal { .. }))
+            ),
             "{result:?}"
         );
         assert!(
@@ -1589,7 +1589,7 @@ mod tests {
             .run_to_exit(lease, "the task to stop on the conflicting object")
             .await;
         assert!(
-            matches!(result, Err(ShardError::ObjectConflict { ref key, .. }) if key.ends_with(".jsonl.zst")),
+            matches!(result, Err(ShardError::Commit(CommitError::ObjectConflict { ref key, .. })) if key.ends_with(".jsonl.zst")),
             "{result:?}"
         );
         assert_eq!(h.bucket.objects.lock().unwrap()[&key], planted);

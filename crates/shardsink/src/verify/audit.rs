@@ -356,15 +356,15 @@ mod tests {
             shard_left_stream: false,
         };
         let clients = fake_aws::clients(stream, bucket, table);
-        recorded_gap
-            .report(
-                &Checkpoint::SequenceNumber(n(0)),
-                &ObjectStore::new(clients.s3.clone(), "bucket"),
-                "p",
-                &crate::ops::metrics::Metrics::new(),
-            )
-            .await
-            .unwrap();
+        crate::output::gap_marker::report(
+            &recorded_gap,
+            &Checkpoint::SequenceNumber(n(0)),
+            &ObjectStore::new(clients.s3.clone(), "bucket"),
+            "p",
+            &crate::ops::metrics::Metrics::new(),
+        )
+        .await
+        .unwrap();
         LeaseTable::new(clients.dynamodb.clone(), "leases")
             .create_lease(&Lease::new(SHARD, Checkpoint::SequenceNumber(n(9)), vec![]))
             .await

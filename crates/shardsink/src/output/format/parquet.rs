@@ -59,31 +59,13 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 use self::column::ColumnBuilder;
 use self::row::parse_row;
-use super::schema::{ColumnType, ParquetSchema};
+use super::schema::{
+    APPROXIMATE_ARRIVAL_TIMESTAMP, ColumnType, DATA, PARTITION_KEY, ParquetSchema, SEQUENCE_NUMBER,
+    SHARD_ID, SUB_SEQUENCE_NUMBER,
+};
 use crate::output::compression::Compression;
-use crate::output::view::{Rejection, UserRecordView};
-
-/// Column: the shard the record was read from.
-pub const SHARD_ID: &str = "shard_id";
-/// Column: the Kinesis record's sequence number, decimal text.
-pub const SEQUENCE_NUMBER: &str = "sequence_number";
-/// Column: the user record's index in its KPL aggregate; null outside KPL.
-pub const SUB_SEQUENCE_NUMBER: &str = "sub_sequence_number";
-/// Column: the (user) record's partition key.
-pub const PARTITION_KEY: &str = "partition_key";
-/// Column: `ApproximateArrivalTimestamp`, UTC milliseconds.
-pub const APPROXIMATE_ARRIVAL_TIMESTAMP: &str = "approximate_arrival_timestamp";
-/// Column: the payload bytes, written when there is no schema.
-pub const DATA: &str = "data";
-/// The metadata columns, first in every file in this order; a schema column
-/// may not take one of these names.
-pub const METADATA_COLUMNS: [&str; 5] = [
-    SHARD_ID,
-    SEQUENCE_NUMBER,
-    SUB_SEQUENCE_NUMBER,
-    PARTITION_KEY,
-    APPROXIMATE_ARRIVAL_TIMESTAMP,
-];
+use crate::output::view::Rejection;
+use crate::read::record::UserRecordView;
 
 /// The `created_by` of every file: fixed, with no version, so that the
 /// bytes do not change with the build.
@@ -101,7 +83,7 @@ const UTC: &str = "UTC";
 const OFFSET_BYTES: u64 = 4;
 
 /// The Arrow schema of the files written with `schema`: the five
-/// [`METADATA_COLUMNS`], then `data` (Binary, not null) without a schema,
+/// [`METADATA_COLUMNS`](super::schema::METADATA_COLUMNS), then `data` (Binary, not null) without a schema,
 /// or the schema's columns (all nullable) in schema order.
 pub fn arrow_schema(schema: Option<&ParquetSchema>) -> SchemaRef {
     let mut fields = vec![

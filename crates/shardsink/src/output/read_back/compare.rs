@@ -5,8 +5,8 @@
 //! PUT with `If-None-Match: *` answered 412.
 
 use super::envelope::identity;
-use crate::config::CompressionCodec;
 use crate::output::compression;
+use crate::output::compression::CompressionCodec;
 
 /// How an existing object's lines compare with a batch's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -89,7 +89,7 @@ pub fn parse_line(
 mod tests {
     use super::*;
     use crate::events::decisions::encode_line;
-    use crate::output::view::UserRecordView;
+    use crate::read::record::UserRecordView;
 
     fn view(sub: Option<u64>) -> UserRecordView<'static> {
         UserRecordView {

@@ -192,7 +192,7 @@ pub(crate) mod test_support {
     use sequence_range::SequenceRange;
 
     use crate::aws::ObjectStore;
-    use crate::config::CompressionCodec;
+    use crate::output::compression::CompressionCodec;
     use crate::output::format::BodyKind;
     use crate::output::key::object_name;
 

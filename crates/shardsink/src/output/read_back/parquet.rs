@@ -19,9 +19,10 @@ use arrow_schema::Schema;
 use bytes::Bytes;
 
 use super::row::{Place, Record, Row};
-use crate::output::format::parquet::{
-    APPROXIMATE_ARRIVAL_TIMESTAMP, DATA, MAX_ROW_GROUP_ROWS, PARTITION_KEY, SEQUENCE_NUMBER,
-    SHARD_ID, SUB_SEQUENCE_NUMBER,
+use crate::output::format::parquet::MAX_ROW_GROUP_ROWS;
+use crate::output::format::schema::{
+    APPROXIMATE_ARRIVAL_TIMESTAMP, DATA, PARTITION_KEY, SEQUENCE_NUMBER, SHARD_ID,
+    SUB_SEQUENCE_NUMBER,
 };
 
 /// Whether two Parquet files hold the same rows: the same column names,

@@ -98,7 +98,7 @@ pub(crate) mod strategy {
     use proptest::prelude::*;
 
     use super::Record;
-    use crate::output::view::UserRecordView;
+    use crate::read::record::UserRecordView;
 
     impl Record {
         /// The record as every encoder sees it.
