@@ -51,7 +51,9 @@
 //! Beside the layers: `bench` (feature `bench`), the parts the pipeline
 //! benchmark in `benches/` drives; `fake_aws` (tests only), in-memory
 //! Kinesis, S3 and DynamoDB behind mocked SDK clients; `test_wait` (tests
-//! only), waiting in paused time, where a wait that runs out fails the test.
+//! only), waiting in paused time, where a wait that runs out fails the test;
+//! `docs_tests` (tests only), `docs/ATHENA.md`'s tables and key patterns
+//! checked against the code.
 //!
 //! Data flows: GetRecords (`read`) → records → replay / dedup (`shard`) →
 //! event decisions (`events`) → minute or hour batches (`shard`) → encoded
@@ -63,6 +65,8 @@ mod aws;
 pub mod cli;
 mod commit;
 mod config;
+#[cfg(test)]
+mod docs_tests;
 mod events;
 #[cfg(test)]
 mod fake_aws;

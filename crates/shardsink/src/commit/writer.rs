@@ -3,11 +3,13 @@
 //! 1. Record the batch (key, first, last) in the lease row, conditional on the
 //!    lease counter (`pendingCheckpoint`; contract line C6). A worker that
 //!    lost the lease fails here and writes nothing new.
-//! 2. PUT the object with `If-None-Match: *` (C2) — first the error object,
-//!    when the format rejected records, then the main object, which is the
-//!    batch's commit marker. A 412 means the object exists: it is read back
-//!    and must hold the same records, or the shard stops with
-//!    [`CommitError::ObjectConflict`]; it is never overwritten.
+//! 2. PUT the objects with `If-None-Match: *` (C2), in order: the decisions
+//!    object (with `--event-id`), the error object (when the format
+//!    rejected records), the duplicates object (when records were
+//!    duplicates), then the main object, which is the batch's commit marker.
+//!    A 412 means the object exists: it is read back and must hold the same
+//!    records, or the shard stops with [`CommitError::ObjectConflict`]; it is
+//!    never overwritten.
 //! 3. Checkpoint the batch's last sequence number, clearing the pending batch
 //!    (C3: the checkpoint only passes records durably in S3).
 //!

@@ -22,7 +22,7 @@ use crate::events::rule::CopyRef;
 pub(super) async fn audit(plan: &Plan, clients: &AwsClients, tty: bool) -> anyhow::Result<Audit> {
     let store = ObjectStore::new(clients.s3.clone(), &plan.bucket);
 
-    // Checkpoints first, then the listing (see the `verify` module documentation).
+    // Checkpoints first, then the listing (see docs/VERIFY.md, "What it checks").
     let checkpoints = match (&plan.stream, &plan.lease_table) {
         (Some(_), Some(table)) => Some(read_checkpoints(clients, table).await),
         _ => None,

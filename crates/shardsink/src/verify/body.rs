@@ -18,7 +18,6 @@ use sequence_range::{SequenceNumber, SequenceRange};
 
 use super::keys::ArchivedKey;
 use super::progress::Phase;
-use super::report::minute_text;
 use super::{s3_retry, s3_stopped};
 use crate::aws::{ObjectStore, S3Error};
 use crate::events::rule::{CopyRef, Outcome};
@@ -294,7 +293,7 @@ fn check_body(role: Role, object: &ArchivedKey, body: &[u8]) -> BodyCheck {
                     format!(
                         "{at}: approximateArrivalTimestamp {timestamp} is not in the key's {} {}",
                         object.bucket.size().as_str(),
-                        minute_text(object.bucket)
+                        object.bucket.iso_text()
                     )
                 }),
                 Err(err) => check
