@@ -26,7 +26,10 @@
 //! - `output`: what a batch becomes: its body in the configured format
 //!   (envelope, json, raw or Parquet) and the records a format rejects, the
 //!   compression, the object key and its inverse, the time bucket, the key
-//!   layout recorded under the prefix, and the retention-gap marker.
+//!   layout recorded under the prefix, the retention-gap marker, and
+//!   reading the archive back (`output::read_back`: listings, each format's
+//!   decoder, decisions objects) for every part that looks at what is
+//!   already in S3.
 //! - `events`: with `--event-id`, each user record decided — kept, or a
 //!   duplicate of an earlier accepted copy of its event — by the rule, in
 //!   the local store or the DynamoDB manifest; the decisions object that

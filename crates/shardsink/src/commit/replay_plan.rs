@@ -19,6 +19,10 @@ use crate::memory::{MemoryBudget, Reservation};
 use crate::output::bucket::Bucket;
 use crate::output::format::{BodyKind, Format};
 use crate::output::key::parse_object_name;
+use crate::output::read_back::decisions::parse as parse_decisions;
+use crate::output::read_back::metadata::{
+    DECISIONS_COMPRESSION, MAIN_EXTENSION_METADATA, MAIN_FORMAT_METADATA,
+};
 
 /// A batch whose error object or decisions object is in S3 and whose main
 /// object is not.
@@ -169,7 +173,7 @@ impl BatchWriter {
         let error_metadata = self.head_metadata(&error_key).await?;
         let format = match error_metadata
             .as_ref()
-            .and_then(|metadata| metadata.get(body::MAIN_FORMAT_METADATA))
+            .and_then(|metadata| metadata.get(MAIN_FORMAT_METADATA))
         {
             Some(written_for) => self.format_written_for(pending, &error_key, written_for, format),
             None => format,
@@ -261,12 +265,11 @@ impl BatchWriter {
         };
         let mut held = budget.reserve();
         held.grow(body.len() as u64);
-        let plain =
-            crate::output::compression::decompress(body::DECISIONS_COMPRESSION.codec(), &body)
-                .map_err(|err| corrupt(err.to_string()))?;
+        let plain = crate::output::compression::decompress(DECISIONS_COMPRESSION.codec(), &body)
+            .map_err(|err| corrupt(err.to_string()))?;
         held.grow(plain.len() as u64);
         drop(body);
-        let recorded = decisions::parse(self.shard_id(), &plain).map_err(corrupt)?;
+        let recorded = parse_decisions(self.shard_id(), &plain).map_err(corrupt)?;
         drop(plain);
         held.resize(decisions::held_bytes(&recorded));
         Ok(Some(ReadBack {
@@ -300,7 +303,7 @@ impl BatchWriter {
             },
         };
         let metadata = metadata.unwrap_or_default();
-        let written_for = metadata.get(body::MAIN_FORMAT_METADATA);
+        let written_for = metadata.get(MAIN_FORMAT_METADATA);
         let shape = written_for
             .and_then(|text| Format::shape_of_description(text))
             .unwrap_or_else(|| self.output.format.shape());
@@ -316,7 +319,7 @@ impl BatchWriter {
                 format.body_kind(codec)
             }
             Side::Decisions => metadata
-                .get(body::MAIN_EXTENSION_METADATA)
+                .get(MAIN_EXTENSION_METADATA)
                 .and_then(|extension| BodyKind::from_extension(extension))
                 .filter(|kind| kind.shape == format.shape())
                 .unwrap_or_else(|| format.body_kind(self.output.compression.codec())),

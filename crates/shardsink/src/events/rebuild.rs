@@ -36,19 +36,19 @@ use tokio_util::io::SyncIoBridge;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::decisions::{parse_decisions_name, parse_line};
 use super::local::{LocalStore, LocalStoreError};
 use super::rule::{AcceptedCopy, EventKey};
 use crate::aws::retry::{Retry, Stopped};
 use crate::aws::tracked_read::TrackedRead;
 use crate::aws::{ObjectStore, S3Error};
-use crate::commit::body::{DECISIONS_COMPRESSION, FORMAT_METADATA};
 use crate::memory::{MemoryBudget, REBUILD_BYTES, Reservation};
 use crate::ops::metrics::Metrics;
 use crate::output::Output;
 use crate::output::bucket::Bucket;
 use crate::output::compression;
-use crate::shard::dedup::list_written;
+use crate::output::read_back::decisions::{parse_decisions_name, parse_line};
+use crate::output::read_back::listing::{list_all, list_written};
+use crate::output::read_back::metadata::{DECISIONS_COMPRESSION, FORMAT_METADATA};
 
 /// Accepted copies read before they are inserted: at most this many are
 /// held at once (about 5.5 MiB with 56-digit sequence numbers, 8.5 MiB
@@ -399,20 +399,6 @@ fn read_copies(
         insert(&held).map_err(ReadError::Store)?;
     }
     Ok(PassOutcome::Inserted(copies))
-}
-
-/// Every key under `prefix`.
-async fn list_all(store: &ObjectStore, prefix: &str) -> Result<Vec<String>, S3Error> {
-    let mut keys = Vec::new();
-    let mut continuation = None;
-    loop {
-        let page = store.list_page(prefix, continuation).await?;
-        keys.extend(page.keys);
-        match page.next_continuation_token {
-            Some(token) => continuation = Some(token),
-            None => return Ok(keys),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -16,6 +16,8 @@
 //!   (`_shardsink.json`), read at every start and by `verify`;
 //! - `gap_marker`: the object that records a retention gap
 //!   (`_retention-gaps/`).
+//! - `read_back`: reading the archive back — the one reader of what is
+//!   already in S3, beside the writers.
 
 pub(crate) mod batch;
 pub(crate) mod bucket;
@@ -24,6 +26,7 @@ pub(crate) mod format;
 pub(crate) mod gap_marker;
 pub(crate) mod key;
 pub(crate) mod marker;
+pub(crate) mod read_back;
 pub(crate) mod view;
 
 use self::compression::Compression;

@@ -1,6 +1,7 @@
 //! The `parquet` format: [`ParquetBatch`], a batch's user records as the
-//! rows of one Apache Parquet file, and the read-back used to compare and
-//! audit such files ([`same_rows`], [`row_identities`]).
+//! rows of one Apache Parquet file. Reading such files back (comparing
+//! them, their rows' identities, their records) is
+//! `output::read_back::parquet`.
 //!
 //! # Columns
 //! One row per user record (a plain Kinesis record, or one user record of a
@@ -30,18 +31,16 @@
 //! encryption, no bloom filters; dictionary pages list values in the order
 //! they first appear, whatever the seed of the writer's hash table).
 //! A replayed batch therefore gives the same bytes, and when it does not
-//! (after an upgrade of the writer) [`same_rows`] still recognises the rows.
+//! (after an upgrade of the writer) `same_rows` (in
+//! `output::read_back::parquet`) still recognises the rows.
 //!
 //! # Layout
 //! - this file: the columns, the writer settings and [`ParquetBatch`];
 //! - `column`: the builder of one schema column;
 //! - `row`: a payload decoded into a schema's typed cells, or a
-//!   [`Rejection`];
-//! - `read_back`: [`same_rows`] and [`row_identities`], which read files
-//!   back a batch at a time.
+//!   [`Rejection`].
 
 mod column;
-mod read_back;
 mod row;
 #[cfg(test)]
 mod tests;
@@ -59,7 +58,6 @@ use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 use self::column::ColumnBuilder;
-pub use self::read_back::{row_identities, same_rows};
 use self::row::parse_row;
 use super::schema::{
     APPROXIMATE_ARRIVAL_TIMESTAMP, ColumnType, DATA, PARTITION_KEY, ParquetSchema, SEQUENCE_NUMBER,

@@ -146,7 +146,11 @@ impl Harness {
 
 fn decisions_in(h: &Harness, key: &str) -> Vec<decisions::RecordedDecision> {
     let body = object(h, key).expect("decisions object");
-    decisions::parse(SHARD, &decompress(CompressionCodec::Zstd, &body).unwrap()).unwrap()
+    crate::output::read_back::decisions::parse(
+        SHARD,
+        &decompress(CompressionCodec::Zstd, &body).unwrap(),
+    )
+    .unwrap()
 }
 
 #[tokio::test(start_paused = true)]
