@@ -40,7 +40,7 @@
 //!   object already at the key; how a pending or uncommitted batch is
 //!   rebuilt; its own error type.
 //! - `shard`: the shard task — replays the pending batch, skips records
-//!   already in S3 (dedup), groups records by arrival minute or hour into
+//!   already in S3 (the resume skip), groups records by arrival minute or hour into
 //!   batches.
 //! - `config`: settings (flags and `SHARDSINK_*` variables) and their
 //!   validation; it assembles the value types the stages define.
@@ -57,7 +57,7 @@
 //! `docs_tests` (tests only), `docs/ATHENA.md`'s tables and key patterns
 //! checked against the code.
 //!
-//! Data flows: GetRecords (`read`) → records → replay / dedup (`shard`) →
+//! Data flows: GetRecords (`read`) → records → replay / the resume skip (`shard`) →
 //! event decisions (`events`) → minute or hour batches (`shard`) → encoded
 //! bodies and compression (`output`) → pending batch in the lease row →
 //! PUT → checkpoint (`commit`).

@@ -187,7 +187,7 @@ impl BatchWriter {
         self.replay(pending, batch, format).await
     }
 
-    /// Writes a checkpoint that no batch write carries: past records dedup
+    /// Writes a checkpoint that no batch write carries: past records the resume skip
     /// found in S3, `SHARD_END`, or the current checkpoint again to clear a
     /// pending batch that can no longer be replayed.
     ///

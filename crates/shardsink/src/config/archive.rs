@@ -20,7 +20,7 @@ pub struct ArchiveArgs {
     pub bucket: Option<String>,
 
     /// Key prefix of every object, without a trailing slash. Must be used by
-    /// this stream only: dedup reads the ranges of every key under it.
+    /// this stream only: the resume skip reads the ranges of every key under it.
     /// [default: the stream name]
     #[arg(long, env = "SHARDSINK_PREFIX", value_name = "PREFIX")]
     pub prefix: Option<String>,

@@ -48,7 +48,7 @@ pub struct Metrics {
     pub bytes_written: Counter,
     /// `shardsink_batches_written_total{outcome}`.
     pub batches_written: Family<OutcomeLabel, Counter>,
-    /// `shardsink_duplicates_excluded_total`: user records skipped by dedup.
+    /// `shardsink_duplicates_excluded_total`: user records skipped by the resume skip.
     pub duplicates_excluded: Counter,
     /// `shardsink_conditional_write_conflicts_total`: PUTs answered 412.
     pub conditional_write_conflicts: Counter,
@@ -160,7 +160,7 @@ impl Metrics {
         );
         registry.register(
             "duplicates_excluded",
-            "User records skipped because dedup found them already in S3",
+            "User records skipped because the resume skip found them already in S3",
             metrics.duplicates_excluded.clone(),
         );
         registry.register(
@@ -180,7 +180,7 @@ impl Metrics {
         );
         registry.register(
             "dedup_list_requests",
-            "ListObjectsV2 requests made by dedup",
+            "ListObjectsV2 requests made by the resume skip",
             metrics.dedup_list_requests.clone(),
         );
         registry.register(

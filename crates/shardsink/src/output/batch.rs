@@ -171,7 +171,7 @@ pub enum FlushReason {
     /// A record of a later minute or hour arrived, or the bucket ended
     /// while the shard was caught up.
     BucketOver,
-    /// The next record is already in S3 (dedup), so the batch ends here.
+    /// The next record is already in S3 (the resume skip), so the batch ends here.
     Gap,
     /// The shard reached `SHARD_END`.
     ShardEnd,

@@ -17,7 +17,7 @@
 //!
 //! A key is a pure function of the batch's records and the layout (C5 in
 //! docs/DESIGN.md). Parsing accepts exactly what [`object_name`] writes;
-//! anything else is a [`KeyParseError`], which dedup logs and ignores.
+//! anything else is a [`KeyParseError`], which the resume skip logs and ignores.
 
 use clap::ValueEnum;
 use sequence_range::key_encoding::{
@@ -106,7 +106,7 @@ impl KeyLayout {
     }
 
     /// `{prefix}/{time path}/{shardId}/`: everything one shard writes in one
-    /// bucket, and what dedup lists.
+    /// bucket, and what the resume skip lists.
     pub fn shard_bucket_prefix(&self, bucket: Bucket, shard_id: &str) -> String {
         debug_assert_eq!(bucket.size(), self.bucket, "bucket of another layout");
         format!(

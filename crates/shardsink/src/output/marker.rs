@@ -1,7 +1,7 @@
 //! The archive's key layout, recorded under its prefix:
 //! `{prefix}/_shardsink.json`, e.g. `{"keyLayout":"hive","timeBucket":"hour"}`.
 //!
-//! Dedup finds what is already in S3 by listing one shard's prefix of one
+//! ResumeSkip finds what is already in S3 by listing one shard's prefix of one
 //! time bucket, in the layout of the settings. An archive written in another
 //! key layout or time bucket has its objects under paths that listing never
 //! reads, so its records would be written again. The first start records

@@ -5,7 +5,8 @@
 //! - `context`: [`ShardContext`](context::ShardContext), what every task shares, and
 //!   [`ShardExit`](context::ShardExit), how a task ends;
 //! - `error`: [`ShardError`](error::ShardError), how a shard task stops;
-//! - `dedup`: [`Dedup`](dedup::Dedup), skipping records already in S3 after a start;
+//! - `resume`: [`ResumeSkip`](resume::ResumeSkip), the resume skip: records already in S3
+//!   skipped after a start;
 //! - `replay`: [`Replay`](replay::Replay), the pending batch rebuilt record
 //!   by record and written first;
 //! - `frontier`: [`Frontier`](frontier::Frontier), how far the shard is in S3
@@ -17,9 +18,9 @@
 //! stages that every one of them reserves from.
 
 pub(crate) mod context;
-pub(crate) mod dedup;
 pub(crate) mod error;
 pub(crate) mod frontier;
 pub(crate) mod progress;
 pub(crate) mod replay;
+pub(crate) mod resume;
 pub(crate) mod task;

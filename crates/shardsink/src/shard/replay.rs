@@ -60,7 +60,7 @@ pub(crate) enum Step {
     Complete(Complete),
     /// The pending batch can no longer be rebuilt exactly: its first record
     /// has left the stream (retention). It is dropped; the record is not part
-    /// of it and is handled like any other (dedup finds what is in S3).
+    /// of it and is handled like any other (the resume skip finds what is in S3).
     Abandoned(PendingBatch),
     /// Records were consumed but the batch's last never came: Kinesis returns
     /// every record in order, so this is a bug — and dropping the consumed
@@ -105,7 +105,7 @@ impl Replay {
     }
 
     /// The rebuild of an uncommitted batch found in S3
-    /// ([`Dedup::uncommitted_at`](crate::shard::dedup::Dedup::uncommitted_at)),
+    /// ([`ResumeSkip::uncommitted_at`](crate::shard::resume::ResumeSkip::uncommitted_at)),
     /// encoded in `format`; the lease row does not record it yet.
     pub(crate) fn uncommitted(
         pending: PendingBatch,

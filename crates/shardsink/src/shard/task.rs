@@ -4,7 +4,7 @@
 //! 1. While the pending batch from the lease row is being rebuilt
 //!    ([`Replay`]), the record goes into it until the batch's last record;
 //!    then that batch is written under its recorded key (C6).
-//! 2. While dedup is on, a record already in S3 is skipped; the batch being
+//! 2. While the resume skip is on, a record already in S3 is skipped; the batch being
 //!    built ends before it (batches are contiguous runs of records).
 //! 3. A record of another arrival minute or hour (the time bucket) ends the
 //!    batch being built.
@@ -40,11 +40,11 @@ use crate::events::store::Lineage;
 use crate::output::batch::{Batch, FlushReason};
 use crate::read::record::ShardRecord;
 use crate::shard::context::{ShardContext, ShardExit};
-use crate::shard::dedup::Dedup;
 use crate::shard::error::ShardError;
 use crate::shard::frontier::Frontier;
 use crate::shard::progress::Progress;
 use crate::shard::replay::{Holding, Replay};
+use crate::shard::resume::ResumeSkip;
 
 mod reading;
 mod replaying;
@@ -62,7 +62,7 @@ pub struct ShardTask {
     lease: Arc<HeldLease>,
     shard_id: String,
     writer: BatchWriter,
-    dedup: Dedup,
+    resume: ResumeSkip,
     /// Event decisions, with `--event-id`.
     events: Option<ShardEvents>,
     /// Records read but not yet decided: with event decisions, a
@@ -76,7 +76,7 @@ pub struct ShardTask {
 }
 
 impl ShardTask {
-    /// A task for the shard `lease` holds; dedup starts on (the lease was just
+    /// A task for the shard `lease` holds; the resume skip starts on (the lease was just
     /// taken).
     pub fn new(ctx: Arc<ShardContext>, lease: Arc<HeldLease>) -> Self {
         let mut writer = BatchWriter::new(
@@ -99,24 +99,24 @@ impl ShardTask {
                 },
             )
         });
-        let mut dedup = Dedup::new(
+        let mut resume = ResumeSkip::new(
             ctx.store.clone(),
             ctx.output.layout.clone(),
             lease.shard_id(),
             ctx.metrics.clone(),
         );
         if ctx.output.format.can_reject() {
-            dedup = dedup.with_error_layout(ctx.output.error_layout.clone());
+            resume = resume.with_error_layout(ctx.output.error_layout.clone());
         }
         if ctx.events.is_some() {
-            dedup = dedup.with_decisions_layout(ctx.output.decisions_layout.clone());
+            resume = resume.with_decisions_layout(ctx.output.decisions_layout.clone());
         }
         Self {
             shard_id: lease.shard_id().to_owned(),
             ctx,
             lease,
             writer,
-            dedup,
+            resume,
             events,
             run: Vec::new(),
             batch: None,
@@ -203,7 +203,11 @@ impl ShardTask {
             self.frontier.skipped(record.sequence_number);
             return Ok(());
         }
-        if self.dedup.uncommitted_at(&record.sequence_number).is_some() {
+        if self
+            .resume
+            .uncommitted_at(&record.sequence_number)
+            .is_some()
+        {
             self.flush_run().await?;
         }
         if self.start_uncommitted(&record).await? {
@@ -306,9 +310,9 @@ impl ShardTask {
         Ok(())
     }
 
-    /// Whether dedup finds the record in S3.
+    /// Whether the resume skip finds the record in S3.
     async fn is_written(&mut self, record: &ShardRecord) -> Result<bool, ShardError> {
-        self.dedup
+        self.resume
             .is_written(
                 self.ctx.output.layout.bucket_of(record.arrival_millis),
                 &record.sequence_number,
@@ -324,7 +328,7 @@ impl ShardTask {
         let written = self.writer.write(batch, reason).await?;
         self.progress.batch_written();
         if reason != FlushReason::Gap {
-            self.dedup.on_batch_written();
+            self.resume.on_batch_written();
         }
         self.frontier.written(written.pending.last);
         self.events_written(first_arrival).await
@@ -363,7 +367,7 @@ impl ShardTask {
         Ok(())
     }
 
-    /// Checkpoints past records dedup found in S3 when nothing is buffered and
+    /// Checkpoints past records the resume skip found in S3 when nothing is buffered and
     /// no write has checkpointed them for a while (or at shutdown).
     async fn checkpoint_if_idle(&mut self, force: bool) -> Result<(), ShardError> {
         if self.batch.is_some() || self.replay.is_some() {
@@ -392,7 +396,7 @@ impl ShardTask {
                     "the shard ended before the pending batch's last record",
                 ));
             }
-            warn!(key = %replay.pending().key, "shard ended before the pending batch's first record; its records left the stream, dedup covers it");
+            warn!(key = %replay.pending().key, "shard ended before the pending batch's first record; its records left the stream, the resume skip covers it");
         }
         if let Some(batch) = self.batch.take() {
             self.write(batch, FlushReason::ShardEnd).await?;
@@ -439,7 +443,7 @@ impl ShardTask {
 
     fn log_progress(&mut self, force: bool) {
         self.progress
-            .log(force, self.dedup.is_enabled(), self.frontier.checkpoint());
+            .log(force, self.resume.is_enabled(), self.frontier.checkpoint());
     }
 }
 

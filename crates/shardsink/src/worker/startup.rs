@@ -234,7 +234,7 @@ fn layout_differs(bucket: &str, layout: &KeyLayout, recorded: RecordedLayout) ->
     ConfigError::new(
         flag,
         format!(
-            "s3://{bucket}/{} holds an archive written with {}; dedup would not find its objects under another layout. Keep those settings, or use a new --prefix",
+            "s3://{bucket}/{} holds an archive written with {}; the resume skip would not find its objects under another layout. Keep those settings, or use a new --prefix",
             layout.list_prefix(),
             recorded.flags()
         ),

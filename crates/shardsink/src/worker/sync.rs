@@ -104,7 +104,7 @@ impl Worker {
     }
 
     /// Scans the lease table; a missing table is created again (shards then
-    /// restart from their initial position, and dedup keeps S3 exact) and
+    /// restart from their initial position, and the resume skip keeps S3 exact) and
     /// reads as empty.
     ///
     /// # Errors
@@ -113,7 +113,7 @@ impl Worker {
         match self.table.scan().await {
             Ok(scan) => Ok(scan),
             Err(LeaseError::TableMissing { table }) => {
-                warn!(lease_table = %table, "lease table missing; creating it again (shards restart from their initial position, dedup keeps S3 exact)");
+                warn!(lease_table = %table, "lease table missing; creating it again (shards restart from their initial position, the resume skip keeps S3 exact)");
                 // Waiting for an old table to be deleted and the new one to
                 // become ACTIVE can take minutes: alive, not ready.
                 self.health.waiting(

@@ -59,7 +59,7 @@ impl ShardTask {
                     first = %pending.first,
                     last = %pending.last,
                     found = %record.sequence_number,
-                    "pending batch can no longer be replayed exactly (its records left the stream); dedup takes over"
+                    "pending batch can no longer be replayed exactly (its records left the stream); the resume skip takes over"
                 );
                 // Clear the pending batch so the next one can be recorded.
                 self.writer.checkpoint(self.frontier.checkpoint()).await?;
@@ -75,7 +75,7 @@ impl ShardTask {
         }
     }
 
-    /// When `record` (not in S3) is the first of an uncommitted batch dedup
+    /// When `record` (not in S3) is the first of an uncommitted batch the resume skip
     /// found, writes the batch being built, waits for a turn to replay, and
     /// starts rebuilding that batch with `record`. Returns whether it did.
     ///
@@ -86,7 +86,7 @@ impl ShardTask {
         &mut self,
         record: &ShardRecord,
     ) -> Result<bool, ShardError> {
-        let Some(uncommitted) = self.dedup.uncommitted_at(&record.sequence_number) else {
+        let Some(uncommitted) = self.resume.uncommitted_at(&record.sequence_number) else {
             return Ok(false);
         };
         if let Some(batch) = self.batch.take() {

@@ -297,7 +297,7 @@ async fn dedup_skips_records_in_s3_and_writes_around_them() {
     for i in 1..=10 {
         h.shard.push(&seq(i), PAST + 1_000 * i as i64, b"x");
     }
-    // A previous run wrote 3..=5 (listed ranges are all dedup reads).
+    // A previous run wrote 3..=5 (listed ranges are all the resume skip reads).
     let existing = key_for(3, 5, PAST);
     h.bucket
         .objects
@@ -940,7 +940,7 @@ async fn an_object_with_other_records_is_never_overwritten() {
     let other = crate::output::compression::Compression::Zstd(3)
         .compress(b"{\"sequenceNumber\":\"1\",\"data\":\"\"}\n")
         .unwrap();
-    // Written after dedup's listing, so the writer meets it as a 412.
+    // Written after the resume skip's listing, so the writer meets it as a 412.
     let bucket = h.bucket.clone();
     let planted = Bytes::from(other);
     let planted_clone = planted.clone();

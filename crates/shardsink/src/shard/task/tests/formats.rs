@@ -353,7 +353,7 @@ fn error_lines(records: &[(u64, &[u8])]) -> Bytes {
 
 /// A batch's error object is in S3 but not its main object, and the lease
 /// row that recorded the batch is gone (a lost lease table): the shard
-/// starts over from the oldest record. Dedup finds the uncommitted batch
+/// starts over from the oldest record. ResumeSkip finds the uncommitted batch
 /// and the task rebuilds exactly it — not a longer batch whose error object
 /// would hold the rejected record a second time.
 #[tokio::test(start_paused = true)]
@@ -468,7 +468,7 @@ impl Met {
 /// Runs the shard task in `format` with `compression` over records 1 to 3
 /// (`payloads`), one batch. `existing` lands at the batch's key, with the
 /// metadata the task writes (this format, three records), just before the
-/// task's PUT — after dedup listed the bucket — so the PUT meets 412 and
+/// task's PUT — after the resume skip listed the bucket — so the PUT meets 412 and
 /// only the comparison of `existing` with the batch decides.
 async fn meet_existing(
     format: Format,

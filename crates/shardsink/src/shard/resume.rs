@@ -1,6 +1,6 @@
-//! [`Dedup`]: per-shard exclusion of records already in S3.
+//! [`ResumeSkip`]: per-shard exclusion of records already in S3.
 //!
-//! When a shard starts — process start or lease taken — dedup is on. For each
+//! When a shard starts — process start or lease taken — the resume skip is on. For each
 //! arrival minute or hour (the time bucket) the shard reaches, it lists the
 //! shard's prefix of that bucket once, whatever the objects' formats,
 //! parses the ranges in the keys into a [`RangeSet`], and excludes every record
@@ -15,12 +15,12 @@
 //! written, and the lease row that recorded the batch is gone (a lost lease
 //! table). The shard task rebuilds exactly that batch when it reaches its
 //! first record — from its decisions object when there is one — so its
-//! records land once, in the same objects ([`Dedup::uncommitted_at`]).
+//! records land once, in the same objects ([`ResumeSkip::uncommitted_at`]).
 //! Only batches from the first record asked about on are ever reached, so
 //! that listing stops early as the main one does: a re-read bucket costs
 //! one LIST request a prefix when its newest page reaches that record.
 //!
-//! Once a batch is written with nothing excluded since the previous one, dedup
+//! Once a batch is written with nothing excluded since the previous one, the resume skip
 //! turns off for the shard: a shard's batches are written in sequence order,
 //! so the records in S3 are a prefix of the shard's records from where this
 //! shard was first read; past the first clean batch, nothing can be in S3
@@ -44,9 +44,9 @@ use crate::output::key::{KeyLayout, KeyParseError};
 use crate::output::read_back::decisions::parse_decisions_name;
 use crate::output::read_back::listing::{batch_range, list_ranges, list_written};
 
-/// Dedup state of one shard, with what it needs to list the shard's objects.
+/// ResumeSkip state of one shard, with what it needs to list the shard's objects.
 #[derive(Debug)]
-pub struct Dedup {
+pub struct ResumeSkip {
     store: ObjectStore,
     layout: KeyLayout,
     /// The layouts of the objects a batch writes before its main object
@@ -64,8 +64,8 @@ pub struct Dedup {
     excluded_since_write: bool,
 }
 
-impl Dedup {
-    /// Dedup for `shard_id`'s objects in `store` under `layout`; on, as at
+impl ResumeSkip {
+    /// ResumeSkip for `shard_id`'s objects in `store` under `layout`; on, as at
     /// shard start.
     pub fn new(
         store: ObjectStore,
@@ -99,7 +99,7 @@ impl Dedup {
         self
     }
 
-    /// Turns dedup on again: records from here on may already be in S3 (a
+    /// Turns the resume skip on again: records from here on may already be in S3 (a
     /// retention gap skipped to records a previous owner may have written).
     pub fn enable(&mut self) {
         self.enabled = true;
@@ -107,7 +107,7 @@ impl Dedup {
         self.excluded_since_write = false;
     }
 
-    /// Whether dedup is on.
+    /// Whether the resume skip is on.
     pub fn is_enabled(&self) -> bool {
         self.enabled
     }
@@ -116,7 +116,7 @@ impl Dedup {
     /// already in S3. Lists the shard's prefix of the bucket the first time
     /// the bucket is asked about, retrying failed listings (with backoff, counted in the
     /// retry metrics) until they succeed or `stop` is cancelled. Always
-    /// `false` once dedup is off.
+    /// `false` once the resume skip is off.
     ///
     /// # Errors
     /// When `stop` is cancelled (the lease was lost) before a listing
@@ -136,7 +136,7 @@ impl Dedup {
             .is_none_or(|(loaded, _, _)| *loaded != bucket);
         if stale {
             let prefix = self.layout.shard_bucket_prefix(bucket, &self.shard_id);
-            let listing = Retry::new("dedup listing")
+            let listing = Retry::new("resume skip listing")
                 .metrics(&self.metrics)
                 .until(stop)
                 .run(|| list_written(&self.store, &prefix, sequence_number))
@@ -147,7 +147,7 @@ impl Dedup {
                 prefix,
                 ranges = listing.written.range_count(),
                 requests = listing.requests,
-                "dedup listed bucket"
+                "resume skip listed bucket"
             );
             let mut uncommitted: Vec<Uncommitted> = Vec::new();
             for (side, layout) in &self.side_layouts {
@@ -157,7 +157,7 @@ impl Dedup {
                 // (below): they all end there or later, so the listing stops
                 // early as the main one does.
                 let parse = side.name_parser();
-                let found = Retry::new("dedup listing")
+                let found = Retry::new("resume skip listing")
                     .metrics(&self.metrics)
                     .until(stop)
                     .run(|| list_ranges(&self.store, &prefix, sequence_number, parse))
@@ -222,14 +222,14 @@ impl Dedup {
     }
 
     /// Called after a batch was written in normal flow (not a replay): turns
-    /// dedup off when nothing was excluded since the previous batch.
+    /// the resume skip off when nothing was excluded since the previous batch.
     pub fn on_batch_written(&mut self) {
         if self.enabled && !self.excluded_since_write {
             self.enabled = false;
             self.loaded = None;
             debug!(
                 shard_id = self.shard_id,
-                "dedup off: a batch found nothing already written"
+                "resume skip off: a batch found nothing already written"
             );
         }
         self.excluded_since_write = false;
@@ -247,8 +247,8 @@ impl Side {
 }
 
 /// The pieces of `group` not in `written`: what is left to write of a group
-/// of one shard's records after dedup — the set-level statement of what
-/// [`Dedup::is_written`] does record by record, for the tests.
+/// of one shard's records after the resume skip — the set-level statement of what
+/// [`ResumeSkip::is_written`] does record by record, for the tests.
 #[cfg(test)]
 fn remaining(group: &SequenceRange, written: &RangeSet) -> RangeSet {
     RangeSet::from(group.clone()).difference(written)
@@ -271,30 +271,30 @@ mod tests {
         let client = mock_client!(aws_sdk_s3, RuleMode::MatchAny, [&list]);
         let metrics = Arc::new(Metrics::new());
         let shard = "shardId-000000000000";
-        let mut dedup = Dedup::new(store(client), KeyLayout::plain("p"), shard, metrics);
+        let mut resume = ResumeSkip::new(store(client), KeyLayout::plain("p"), shard, metrics);
         let minute = Bucket::minute(1_795_238_823_045);
         let running = CancellationToken::new();
-        let is_written = async |dedup: &mut Dedup, sequence_number: u64| {
-            dedup
+        let is_written = async |resume: &mut ResumeSkip, sequence_number: u64| {
+            resume
                 .is_written(minute, &sequence_number.into(), &running)
                 .await
                 .unwrap()
         };
-        assert!(is_written(&mut dedup, 15).await);
-        assert!(!is_written(&mut dedup, 21).await);
+        assert!(is_written(&mut resume, 15).await);
+        assert!(!is_written(&mut resume, 21).await);
         assert_eq!(list.num_calls(), 1, "one listing per minute");
-        dedup.on_batch_written();
-        assert!(dedup.is_enabled(), "the group had an exclusion");
-        dedup.on_batch_written();
-        assert!(!dedup.is_enabled(), "a clean batch turns it off");
-        assert!(!is_written(&mut dedup, 15).await);
+        resume.on_batch_written();
+        assert!(resume.is_enabled(), "the group had an exclusion");
+        resume.on_batch_written();
+        assert!(!resume.is_enabled(), "a clean batch turns it off");
+        assert!(!is_written(&mut resume, 15).await);
         assert_eq!(list.num_calls(), 1, "no listing once off");
     }
 
     /// After a restart the shard re-reads from its checkpoint, just past
     /// the newest batches of an hour that holds 1,500 (two pages of keys
     /// under the main prefix and two under the error prefix, every batch
-    /// with an error object). Dedup lists each prefix once and stops after
+    /// with an error object). ResumeSkip lists each prefix once and stops after
     /// the newest page: two LIST requests for the bucket — and still finds
     /// the uncommitted batch at the top. Asked about an older record, it
     /// reads the second pages too.
@@ -330,14 +330,19 @@ mod tests {
         }
         let clients = fake_aws::clients(Default::default(), bucket.clone(), Default::default());
         let metrics = Arc::new(Metrics::new());
-        let mut dedup = Dedup::new(store(clients.s3), layout.clone(), shard, metrics.clone())
+        let mut resume = ResumeSkip::new(store(clients.s3), layout.clone(), shard, metrics.clone())
             .with_error_layout(error_layout.clone());
         let running = CancellationToken::new();
         let main_prefix = layout.shard_bucket_prefix(hour, shard);
         let error_prefix = error_layout.shard_bucket_prefix(hour, shard);
 
         let restart_at = batch(BATCHES - 5).first().clone();
-        assert!(dedup.is_written(hour, &restart_at, &running).await.unwrap());
+        assert!(
+            resume
+                .is_written(hour, &restart_at, &running)
+                .await
+                .unwrap()
+        );
         assert_eq!(
             *bucket.lists.lock().unwrap(),
             [main_prefix.clone(), error_prefix.clone()],
@@ -353,25 +358,25 @@ mod tests {
         );
         let newest = batch(BATCHES);
         assert!(
-            !dedup
+            !resume
                 .is_written(hour, newest.first(), &running)
                 .await
                 .unwrap()
         );
         assert_eq!(
-            dedup
+            resume
                 .uncommitted_at(newest.first())
                 .map(|batch| batch.range),
             Some(newest.clone())
         );
-        assert_eq!(dedup.uncommitted_at(&restart_at), None, "committed");
+        assert_eq!(resume.uncommitted_at(&restart_at), None, "committed");
         assert_eq!(bucket.lists.lock().unwrap().len(), 2, "listed once");
 
         // From an older record, on the second pages.
-        dedup.enable();
+        resume.enable();
         bucket.lists.lock().unwrap().clear();
         let older = batch(100).first().clone();
-        assert!(dedup.is_written(hour, &older, &running).await.unwrap());
+        assert!(resume.is_written(hour, &older, &running).await.unwrap());
         assert_eq!(
             *bucket.lists.lock().unwrap(),
             [
@@ -383,7 +388,7 @@ mod tests {
         );
         assert_eq!(metrics.dedup_list_requests.get(), 6);
         assert_eq!(
-            dedup
+            resume
                 .uncommitted_at(newest.first())
                 .map(|batch| batch.range),
             Some(newest)
