@@ -21,8 +21,9 @@
 //!   batches, within the process's memory budget.
 //! - `events`: with `--event-id`, each user record decided — kept, or a
 //!   duplicate of an earlier accepted copy of its event — by the rule, in
-//!   the local store or the DynamoDB manifest; the decisions object that
-//!   records a batch's decisions first.
+//!   the local store (the `event-store` crate, which also holds the rule) or
+//!   the DynamoDB manifest; the decisions object that records a batch's
+//!   decisions first.
 //! - `output`: what a batch becomes: its body in the configured format
 //!   (envelope, json, raw or Parquet) and the records a format rejects, the
 //!   compression, the object key and its inverse, the time bucket, and the
@@ -82,7 +83,6 @@ pub mod bench {
     pub use sequence_range::SequenceNumber;
 
     pub use crate::events::id::EventIdSource;
-    pub use crate::events::local::{LocalOptions, LocalStore};
     pub use crate::events::manifest::{Manifest, ManifestError};
     pub use crate::events::rule::{AcceptedCopy, CopyRef, Decision, EventKey, Outcome, Rule};
     pub use crate::events::store::{Candidate, Lineage};

@@ -37,7 +37,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::decisions::{parse_decisions_name, parse_line};
-use super::local::{LocalStore, LocalStoreError};
 use super::rule::{AcceptedCopy, EventKey};
 use crate::aws::retry::{Retry, Stopped};
 use crate::aws::tracked_read::TrackedRead;
@@ -49,6 +48,7 @@ use crate::output::bucket::Bucket;
 use crate::output::compression;
 use crate::shard::dedup::list_written;
 use crate::shard::memory::{MemoryBudget, REBUILD_BYTES, Reservation};
+use event_store::{LocalStore, LocalStoreError};
 
 /// Accepted copies read before they are inserted: at most this many are
 /// held at once (about 5.5 MiB with 56-digit sequence numbers, 8.5 MiB
@@ -583,8 +583,7 @@ mod tests {
                 metrics: Arc::new(Metrics::new()),
                 budget,
             },
-            store: LocalStore::open(dir.path(), crate::events::local::LocalOptions::default())
-                .unwrap(),
+            store: LocalStore::open(dir.path(), event_store::LocalOptions::default()).unwrap(),
             bucket,
             _dir: dir,
         }

@@ -55,17 +55,17 @@ use fjall::compaction::Leveled;
 use fjall::config::CompressionPolicy;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, OwnedWriteBatch};
 
-use super::runs::{self, Index, Run};
-use super::tenants::Tenants;
+use crate::runs::{self, Index, Run};
+use crate::tenants::Tenants;
 
 /// The name prefix of the epochs' keyspaces (epoch 0's whole name).
-pub const PREFIX: &str = "copies";
+pub(crate) const PREFIX: &str = "copies";
 
 /// The name suffix of a runs keyspace.
 const RUNS_SUFFIX: &str = ".runs";
 
 /// The keyspace name of epoch `number`.
-pub fn name(number: u32) -> String {
+pub(crate) fn name(number: u32) -> String {
     if number == 0 {
         PREFIX.to_owned()
     } else {
@@ -74,7 +74,7 @@ pub fn name(number: u32) -> String {
 }
 
 /// The epoch number of keyspace `name`; `None` when it is not an epoch's.
-pub fn number(name: &str) -> Option<u32> {
+pub(crate) fn number(name: &str) -> Option<u32> {
     match name.strip_prefix(PREFIX)? {
         "" => Some(0),
         rest => rest.strip_prefix('.')?.parse().ok(),
@@ -82,13 +82,13 @@ pub fn number(name: &str) -> Option<u32> {
 }
 
 /// The name of epoch `number`'s runs keyspace.
-pub fn runs_name(number: u32) -> String {
+pub(crate) fn runs_name(number: u32) -> String {
     format!("{PREFIX}.{number}{RUNS_SUFFIX}")
 }
 
 /// The epoch number of runs keyspace `name`; `None` when it is not a runs
 /// keyspace.
-pub fn runs_number(name: &str) -> Option<u32> {
+pub(crate) fn runs_number(name: &str) -> Option<u32> {
     name.strip_prefix(PREFIX)?
         .strip_prefix('.')?
         .strip_suffix(RUNS_SUFFIX)?
@@ -98,7 +98,7 @@ pub fn runs_number(name: &str) -> Option<u32> {
 
 /// The options of a new epoch's keyspace (fjall keeps a keyspace's
 /// options; these apply when it is created).
-pub fn create_options(memtable_bytes: u64) -> KeyspaceCreateOptions {
+pub(crate) fn create_options(memtable_bytes: u64) -> KeyspaceCreateOptions {
     // Most reads look for new ids: keep Bloom filters on the last level
     // too (fjall's default filter policy: 0.01 % false positives on level
     // 0, 10 bits per key below; an epoch's keys, loaded by bulk ingestion,
@@ -132,16 +132,16 @@ fn runs_options(memtable_bytes: u64) -> KeyspaceCreateOptions {
 
 /// When an epoch is full, and the memtable size of new ones.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Memtable size of a new epoch's keyspaces, bytes.
-    pub memtable_bytes: u64,
+    pub(crate) memtable_bytes: u64,
     /// Key writes to an epoch before the next starts (at least 1).
-    pub epoch_keys: u64,
+    pub(crate) epoch_keys: u64,
     /// Bytes of values written to an epoch before the next starts: bounds
     /// its index when keys are written again and again (each write of a
     /// key holds all its copies of the epoch, and the index keeps replaced
     /// values until the epoch closes).
-    pub epoch_value_bytes: u64,
+    pub(crate) epoch_value_bytes: u64,
 }
 
 /// An epoch not yet loaded into its keyspace: its runs and their index.
@@ -163,7 +163,7 @@ impl Open {
 
 /// How opening the epochs fails.
 #[derive(Debug)]
-pub enum OpenError {
+pub(crate) enum OpenError {
     /// fjall's error.
     Fjall(fjall::Error),
     /// A run that does not decode: the keyspace's name and the run's
@@ -179,11 +179,11 @@ impl From<fjall::Error> for OpenError {
 
 /// One epoch: its keyspace, its runs while open, and what was written to
 /// it.
-pub struct Epoch {
+pub(crate) struct Epoch {
     /// The epoch's number; later epochs have larger ones.
-    pub number: u32,
+    pub(crate) number: u32,
     /// Its keyspace, which holds its keys once it is closed.
-    pub keyspace: Keyspace,
+    pub(crate) keyspace: Keyspace,
     /// Its runs and their index while it is open.
     open: RwLock<Option<Arc<Open>>>,
     /// Keys written to it (counted at open by the scan, then per write; a
@@ -264,7 +264,7 @@ impl Epoch {
 
     /// Whether the epoch is open: its keys in its runs and index, not yet
     /// in its keyspace.
-    pub fn is_open(&self) -> bool {
+    pub(crate) fn is_open(&self) -> bool {
         self.open().is_some()
     }
 
@@ -272,7 +272,7 @@ impl Epoch {
     ///
     /// # Errors
     /// fjall's, when reading a closed epoch's keyspace fails.
-    pub fn with_value<R>(
+    pub(crate) fn with_value<R>(
         &self,
         key: &[u8],
         f: impl FnOnce(Option<&[u8]>) -> R,
@@ -290,7 +290,7 @@ impl Epoch {
     ///
     /// # Errors
     /// fjall's, when reading a closed epoch's keyspace fails.
-    pub fn for_each_with_prefix(
+    pub(crate) fn for_each_with_prefix(
         &self,
         prefix: &[u8],
         mut f: impl FnMut(&[u8], &[u8]),
@@ -312,7 +312,7 @@ impl Epoch {
     }
 
     /// About how many keys it holds (fjall's estimate once closed).
-    pub fn approximate_len(&self) -> usize {
+    pub(crate) fn approximate_len(&self) -> usize {
         match self.open() {
             Some(open) => open
                 .index
@@ -328,7 +328,7 @@ impl Epoch {
     /// Once the batch has committed, [`applied`](Self::applied) must be
     /// called with the same run, before the caller's read guard of the
     /// epochs is dropped.
-    pub fn stage(&self, batch: &mut OwnedWriteBatch, run: &Run) {
+    pub(crate) fn stage(&self, batch: &mut OwnedWriteBatch, run: &Run) {
         if run.is_empty() {
             return;
         }
@@ -350,7 +350,7 @@ impl Epoch {
 
     /// Records in the index that `run`, [`stage`](Self::stage)d, has
     /// committed.
-    pub fn applied(&self, run: &Run) {
+    pub(crate) fn applied(&self, run: &Run) {
         if let Some(open) = self.open() {
             open.index
                 .write()
@@ -396,13 +396,13 @@ impl Epoch {
     /// a crash before its runs keyspace is deleted would.
     #[cfg(test)]
     #[allow(clippy::unwrap_used)]
-    pub fn load_without_closing(&self) {
+    pub(crate) fn load_without_closing(&self) {
         self.load(&self.open().unwrap()).unwrap();
     }
 
     /// Records that `keys` keys were written, the newest copy of `tenant`
     /// among them arriving at `newest` (ms since the epoch).
-    pub fn note_written(&self, tenant: u32, keys: u64, newest: i64) {
+    pub(crate) fn note_written(&self, tenant: u32, keys: u64, newest: i64) {
         self.keys.fetch_add(keys, Ordering::Relaxed);
         let mut map = self.newest.lock().unwrap_or_else(PoisonError::into_inner);
         let entry = map.entry(tenant).or_insert(newest);
@@ -410,7 +410,7 @@ impl Epoch {
     }
 
     /// Whether the epoch holds keys of `tenant`.
-    pub fn holds(&self, tenant: u32) -> bool {
+    pub(crate) fn holds(&self, tenant: u32) -> bool {
         self.newest
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -443,7 +443,7 @@ fn next_number(list: &[Arc<Epoch>]) -> u32 {
 }
 
 /// The epochs of a store, oldest first; the last takes the writes.
-pub struct Epochs {
+pub(crate) struct Epochs {
     list: RwLock<Vec<Arc<Epoch>>>,
     /// Held by the call closing epochs, so that one call does.
     closing: Mutex<()>,
@@ -462,7 +462,7 @@ impl Epochs {
     /// # Errors
     /// [`OpenError::Fjall`] when a keyspace cannot be opened, created or
     /// deleted; [`OpenError::CorruptRun`] for a run that does not decode.
-    pub fn open(db: &Database, limits: Limits) -> Result<Self, OpenError> {
+    pub(crate) fn open(db: &Database, limits: Limits) -> Result<Self, OpenError> {
         let limits = Limits {
             epoch_keys: limits.epoch_keys.max(1),
             ..limits
@@ -502,7 +502,7 @@ impl Epochs {
 
     /// The epochs, oldest first, the write epoch last; held by a call from
     /// its reads to its commit.
-    pub fn read(&self) -> RwLockReadGuard<'_, Vec<Arc<Epoch>>> {
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, Vec<Arc<Epoch>>> {
         // Updates replace or remove whole entries: a panic cannot leave the
         // list half-updated.
         self.list.read().unwrap_or_else(PoisonError::into_inner)
@@ -522,7 +522,7 @@ impl Epochs {
     /// tries again) or an old one deleted (it stays in the list and is
     /// tried again at the next epoch's start); the first such error, after
     /// doing the rest.
-    pub fn maintain(
+    pub(crate) fn maintain(
         &self,
         db: &Database,
         horizons: impl FnOnce() -> HashMap<u32, i64>,
@@ -573,7 +573,7 @@ impl Epochs {
     /// Keys an `insert` writes in one batch: an eighth of an epoch, so
     /// that a large insert (a rebuilt window) fills epochs in turn instead
     /// of one index of unbounded size.
-    pub fn insert_chunk_keys(&self) -> usize {
+    pub(crate) fn insert_chunk_keys(&self) -> usize {
         usize::try_from(self.limits.epoch_keys / 8)
             .unwrap_or(usize::MAX)
             .max(1)
@@ -617,7 +617,7 @@ impl Epochs {
     /// closing would.
     #[cfg(test)]
     #[allow(clippy::unwrap_used)]
-    pub fn poison_closing(&self) {
+    pub(crate) fn poison_closing(&self) {
         std::thread::scope(|scope| {
             let _ = scope
                 .spawn(|| {
@@ -633,7 +633,7 @@ impl Epochs {
     /// keyspaces.
     #[cfg(test)]
     #[allow(clippy::unwrap_used)]
-    pub fn close_all(&self, db: &Database) {
+    pub(crate) fn close_all(&self, db: &Database) {
         for epoch in self.read().iter() {
             epoch.close(db).unwrap();
         }

@@ -1,6 +1,7 @@
 //! The local event store deciding runs of 500 user records against 10
 //! million keys already stored: event ids are 36-byte UUID texts (the
-//! partition key, hashed by `EventIdSource::PartitionKey` with XXH3), one
+//! partition key, hashed with XXH3 as the daemon's `--event-id
+//! partition-key` does), one
 //! record in ten repeats an event of the last thousand (a producer's retry:
 //! a duplicate), the rest are new; one shard, 1 ms between arrivals, a 1 h
 //! window.
@@ -21,19 +22,7 @@
 //! store open (to compare with `LocalOptions`' budget) and the store's size
 //! on disk. `BENCH_FILTER_BYTES=0` runs without the filters.
 //!
-//! On a 2-core machine, by CPU time, with the daemon's allocator: about
-//! 510,000 decisions per CPU-second over 5 million decisions (the median
-//! of twelve runs, 440,000 to 620,000; 340,000 before the write epoch's
-//! keys were written as runs and loaded by bulk ingestion, 245,000 before
-//! the recent keys and foldhash, 165,000 before the epochs, 100,000 before
-//! the in-memory filters), about as many a second on the calling thread by
-//! the wall clock (loading a closed epoch runs on it too); opening scans
-//! 10 million keys in about 5 s of CPU; about 1.3 GiB on disk, 140 to 175
-//! MiB resident. The aim is 500,000. What is left is spread out: the
-//! in-memory filters' probes (a cache miss per generation per new id), the
-//! loading of closed epochs (sorting, copying each value into fjall's
-//! tables), the index and recent-key maps, and fjall's Bloom probes for
-//! the few ids the in-memory filters cannot rule out.
+//! The figures and how they got there: `benches/README.md`.
 //! `BENCH_EPOCH_KEYS` and `BENCH_MEMTABLE_BYTES` set those options (the
 //! memtable size applies to epochs started during the run).
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
@@ -44,12 +33,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use event_store::{Candidate, CopyRef, EventKey, Lineage, LocalOptions, LocalStore, Rule};
 use sequence_range::SequenceNumber;
-use shardsink::bench::{
-    Candidate, CopyRef, EventIdSource, Lineage, LocalOptions, LocalStore, Rule, UserRecordView,
-};
+use xxhash_rust::xxh3::{xxh3_64, xxh3_128};
 
-/// The daemon's allocator (see `main.rs`), so that the figures are the
+/// The daemon's allocator (see the daemon's `main.rs`), so that the figures are the
 /// daemon's.
 #[cfg(unix)]
 #[global_allocator]
@@ -113,15 +101,11 @@ impl Stream {
             self.records
         );
         let arrival_millis = FIRST_ARRIVAL + self.records as i64;
-        let view = UserRecordView {
-            shard_id: SHARD,
-            sequence_number: &sequence,
-            sub_sequence_number: None,
-            partition_key: &id,
-            arrival_millis,
-            data: payload.as_bytes(),
+        // `--event-id partition-key --event-fingerprint payload`.
+        let key = EventKey {
+            id: xxh3_128(id.as_bytes()),
+            fingerprint: xxh3_64(payload.as_bytes()),
         };
-        let key = EventIdSource::PartitionKey.key(&view, true).unwrap();
         Candidate {
             key,
             copy: CopyRef {

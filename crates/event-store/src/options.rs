@@ -36,7 +36,7 @@ pub const FORGET_AFTER: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 /// single worker can block on its own full queue. Three avoid both.
 pub const DEFAULT_WORKER_THREADS: usize = 3;
 
-/// Settings of a [`LocalStore`](super::LocalStore).
+/// Settings of a [`LocalStore`](crate::LocalStore).
 ///
 /// # Memory
 /// The store's memory is bounded by
