@@ -73,10 +73,7 @@ mod tenants;
 
 pub use self::error::LocalStoreError;
 pub use self::lineage::{Candidate, Lineage, precedes_in_shard};
-pub use self::options::{
-    DEFAULT_CACHE_BYTES, DEFAULT_EPOCH_KEYS, DEFAULT_EPOCH_VALUE_BYTES, DEFAULT_FILTER_BYTES,
-    DEFAULT_MEMTABLE_BYTES, DEFAULT_WORKER_THREADS, FORGET_AFTER, LocalOptions,
-};
+pub use self::options::LocalOptions;
 pub use self::rule::{AcceptedCopy, CopyRef, Decision, EventKey, Outcome, Rule};
 pub use self::shards::Watermark;
 pub use self::store::LocalStore;
