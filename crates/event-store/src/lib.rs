@@ -35,7 +35,8 @@
 //! - `error`: [`LocalStoreError`];
 //! - `codec`: the byte layout of keys and values;
 //! - `epochs`: the `copies` keys split into one keyspace per epoch of
-//!   writes, deleted whole when expired;
+//!   writes, deleted whole when expired (`epochs::epoch`: one epoch, its
+//!   runs while open and its loading when it closes);
 //! - `runs`: the write epoch's keys as one fjall entry per call, with an
 //!   in-memory index, loaded into the epoch's keyspace when it closes;
 //! - `tenants`: the short numbers that prefix a shard's keys, and the
