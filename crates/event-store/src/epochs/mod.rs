@@ -19,8 +19,8 @@
 //!
 //! fjall's own FIFO compaction, which also drops whole tables (by size or
 //! by a TTL on their age), needs keys written in increasing order and
-//! panics on hashed ones; with time-bucketed keys it decided a third to a
-//! quarter as fast (`benches/fifo.rs`, `benches/README.md`).
+//! panics on hashed ones; with time-bucketed keys it decided at a quarter
+//! to two fifths of the speed (`benches/fifo.rs`, `benches/README.md`).
 //!
 //! This module keeps the list of epochs, starts and deletes them; `epoch`
 //! is one epoch.
