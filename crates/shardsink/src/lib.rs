@@ -76,7 +76,8 @@ pub use worker::{Summary, run};
 
 /// What the benchmarks in `benches/` and the end-to-end manifest test
 /// drive: the batch, its time bucket, format and compression, the record,
-/// the memory budget, and the event stores with their rule. Built only with
+/// the memory budget, and the DynamoDB event store with its rule (the local
+/// store's benchmarks are in the `event-store` crate). Built only with
 /// the `bench` feature; not a stable API.
 #[cfg(feature = "bench")]
 pub mod bench {
