@@ -24,7 +24,7 @@ use super::rule::{AcceptedCopy, CopyRef, Decision, EventKey, Outcome};
 use super::store::{Candidate, Lineage};
 use crate::aws::S3Error;
 use crate::aws::retry::{Retry, Stopped};
-use crate::config::EventSettings;
+use crate::events::EventSettings;
 use crate::ops::metrics::Metrics;
 use crate::read::record::ShardRecord;
 use event_store::{LocalStore, LocalStoreError, Watermark};

@@ -31,3 +31,18 @@ pub(crate) mod memory;
 pub(crate) mod rebuild;
 pub(crate) mod rule;
 pub(crate) mod store;
+
+use self::id::EventIdSource;
+use self::rule::Rule;
+
+/// Event deduplication as the daemon and `verify` run it: `--event-id`,
+/// `--event-fingerprint` and `--event-dedup-window`, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventSettings {
+    /// Where ids come from.
+    pub source: EventIdSource,
+    /// Whether a duplicate needs the same payload.
+    pub fingerprint: bool,
+    /// The window and the fingerprint rule.
+    pub rule: Rule,
+}

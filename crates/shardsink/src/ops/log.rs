@@ -5,9 +5,19 @@
 use std::fmt::Write as _;
 use std::io::IsTerminal as _;
 
+use clap::ValueEnum;
 use tracing_subscriber::EnvFilter;
 
-use crate::config::LogFormat;
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Text on a terminal, JSON otherwise.
+    Auto,
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
 
 /// Log filter unless `SHARDSINK_LOG` (or `RUST_LOG`) says otherwise: shardsink
 /// at info, libraries at warn.

@@ -9,10 +9,10 @@ use sequence_range::SequenceRange;
 use tokio::time::Instant;
 
 use crate::events::decisions::UserDecision;
+use crate::memory::{MemoryBudget, Reservation};
 use crate::output::bucket::Bucket;
 use crate::output::format::{Bodies, BodyEncoder, Format};
 use crate::read::record::ShardRecord;
-use crate::shard::memory::{MemoryBudget, Reservation};
 
 /// When a batch is flushed (Firehose-style buffering hints).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -25,6 +25,9 @@
 //! so the records in S3 are a prefix of the shard's records from where this
 //! shard was first read; past the first clean batch, nothing can be in S3
 //! yet. It is turned on again the next time the lease is taken.
+//!
+//! The listings are `output::read_back::listing`'s; this module decides
+//! what they mean for the shard.
 
 use std::sync::Arc;
 
@@ -34,10 +37,12 @@ use tracing::{debug, warn};
 
 use crate::aws::retry::{Retry, Stopped};
 use crate::aws::{ObjectStore, S3Error};
-use crate::events::decisions::parse_decisions_name;
+use crate::commit::replay_plan::{Side, Uncommitted};
 use crate::ops::metrics::Metrics;
 use crate::output::bucket::Bucket;
-use crate::output::key::{KeyLayout, KeyParseError, parse_object_name};
+use crate::output::key::{KeyLayout, KeyParseError};
+use crate::output::read_back::decisions::parse_decisions_name;
+use crate::output::read_back::listing::{batch_range, list_ranges, list_written};
 
 /// Dedup state of one shard, with what it needs to list the shard's objects.
 #[derive(Debug)]
@@ -57,44 +62,6 @@ pub struct Dedup {
     loaded: Option<(Bucket, RangeSet, Vec<Uncommitted>)>,
     /// Whether a record was excluded since the last written batch.
     excluded_since_write: bool,
-}
-
-/// A batch whose error object or decisions object is in S3 and whose main
-/// object is not.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Uncommitted {
-    /// Which of the batch's objects was found.
-    pub side: Side,
-    /// That object's key.
-    pub key: String,
-    /// The batch's time bucket.
-    pub bucket: Bucket,
-    /// The batch's range.
-    pub range: SequenceRange,
-}
-
-/// An object a batch writes before its main object, which marks the batch
-/// uncommitted when the main object is missing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Side {
-    /// Its decisions object (event deduplication), written first: it says
-    /// where each record goes.
-    Decisions,
-    /// Its error object.
-    Errors,
-}
-
-/// What a listing found.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Listing {
-    /// Ranges of the objects under the prefix (that matter, see [`list_written`]).
-    pub written: RangeSet,
-    /// LIST requests made.
-    pub requests: u64,
-    /// Keys that did not parse (logged, ignored).
-    pub foreign_keys: u64,
-    /// Each listed object's key and range.
-    pub ranges: Vec<(String, SequenceRange)>,
 }
 
 impl Dedup {
@@ -269,31 +236,6 @@ impl Dedup {
     }
 }
 
-/// Lists the ranges written under `prefix` (one shard, one bucket) that can
-/// hold `from` or later sequence numbers.
-///
-/// Keys that do not parse are logged and ignored, never read as ranges. S3
-/// lists keys in ascending byte order and names sort newest batch first, so
-/// once a listed range ends before `from`, every later key is older still and
-/// the listing stops — but only while the keys seen so far did come in
-/// ascending order and no two listed ranges overlap; otherwise the prefix is
-/// read to the end.
-///
-/// # Errors
-/// [`S3Error`] from ListObjectsV2.
-pub async fn list_written(
-    store: &ObjectStore,
-    prefix: &str,
-    from: &SequenceNumber,
-) -> Result<Listing, S3Error> {
-    list_ranges(store, prefix, from, batch_range).await
-}
-
-/// The range a batch object's name says.
-fn batch_range(name: &str) -> Result<SequenceRange, KeyParseError> {
-    parse_object_name(name).map(|object| object.range)
-}
-
 impl Side {
     /// How the names of these objects are parsed.
     fn name_parser(self) -> fn(&str) -> Result<SequenceRange, KeyParseError> {
@@ -302,53 +244,6 @@ impl Side {
             Self::Decisions => parse_decisions_name,
         }
     }
-}
-
-/// [`list_written`] for objects whose names `parse` reads.
-///
-/// # Errors
-/// [`S3Error`] from ListObjectsV2.
-pub async fn list_ranges(
-    store: &ObjectStore,
-    prefix: &str,
-    from: &SequenceNumber,
-    parse: fn(&str) -> Result<SequenceRange, KeyParseError>,
-) -> Result<Listing, S3Error> {
-    let mut listing = Listing::default();
-    let mut continuation = None;
-    let mut previous_key: Option<String> = None;
-    let mut ordered = true;
-    loop {
-        let page = store.list_page(prefix, continuation).await?;
-        listing.requests += 1;
-        let mut below_from = false;
-        for key in page.keys {
-            if let Some(previous) = &previous_key {
-                ordered &= *previous < key;
-            }
-            let name = key.strip_prefix(prefix).unwrap_or(&key);
-            match parse(name) {
-                Ok(range) => {
-                    below_from |= range.last() < from;
-                    // Overlapping ranges (which shardsink never writes) break
-                    // the "older keys end earlier" reasoning: read them all.
-                    ordered &= !listing.written.overlaps(&range);
-                    listing.written.insert(range.clone());
-                    listing.ranges.push((key.clone(), range));
-                }
-                Err(error) => {
-                    listing.foreign_keys += 1;
-                    warn!(key = %key, error = %error, "ignoring key that is not a shardsink batch");
-                }
-            }
-            previous_key = Some(key);
-        }
-        match page.next_continuation_token {
-            Some(token) if !(ordered && below_from) => continuation = Some(token),
-            _ => break,
-        }
-    }
-    Ok(listing)
 }
 
 /// The pieces of `group` not in `written`: what is left to write of a group
@@ -362,116 +257,12 @@ fn remaining(group: &SequenceRange, written: &RangeSet) -> RangeSet {
 #[cfg(test)]
 mod tests {
     use aws_sdk_s3::Client;
-    use aws_sdk_s3::operation::list_objects_v2::ListObjectsV2Output;
-    use aws_sdk_s3::types::Object;
     use aws_smithy_mocks::{RuleMode, mock, mock_client};
 
     use super::*;
-    use crate::config::CompressionCodec;
+    use crate::output::compression::CompressionCodec;
     use crate::output::format::BodyKind;
-    use crate::output::key::object_name;
-
-    const PREFIX: &str = "p/2026/11/21/05/27/shardId-000000000000/";
-
-    fn range(first: u64, last: u64) -> SequenceRange {
-        SequenceRange::new(first.into(), last.into()).unwrap()
-    }
-
-    fn key(first: u64, last: u64) -> String {
-        format!(
-            "{PREFIX}{}",
-            object_name(&range(first, last), BodyKind::lines(CompressionCodec::Zstd))
-        )
-    }
-
-    fn page(keys: &[String], next: Option<&str>) -> ListObjectsV2Output {
-        let mut builder = ListObjectsV2Output::builder().is_truncated(next.is_some());
-        for k in keys {
-            builder = builder.contents(Object::builder().key(k).build());
-        }
-        if let Some(token) = next {
-            builder = builder.next_continuation_token(token);
-        }
-        builder.build()
-    }
-
-    fn store(client: Client) -> ObjectStore {
-        ObjectStore::new(client, "bucket")
-    }
-
-    #[tokio::test]
-    async fn collects_ranges_and_ignores_foreign_keys() {
-        // Newest first, as S3 lists them, plus junk.
-        let keys = vec![
-            key(300, 400),
-            key(100, 200),
-            format!("{PREFIX}_SUCCESS"),
-            format!("{PREFIX}9-1-2.jsonl"),
-        ];
-        let list = mock!(Client::list_objects_v2)
-            .match_requests(|input| input.prefix() == Some(PREFIX))
-            .then_output(move || page(&keys, None));
-        let client = mock_client!(aws_sdk_s3, RuleMode::Sequential, [&list]);
-        let listing = list_written(&store(client), PREFIX, &SequenceNumber::from(1u64))
-            .await
-            .unwrap();
-        assert_eq!(
-            listing.written,
-            [range(100, 200), range(300, 400)].into_iter().collect()
-        );
-        assert_eq!(listing.foreign_keys, 2);
-        assert_eq!(listing.requests, 1);
-    }
-
-    #[tokio::test]
-    async fn stops_after_the_page_that_reaches_older_ranges() {
-        let first_page = vec![key(900, 999), key(500, 599)];
-        let second_page = vec![key(100, 199)];
-        let list1 =
-            mock!(Client::list_objects_v2).then_output(move || page(&first_page, Some("t1")));
-        let list2 = mock!(Client::list_objects_v2).then_output(move || page(&second_page, None));
-        let client = mock_client!(aws_sdk_s3, RuleMode::Sequential, [&list1, &list2]);
-        // Everything from 600 on matters; the first page already reached 500-599.
-        let listing = list_written(&store(client), PREFIX, &SequenceNumber::from(600u64))
-            .await
-            .unwrap();
-        assert_eq!(listing.requests, 1, "second page is older, never fetched");
-        assert_eq!(list2.num_calls(), 0);
-    }
-
-    #[tokio::test]
-    async fn reads_every_page_when_listed_ranges_overlap() {
-        // 500-950 overlaps 900-999: something else wrote here, so a wider
-        // older range may hide on the next page.
-        let first_page = vec![key(900, 999), key(500, 950)];
-        let second_page = vec![key(100, 700)];
-        let list1 =
-            mock!(Client::list_objects_v2).then_output(move || page(&first_page, Some("t1")));
-        let list2 = mock!(Client::list_objects_v2).then_output(move || page(&second_page, None));
-        let client = mock_client!(aws_sdk_s3, RuleMode::Sequential, [&list1, &list2]);
-        let listing = list_written(&store(client), PREFIX, &SequenceNumber::from(960u64))
-            .await
-            .unwrap();
-        assert_eq!(listing.requests, 2);
-    }
-
-    #[tokio::test]
-    async fn reads_every_page_when_the_server_does_not_sort() {
-        // Oldest first: not S3's order, so no early stop.
-        let first_page = vec![key(100, 199), key(900, 999)];
-        let second_page = vec![key(500, 599)];
-        let list1 =
-            mock!(Client::list_objects_v2).then_output(move || page(&first_page, Some("t1")));
-        let list2 = mock!(Client::list_objects_v2)
-            .match_requests(|input| input.continuation_token() == Some("t1"))
-            .then_output(move || page(&second_page, None));
-        let client = mock_client!(aws_sdk_s3, RuleMode::Sequential, [&list1, &list2]);
-        let listing = list_written(&store(client), PREFIX, &SequenceNumber::from(600u64))
-            .await
-            .unwrap();
-        assert_eq!(listing.requests, 2);
-        assert!(listing.written.contains(&SequenceNumber::from(550u64)));
-    }
+    use crate::output::read_back::listing::test_support::{key, page, range, store};
 
     #[tokio::test]
     async fn turns_off_after_a_clean_batch_only() {
@@ -509,8 +300,9 @@ mod tests {
     /// reads the second pages too.
     #[tokio::test]
     async fn an_hour_is_listed_in_two_requests_with_its_error_objects() {
-        use crate::config::{KeyStyle, TimeBucket};
         use crate::fake_aws::{self, FakeBucket};
+        use crate::output::bucket::TimeBucket;
+        use crate::output::key::KeyStyle;
 
         const BATCHES: u64 = 1_500;
         let shard = "shardId-000000000000";

@@ -21,6 +21,7 @@ use super::startup::START_UP_CALL_BOUND;
 use crate::aws::ShardInfo;
 use crate::config::InitialPosition;
 use crate::ops::log::error_chain;
+use crate::output::gap_marker;
 use crate::read::retention::RetentionGap;
 use crate::read::shard_graph::{NewLease, ShardGraph};
 
@@ -350,14 +351,14 @@ impl Worker {
                 // error, counter) before the lease, the last trace of them,
                 // is deleted; if the marker cannot be written, next time.
                 let gap = RetentionGap::of_unread_lease(&lease);
-                let reported = gap
-                    .report(
-                        &lease.checkpoint,
-                        &self.store,
-                        &self.settings.prefix,
-                        &self.metrics,
-                    )
-                    .await;
+                let reported = gap_marker::report(
+                    &gap,
+                    &lease.checkpoint,
+                    &self.store,
+                    &self.settings.prefix,
+                    &self.metrics,
+                )
+                .await;
                 if let Err(err) = reported {
                     warn!(shard_id = %lease.lease_key, error = %error_chain(&err), "writing the retention gap marker failed; the lease is kept until it is written");
                     continue;

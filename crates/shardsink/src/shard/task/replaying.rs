@@ -17,7 +17,7 @@ impl ShardTask {
     /// record is then handled like any other).
     ///
     /// # Errors
-    /// [`ShardError`] from the write, or [`ShardError::Internal`] when the
+    /// [`ShardError`] from the write, or an internal [`ShardError`] when the
     /// batch's last record is missing from the shard.
     pub(super) async fn feed_replay(&mut self, record: &ShardRecord) -> Result<bool, ShardError> {
         let Some(replay) = self.replay.take() else {
@@ -67,10 +67,10 @@ impl ShardTask {
             }
             Step::Broken(pending) => {
                 error!(key = %pending.key, found = %record.sequence_number, "the pending batch's last record is missing from the shard");
-                Err(ShardError::Internal {
-                    shard_id: self.shard_id.clone(),
-                    message: "the pending batch's last record is missing from the shard",
-                })
+                Err(ShardError::internal(
+                    &self.shard_id,
+                    "the pending batch's last record is missing from the shard",
+                ))
             }
         }
     }

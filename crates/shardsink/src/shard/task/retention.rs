@@ -6,6 +6,7 @@ use tracing::warn;
 use super::{ShardTask, s3_retry};
 use crate::aws::StartingPosition;
 use crate::ops::log::error_chain;
+use crate::output::gap_marker;
 use crate::read::retention::RetentionGap;
 use crate::shard::context::ShardExit;
 use crate::shard::error::ShardError;
@@ -19,7 +20,8 @@ impl ShardTask {
         let (checkpoint, ctx) = (self.frontier.checkpoint(), &self.ctx);
         s3_retry(ctx, &self.lease, "write the retention gap marker")
             .run(|| {
-                gap.report(
+                gap_marker::report(
+                    &gap,
                     checkpoint,
                     &ctx.store,
                     ctx.output.layout.prefix(),

@@ -8,19 +8,20 @@ use sequence_range::{SequenceNumber, SequenceRange};
 use shard_lease::{Checkpoint, PendingBatch};
 
 use super::{Harness, PAST, SHARD, clone_ctx, harness, seq};
-use crate::config::{CompressionCodec, EventSettings};
+use crate::events::EventSettings;
 use crate::events::decider::{EventRuntime, EventStore};
 use crate::events::decisions::{self, decisions_key};
 use crate::events::id::EventIdSource;
 use crate::events::memory::MemoryStore;
 use crate::events::rule::{Outcome, Rule};
+use crate::memory::MemoryBudget;
 use crate::output::Output;
 use crate::output::bucket::Bucket;
+use crate::output::compression::CompressionCodec;
 use crate::output::compression::{Compression, decompress};
 use crate::output::format::{BodyKind, Format};
 use crate::output::key::KeyLayout;
 use crate::shard::context::ShardContext;
-use crate::shard::memory::MemoryBudget;
 use crate::shard::task::ShardTask;
 
 const LINES: BodyKind = BodyKind::lines(CompressionCodec::None);
@@ -145,7 +146,11 @@ impl Harness {
 
 fn decisions_in(h: &Harness, key: &str) -> Vec<decisions::RecordedDecision> {
     let body = object(h, key).expect("decisions object");
-    decisions::parse(SHARD, &decompress(CompressionCodec::Zstd, &body).unwrap()).unwrap()
+    crate::output::read_back::decisions::parse(
+        SHARD,
+        &decompress(CompressionCodec::Zstd, &body).unwrap(),
+    )
+    .unwrap()
 }
 
 #[tokio::test(start_paused = true)]

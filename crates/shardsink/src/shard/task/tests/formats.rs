@@ -6,11 +6,12 @@ use sequence_range::SequenceNumber;
 use shard_lease::{Checkpoint, PendingBatch};
 
 use super::{Harness, PAST, SHARD, harness, seq, writing};
-use crate::config::CompressionCodec;
+use crate::commit::error::CommitError;
+use crate::output::compression::CompressionCodec;
 use crate::output::compression::{Compression, decompress};
-use crate::output::format::parquet::row_identities;
 use crate::output::format::{Bodies, BodyEncoder, BodyKind, Format, MainBody};
 use crate::output::key::KeyLayout;
+use crate::output::read_back::parquet::row_identities;
 use crate::read::record::ShardRecord;
 use crate::shard::context::ShardExit;
 use crate::shard::error::ShardError;
@@ -276,7 +277,10 @@ async fn a_replay_refuses_an_object_of_another_format_with_other_records() {
         .run_to_exit(lease, "the task to stop on the other object")
         .await;
     assert!(
-        matches!(exit, Err(ShardError::ObjectConflict { .. })),
+        matches!(
+            exit,
+            Err(ShardError::Commit(CommitError::ObjectConflict { .. }))
+        ),
         "{exit:?}"
     );
     assert_eq!(
@@ -433,7 +437,7 @@ impl Met {
     /// checkpointed the batch nor dropped it from the lease row.
     async fn assert_conflict(&self) {
         assert!(
-            matches!(&self.exit, Err(ShardError::ObjectConflict { key, .. }) if *key == self.key),
+            matches!(&self.exit, Err(ShardError::Commit(CommitError::ObjectConflict { key, .. })) if *key == self.key),
             "{:?}",
             self.exit
         );

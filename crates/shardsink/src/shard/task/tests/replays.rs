@@ -12,7 +12,7 @@ use shard_lease::{Checkpoint, HeldLease};
 use tokio_util::sync::CancellationToken;
 
 use super::{Harness, PAST, SHARD, clone_ctx, harness, seq};
-use crate::config::EventSettings;
+use crate::events::EventSettings;
 use crate::events::decider::{EventRuntime, EventStore};
 use crate::events::id::EventIdSource;
 use crate::events::rule::{AcceptedCopy, CopyRef, Decision, EventKey, Rule};
