@@ -32,8 +32,9 @@
 //!   already in S3.
 //! - `events`: with `--event-id`, each user record decided — kept, or a
 //!   duplicate of an earlier accepted copy of its event — by the rule, in
-//!   the local store or the DynamoDB manifest; the decisions object that
-//!   records a batch's decisions first.
+//!   the local store (the `event-store` crate, which also holds the rule) or
+//!   the DynamoDB manifest; the decisions object that records a batch's
+//!   decisions first.
 //! - `commit`: record the batch in the lease row → PUT with
 //!   `If-None-Match: *` (decisions, error and duplicates objects, each when
 //!   the batch has one, then the main object) → checkpoint; the check of an
@@ -88,14 +89,14 @@ pub use worker::{Summary, run};
 
 /// What the benchmarks in `benches/` and the end-to-end manifest test
 /// drive: the batch, its time bucket, format and compression, the record,
-/// the memory budget, and the event stores with their rule. Built only with
+/// the memory budget, and the DynamoDB event store with its rule (the local
+/// store's benchmarks are in the `event-store` crate). Built only with
 /// the `bench` feature; not a stable API.
 #[cfg(feature = "bench")]
 pub mod bench {
     pub use sequence_range::SequenceNumber;
 
     pub use crate::events::id::EventIdSource;
-    pub use crate::events::local::{LocalOptions, LocalStore};
     pub use crate::events::manifest::{Manifest, ManifestError};
     pub use crate::events::rule::{AcceptedCopy, CopyRef, Decision, EventKey, Outcome, Rule};
     pub use crate::events::store::{Candidate, Lineage};

@@ -15,7 +15,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::decisions::{RecordedDecision, UserDecision, settings_description};
-use super::local::{LocalStore, LocalStoreError, Watermark};
 use super::manifest::{Manifest, ManifestError};
 #[cfg(test)]
 use super::memory::MemoryStore;
@@ -28,6 +27,7 @@ use crate::aws::retry::{Retry, Stopped};
 use crate::events::EventSettings;
 use crate::ops::metrics::Metrics;
 use crate::read::record::ShardRecord;
+use event_store::{LocalStore, LocalStoreError, Watermark};
 
 /// Extra history a local store keeps beyond twice the window (ms): room
 /// for arrival times that go back a little within a shard.

@@ -30,13 +30,13 @@ use std::io::BufRead;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use event_store::{LocalStore, LocalStoreError};
 use sequence_range::{SequenceNumber, SequenceRange};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::io::SyncIoBridge;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::local::{LocalStore, LocalStoreError};
 use super::rule::{AcceptedCopy, EventKey};
 use crate::aws::retry::{Retry, Stopped};
 use crate::aws::tracked_read::TrackedRead;
@@ -569,8 +569,7 @@ mod tests {
                 metrics: Arc::new(Metrics::new()),
                 budget,
             },
-            store: LocalStore::open(dir.path(), crate::events::local::LocalOptions::default())
-                .unwrap(),
+            store: LocalStore::open(dir.path(), event_store::LocalOptions::default()).unwrap(),
             bucket,
             _dir: dir,
         }

@@ -21,7 +21,7 @@ pub enum LogFormat {
 
 /// Log filter unless `SHARDSINK_LOG` (or `RUST_LOG`) says otherwise: shardsink
 /// at info, libraries at warn.
-const DEFAULT_LOG_FILTER: &str = "warn,shardsink=info,shard_lease=info";
+const DEFAULT_LOG_FILTER: &str = "warn,shardsink=info,shard_lease=info,event_store=info";
 
 /// Installs the process's log subscriber: JSON lines for `Json`, text for
 /// `Text`, and for `Auto` text on a terminal, JSON otherwise.

@@ -34,7 +34,7 @@ fn with_events() -> Harness {
 
 /// The same with the local store in `dir`.
 fn with_local_store(dir: &std::path::Path) -> Harness {
-    let store = crate::events::local::LocalStore::open(dir, Default::default()).unwrap();
+    let store = event_store::LocalStore::open(dir, Default::default()).unwrap();
     with_store(EventStore::Local(store))
 }
 
@@ -374,8 +374,7 @@ async fn a_lost_local_store_is_rebuilt_from_the_archive() {
 
     // The disk is lost: a new host takes the shard with an empty store.
     let second_disk = tempfile::tempdir().unwrap();
-    let store =
-        crate::events::local::LocalStore::open(second_disk.path(), Default::default()).unwrap();
+    let store = event_store::LocalStore::open(second_disk.path(), Default::default()).unwrap();
     let runtime = EventRuntime::new(
         h.ctx.events.as_ref().unwrap().settings.clone(),
         EventStore::Local(store),
