@@ -26,15 +26,15 @@
 //! - `output`: what a batch becomes: its body in the configured format
 //!   (envelope, json, raw or Parquet) and the records a format rejects, the
 //!   compression, the object key and its inverse, the time bucket, the key
-//!   layout recorded under the prefix, the retention-gap marker, and
+//!   layout recorded under the prefix, the retention-gap marker, a batch's
+//!   event decisions and the decisions object that records them first, and
 //!   reading the archive back (`output::read_back`: listings, each format's
 //!   decoder, decisions objects) for every part that looks at what is
 //!   already in S3.
 //! - `events`: with `--event-id`, each user record decided — kept, or a
 //!   duplicate of an earlier accepted copy of its event — by the rule, in
 //!   the local store (the `event-store` crate, which also holds the rule) or
-//!   the DynamoDB manifest; the decisions object that records a batch's
-//!   decisions first.
+//!   the DynamoDB manifest; rebuilding a local store from the archive.
 //! - `commit`: record the batch in the lease row → PUT with
 //!   `If-None-Match: *` (decisions, error and duplicates objects, each when
 //!   the batch has one, then the main object) → checkpoint; the check of an

@@ -141,7 +141,7 @@ pub fn error_codec(main: BodyKind) -> CompressionCodec {
 /// `kind` is the main key's body kind; `compression` is the codec and level
 /// of the settings, used where it matches the kind (else the kind's codec
 /// at its default level). `events`: the event settings' description
-/// ([`settings_description`](crate::events::decisions::settings_description)),
+/// ([`settings_description`](crate::events::id::settings_description)),
 /// stored with the decisions object.
 ///
 /// # Errors

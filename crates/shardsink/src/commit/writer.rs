@@ -31,12 +31,12 @@ use super::replay_plan::recorded_kind;
 use crate::aws::retry::{Classify, Failure, Retry, Stopped};
 use crate::aws::{ObjectStore, PutOutcome, S3Error};
 use crate::commit::error::CommitError;
-use crate::events::decisions::decisions_key;
 use crate::ops::failpoint::failpoint;
 use crate::ops::metrics::{Metrics, Outcome};
 use crate::output::Output;
 use crate::output::batch::{Batch, FlushReason};
 use crate::output::compression::Compression;
+use crate::output::decisions::decisions_key;
 use crate::output::format::{BodyKind, Format};
 
 /// A batch as written: the pending batch it was recorded as (its last

@@ -14,7 +14,7 @@ use sequence_range::SequenceNumber;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::decisions::{RecordedDecision, UserDecision, settings_description};
+use super::id::settings_description;
 use super::manifest::{Manifest, ManifestError};
 #[cfg(test)]
 use super::memory::MemoryStore;
@@ -26,6 +26,7 @@ use crate::aws::S3Error;
 use crate::aws::retry::{Retry, Stopped};
 use crate::events::EventSettings;
 use crate::ops::metrics::Metrics;
+use crate::output::decisions::{RecordedDecision, UserDecision};
 use crate::read::record::ShardRecord;
 use event_store::{LocalStore, LocalStoreError, Watermark};
 

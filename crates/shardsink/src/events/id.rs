@@ -258,6 +258,18 @@ impl<'de> Visitor<'de> for KeyIs<'_> {
     }
 }
 
+/// The settings the decisions of an object were made with, stored as its
+/// user metadata `x-amz-meta-shardsink-format`:
+/// `events;id=<--event-id>;fingerprint=payload|none`. Keys made with other
+/// settings cannot be compared, so a rebuild skips such objects.
+pub fn settings_description(source: &EventIdSource, fingerprint: bool) -> String {
+    format!(
+        "events;id={};fingerprint={}",
+        source.as_setting(),
+        if fingerprint { "payload" } else { "none" }
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

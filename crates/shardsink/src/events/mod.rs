@@ -3,8 +3,9 @@
 //! every user record is decided: kept (the main prefix) or a duplicate of an
 //! earlier accepted copy of its event (the duplicates prefix).
 //!
-//! - `id`: where an event's id comes from and the [`EventKey`](rule::EventKey)
-//!   hash of id and payload;
+//! - `id`: where an event's id comes from, the [`EventKey`](rule::EventKey)
+//!   hash of id and payload, and the settings description decisions objects
+//!   carry;
 //! - `rule`: the decision rule, a pure function of a record and the accepted
 //!   copies before it (from the `event-store` crate);
 //! - `store`: what the two stores share — the lineage of a shard and the
@@ -18,12 +19,14 @@
 //! - `memory`: a store in memory, for tests;
 //! - `rebuild`: a shard's window of accepted copies read back from the
 //!   decisions objects in S3, streamed into a local store that is missing
-//!   or behind, within the memory budget;
-//! - `decisions`: a batch's decisions and the decisions object that records
-//!   them in S3 before the batch's other objects.
+//!   or behind, within the memory budget.
+//!
+//! A batch's decisions, and the decisions object that records them in S3
+//! before the batch's other objects, are part of the archive's format:
+//! `output::decisions` writes them, `output::read_back::decisions` reads
+//! them back.
 
 pub(crate) mod decider;
-pub(crate) mod decisions;
 pub(crate) mod id;
 pub(crate) mod manifest;
 #[cfg(test)]

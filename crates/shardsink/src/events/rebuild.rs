@@ -408,14 +408,12 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::events::decisions::{
-        UserDecision, decisions_key, encode_line, settings_description,
-    };
-    use crate::events::id::EventIdSource;
+    use crate::events::id::{EventIdSource, settings_description};
     use crate::events::rule::{CopyRef, Decision, Outcome, Rule};
     use crate::events::store::{Candidate, Lineage};
     use crate::fake_aws::{self, FakeBucket, FakeStream, FakeTable};
     use crate::lock::lock;
+    use crate::output::decisions::{UserDecision, decisions_key, encode_line};
     use crate::read::record::UserRecordView;
 
     const SHARD: &str = "shardId-000000000000";

@@ -8,9 +8,9 @@ use std::time::Duration;
 use sequence_range::SequenceRange;
 use tokio::time::Instant;
 
-use crate::events::decisions::UserDecision;
 use crate::memory::{MemoryBudget, Reservation};
 use crate::output::bucket::Bucket;
+use crate::output::decisions::UserDecision;
 use crate::output::format::{Bodies, BodyEncoder, Format};
 use crate::read::record::ShardRecord;
 

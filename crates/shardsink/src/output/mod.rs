@@ -15,13 +15,16 @@
 //! - `marker`: the archive's key layout, recorded under its prefix
 //!   (`_shardsink.json`), read at every start and by `verify`;
 //! - `gap_marker`: the object that records a retention gap
-//!   (`_retention-gaps/`).
+//!   (`_retention-gaps/`);
+//! - `decisions`: a batch's event decisions and the decisions object that
+//!   records them first (`_events/`);
 //! - `read_back`: reading the archive back — the one reader of what is
 //!   already in S3, beside the writers.
 
 pub(crate) mod batch;
 pub(crate) mod bucket;
 pub(crate) mod compression;
+pub(crate) mod decisions;
 pub(crate) mod format;
 pub(crate) mod gap_marker;
 pub(crate) mod key;
@@ -67,7 +70,7 @@ impl Output {
             compression: Compression::Zstd(3),
             error_layout: layout.with_prefix(error_prefix),
             duplicates_layout: layout.with_prefix(duplicates_prefix),
-            decisions_layout: crate::events::decisions::decisions_layout(&layout),
+            decisions_layout: decisions::decisions_layout(&layout),
             layout,
         }
     }

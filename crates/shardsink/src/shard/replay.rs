@@ -8,10 +8,10 @@ use shard_lease::PendingBatch;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::commit::replay_plan::ReplayDecisions;
-use crate::events::decisions::UserDecision;
 use crate::memory::{MemoryBudget, Reservation};
 use crate::output::Output;
 use crate::output::batch::Batch;
+use crate::output::decisions::UserDecision;
 use crate::output::format::Format;
 use crate::read::record::ShardRecord;
 
@@ -42,7 +42,7 @@ pub(crate) struct Holding {
 impl Holding {
     /// The shard's `turn` to replay ([`MemoryBudget::replay_permit`]), and
     /// the bytes of the `decisions` read back from the batch's decisions
-    /// object ([`decisions::held_bytes`](crate::events::decisions::held_bytes)).
+    /// object ([`decisions::held_bytes`](crate::output::decisions::held_bytes)).
     pub(crate) fn new(turn: Option<OwnedSemaphorePermit>, decisions: Option<Reservation>) -> Self {
         Self {
             _turn: turn,

@@ -35,9 +35,9 @@ use crate::aws::{S3Error, ShardInfo};
 use crate::commit::error::CommitError;
 use crate::commit::writer::BatchWriter;
 use crate::events::decider::{EventError, RebuildSource, ShardEvents};
-use crate::events::decisions::UserDecision;
 use crate::events::store::Lineage;
 use crate::output::batch::{Batch, FlushReason};
+use crate::output::decisions::UserDecision;
 use crate::read::record::ShardRecord;
 use crate::shard::context::{ShardContext, ShardExit};
 use crate::shard::error::ShardError;
@@ -266,7 +266,7 @@ impl ShardTask {
     /// store (with event decisions on).
     pub(super) async fn adopt(
         &mut self,
-        recorded: &[crate::events::decisions::RecordedDecision],
+        recorded: &[crate::output::decisions::RecordedDecision],
     ) -> Result<(), ShardError> {
         match &mut self.events {
             Some(events) if !recorded.is_empty() => events

@@ -15,7 +15,7 @@ use super::report::{Audit, EventFindings, Uncommitted, WindowOutcome};
 use super::stream::{GapOutcome, check_gaps, read_checkpoints};
 use super::window::{Scope, check_window, decided_batches};
 use crate::aws::{AwsClients, Kinesis, ObjectStore};
-use crate::events::decisions::settings_description;
+use crate::events::id::settings_description;
 use crate::events::rule::CopyRef;
 
 /// The checks, in order; progress on stderr (a bar when `tty`).

@@ -15,8 +15,8 @@ use super::{s3_retry, s3_stopped};
 use crate::aws::ObjectStore;
 use crate::aws::retry::{Retry, Stopped};
 use crate::config::{KeyStyle, TimeBucket};
-use crate::events::decisions::decisions_layout;
 use crate::output::bucket::Bucket;
+use crate::output::decisions::decisions_layout;
 use crate::output::format::BodyKind;
 use crate::output::key::KeyLayout;
 use crate::output::marker::{self, marker_key};
@@ -266,7 +266,7 @@ mod tests {
     fn decisions_keys_parse_under_the_decisions_layout() {
         let main = object(9, 10);
         let layout = decisions_layout(&KeyLayout::plain("p"));
-        let key = crate::events::decisions::decisions_key(&layout, main.bucket, SHARD, &main.range);
+        let key = crate::output::decisions::decisions_key(&layout, main.bucket, SHARD, &main.range);
         assert!(key.starts_with("p/_events/2026/11/21/05/27/"), "{key}");
         let parsed = parse_decisions_key(&layout, &key).unwrap();
         assert_eq!(

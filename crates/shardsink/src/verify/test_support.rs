@@ -108,10 +108,11 @@ pub(super) fn put_decided_batch(
     use std::sync::Arc;
 
     use crate::commit::body::{ObjectRole, encode};
-    use crate::events::decisions::{UserDecision, decisions_key, settings_description};
+    use crate::events::id::settings_description;
     use crate::events::rule::{CopyRef, Decision, Outcome};
     use crate::output::Output;
     use crate::output::compression::Compression;
+    use crate::output::decisions::{UserDecision, decisions_key};
     use crate::output::format::{BodyEncoder, Format};
     use crate::read::record::ShardRecord;
 

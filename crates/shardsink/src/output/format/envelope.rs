@@ -80,7 +80,7 @@ impl LineEncoder {
     pub fn encode_duplicate(
         &mut self,
         user: &UserRecordView<'_>,
-        of: &crate::events::rule::CopyRef,
+        of: &event_store::CopyRef,
         out: &mut Vec<u8>,
     ) {
         self.metadata_fields(user, out);
@@ -255,7 +255,7 @@ mod tests {
         let shard = "shardId-000000000001";
         let record = record("12", 60_000, "pk", b"x");
         let user = record.views(shard).next().unwrap();
-        let of = crate::events::rule::CopyRef {
+        let of = event_store::CopyRef {
             shard_id: std::sync::Arc::from("shardId-000000000000"),
             sequence_number: sequence_range::SequenceNumber::from(7u64),
             sub_sequence_number: Some(2),

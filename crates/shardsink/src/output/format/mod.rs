@@ -25,12 +25,12 @@ use clap::ValueEnum;
 use self::envelope::LineEncoder;
 use self::parquet::ParquetBatch;
 use self::schema::ParquetSchema;
-use crate::events::decisions::{self, UserDecision};
-use crate::events::rule::{Decision, Outcome};
 use crate::output::compression::CompressionCodec;
+use crate::output::decisions::{self, UserDecision};
 use crate::output::view::{RejectReason, Rejection};
 use crate::read::record::ShardRecord;
 use crate::read::record::UserRecordView;
+use event_store::{Decision, Outcome};
 
 /// What each record becomes in an object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]

@@ -1,15 +1,15 @@
 //! Reading decisions objects back: a decisions object's name
 //! ([`parse_decisions_name`]) and its lines ([`parse`], [`parse_line`]),
-//! as `events::decisions` writes them — for a replay that adopts a batch's
+//! as `output::decisions` writes them — for a replay that adopts a batch's
 //! decisions, a rebuild of the event window, and `verify`.
 
 use std::sync::Arc;
 
 use sequence_range::{SequenceNumber, SequenceRange};
 
-use crate::events::decisions::{DECISIONS_EXTENSION, Line, RecordedDecision, UserDecision};
-use crate::events::rule::{CopyRef, Decision, EventKey, Outcome};
+use crate::output::decisions::{DECISIONS_EXTENSION, Line, RecordedDecision, UserDecision};
 use crate::output::key::{KeyParseError, parse_named};
+use event_store::{CopyRef, Decision, EventKey, Outcome};
 
 /// The batch range a decisions object's name (last key segment) says.
 ///
@@ -88,7 +88,7 @@ pub fn parse_line(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::decisions::encode_line;
+    use crate::output::decisions::encode_line;
     use crate::read::record::UserRecordView;
 
     fn view(sub: Option<u64>) -> UserRecordView<'static> {

@@ -20,7 +20,7 @@ use sequence_range::SequenceNumber;
 use serde_json::Value;
 
 use super::row::{DecodeError, Record, arrival_millis, numbered_lines};
-use crate::events::rule::CopyRef;
+use event_store::CopyRef;
 
 /// One envelope line as shardsink writes it (`output/format/envelope.rs`).
 #[derive(Debug, serde::Deserialize)]
@@ -151,9 +151,9 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::events::rule::CopyRef;
     use crate::output::format::envelope::LineEncoder;
     use crate::output::read_back::row::strategy::records;
+    use event_store::CopyRef;
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]

@@ -14,15 +14,17 @@
 //! local store is rebuilt from the decisions objects of committed batches.
 //!
 //! This module writes them; `output::read_back::decisions` reads them back.
+//! The decisions themselves are made by `events` with the rule of the
+//! `event-store` crate, whose types ([`Decision`], [`EventKey`], [`CopyRef`])
+//! a decision is made of.
 
 use sequence_range::SequenceRange;
 use serde::{Deserialize, Serialize};
 
-use super::id::EventIdSource;
-use super::rule::{AcceptedCopy, CopyRef, Decision, EventKey};
 use crate::output::bucket::Bucket;
 use crate::output::key::{KeyLayout, named};
 use crate::read::record::UserRecordView;
+use event_store::{AcceptedCopy, CopyRef, Decision, EventKey};
 
 /// The folder of decisions objects under the prefix.
 pub const DECISIONS_FOLDER: &str = "_events";
@@ -38,18 +40,6 @@ pub struct UserDecision {
     pub key: Option<EventKey>,
     /// What it is.
     pub decision: Decision,
-}
-
-/// The settings the decisions of an object were made with, stored as its
-/// user metadata `x-amz-meta-shardsink-format`:
-/// `events;id=<--event-id>;fingerprint=payload|none`. Keys made with other
-/// settings cannot be compared, so a rebuild skips such objects.
-pub fn settings_description(source: &EventIdSource, fingerprint: bool) -> String {
-    format!(
-        "events;id={};fingerprint={}",
-        source.as_setting(),
-        if fingerprint { "payload" } else { "none" }
-    )
 }
 
 /// The layout of decisions objects: the main layout's style and time bucket
