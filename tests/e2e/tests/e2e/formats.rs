@@ -19,8 +19,6 @@
 //! over after the failover time; B is stopped gracefully. S3 is then read
 //! record by record in the run's layout and format ([`Scenario::finish`]).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
