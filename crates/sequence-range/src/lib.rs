@@ -9,7 +9,7 @@
 //!   object key carries.
 //! - [`range_set`]: [`RangeSet`], sorted merged ranges with insert, remove,
 //!   difference and an O(log n) allocation-free `contains`. Dedup builds one
-//!   from the keys under a shard's minute prefix and asks it, record by
+//!   from the keys under a shard's minute (or hour) prefix and asks it, record by
 //!   record, what is already written.
 //! - [`key_encoding`]: length-prefixed text forms whose byte order is numeric
 //!   order (ascending) or its reverse (descending), for S3 keys.

@@ -8,7 +8,7 @@ use crate::{SequenceNumber, SequenceRange};
 /// ranges.
 ///
 /// Dedup collects the ranges of the objects already written under a shard's
-/// minute prefix into a `RangeSet` — in whatever order the listing returns
+/// minute or hour prefix into a `RangeSet` — in whatever order the listing returns
 /// them — and asks, record by record, whether a sequence number is in it.
 ///
 /// Invariant (checked by `debug_assert!` after every change): for consecutive

@@ -12,6 +12,9 @@
 //!   before its PUT), with the attribute mapping.
 //! - [`table`]: [`LeaseTable`], the handle, one function per DynamoDB call:
 //!   create the table, scan, get, create and delete a lease row.
+//! - [`provision`]: [`create_table_if_missing`], a table with a string
+//!   partition key, on-demand, created if missing and waited for until
+//!   `ACTIVE` — the lease table's, and the daemon's other tables'.
 //! - [`owner_writes`]: the [`LeaseTable`] writes that take, renew, record a
 //!   pending batch, checkpoint and release a lease, and what a failed
 //!   condition means.
@@ -26,7 +29,8 @@
 //!   spread evenly (the KCL's rule).
 //! - [`heartbeat`]: [`WorkerHeartbeat`], one row per live worker, and the
 //!   [`LeaseTable`] calls that write and delete it.
-//! - [`error`]: [`LeaseError`]; [`retry`]: which DynamoDB errors to retry,
+//! - [`error`]: [`LeaseError`]; [`retry`]: which DynamoDB errors to retry
+//!   ([`retry::classify`]: throttling, transient, persistent, or final),
 //!   matched as each operation's typed variants, and what every AWS
 //!   service's errors share: the transport and 5xx rule and
 //!   [`modeled_kinds!`], which maps an operation's variants to kinds.
@@ -48,6 +52,7 @@ pub mod heartbeat;
 pub mod held;
 pub mod lease;
 pub mod owner_writes;
+pub mod provision;
 pub mod retry;
 pub mod table;
 #[cfg(any(test, feature = "test-util"))]
@@ -62,6 +67,9 @@ pub use expiry::LeaseExpiry;
 pub use heartbeat::WorkerHeartbeat;
 pub use held::HeldLease;
 pub use lease::{Lease, MalformedLease, PendingBatch};
-pub use table::{CreateOutcome, LeaseTable, TABLE_ACTIVE_TIMEOUT, TableCreation, TableScan};
+pub use provision::{
+    TABLE_ACTIVE_TIMEOUT, TableCreation, TableSetupError, create_table_if_missing,
+};
+pub use table::{CreateOutcome, LeaseTable, TableScan};
 pub use update::{Clause, Condition, Expressions, SetValue, Update};
 pub use write_token::WriteToken;

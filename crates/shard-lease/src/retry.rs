@@ -1,6 +1,8 @@
-//! Which DynamoDB errors are worth retrying, and the part of that answer
-//! every AWS service shares ([`is_transport_or_server_failure`]). The daemon
-//! classifies its own Kinesis and S3 errors on top of the shared part.
+//! Which DynamoDB errors are worth retrying — [`classify`], the one
+//! classification of DynamoDB SDK errors, for the lease table and the
+//! daemon's other tables — and the part of that answer every AWS service
+//! shares ([`is_transport_or_server_failure`]). The daemon classifies its
+//! own Kinesis and S3 errors on top of the shared part.
 //!
 //! DynamoDB's errors are matched as the typed variants each operation
 //! models (`Modeled`); only the common errors that no operation models
@@ -183,6 +185,66 @@ pub(crate) fn is_throttling<E: Modeled>(err: &SdkError<E, HttpResponse>) -> bool
     too_many || kind(err) == Some(Kind::Throttled)
 }
 
+/// Codes of DynamoDB's common errors that say a request can never succeed
+/// as sent ("Error handling with DynamoDB", Amazon DynamoDB Developer
+/// Guide): `ValidationException` — an item over 400 KB, a key that does not
+/// match the schema — and `SerializationException`. No operation models
+/// them, so they arrive as unmodeled errors with these codes.
+pub const REFUSED_CODES: &[&str] = &["ValidationException", "SerializationException"];
+
+/// How a failed DynamoDB call is retried ([`classify`]): throttling and
+/// transient failures soon, persistent ones slowly until an operator fixes
+/// them; a missing table or a refused request not at all (final: the
+/// caller recreates the table, goes on without the item, or stops).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// DynamoDB throttled the call ([`Kind::Throttled`], or HTTP 429).
+    Throttling,
+    /// A transport or server failure, or a transient error
+    /// ([`Kind::Transient`]): a retry after a backoff may succeed.
+    Transient,
+    /// Anything else — denied access, a bad request, a failed condition —
+    /// that only an operator (or the caller) can fix.
+    Persistent,
+    /// Final: the table does not exist (`ResourceNotFoundException`).
+    TableMissing,
+    /// Final: the request can never succeed as sent ([`REFUSED_CODES`]).
+    Refused,
+}
+
+impl ErrorClass {
+    /// Whether a retry after a backoff may succeed ([`Self::Throttling`]
+    /// or [`Self::Transient`]).
+    pub fn is_retriable(self) -> bool {
+        matches!(self, Self::Throttling | Self::Transient)
+    }
+
+    /// Whether DynamoDB throttled the call.
+    pub fn is_throttling(self) -> bool {
+        self == Self::Throttling
+    }
+}
+
+/// How the failed DynamoDB call `err` is retried: the one classification of
+/// DynamoDB SDK errors, for the lease table and the daemon's other tables.
+/// A refused request ([`REFUSED_CODES`]) first, then a missing table, then
+/// throttling ([`is_throttling`]), then what else is retriable
+/// ([`is_retriable`]).
+pub fn classify<E: Modeled>(err: &SdkError<E, HttpResponse>) -> ErrorClass {
+    let code = err.as_service_error().and_then(ProvideErrorMetadata::code);
+    if code.is_some_and(|code| REFUSED_CODES.contains(&code)) {
+        ErrorClass::Refused
+    } else if kind(err) == Some(Kind::ResourceNotFound) {
+        ErrorClass::TableMissing
+    } else if is_throttling(err) {
+        ErrorClass::Throttling
+    } else if is_retriable(err) {
+        ErrorClass::Transient
+    } else {
+        ErrorClass::Persistent
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use aws_sdk_dynamodb::types::error::{
@@ -277,5 +339,49 @@ mod tests {
         let timeout: SdkError<ScanError, HttpResponse> =
             SdkError::TimeoutError(TimeoutError::builder().source("slow").build());
         assert_eq!(kind(&timeout), None);
+    }
+
+    #[test]
+    fn classify_says_how_each_answer_is_retried() {
+        let refused =
+            PutItemError::generic(ErrorMetadata::builder().code("ValidationException").build());
+        assert_eq!(classify(&service_error(refused, 400)), ErrorClass::Refused);
+        let missing = GetItemError::ResourceNotFoundException(
+            aws_sdk_dynamodb::types::error::ResourceNotFoundException::builder().build(),
+        );
+        assert_eq!(
+            classify(&service_error(missing, 400)),
+            ErrorClass::TableMissing
+        );
+        let throttled = DescribeTableError::generic(
+            ErrorMetadata::builder().code("ThrottlingException").build(),
+        );
+        assert_eq!(
+            classify(&service_error(throttled, 400)),
+            ErrorClass::Throttling
+        );
+        let too_many = ScanError::generic(ErrorMetadata::builder().code("Whatever").build());
+        assert_eq!(
+            classify(&service_error(too_many, 429)),
+            ErrorClass::Throttling
+        );
+        let unavailable = ScanError::generic(ErrorMetadata::builder().code("Whatever").build());
+        assert_eq!(
+            classify(&service_error(unavailable, 503)),
+            ErrorClass::Transient
+        );
+        let timeout: SdkError<ScanError, HttpResponse> =
+            SdkError::TimeoutError(TimeoutError::builder().source("slow").build());
+        assert_eq!(classify(&timeout), ErrorClass::Transient);
+        let denied = ScanError::generic(
+            ErrorMetadata::builder()
+                .code("AccessDeniedException")
+                .build(),
+        );
+        let denied = classify(&service_error(denied, 400));
+        assert_eq!(denied, ErrorClass::Persistent);
+        assert!(!denied.is_retriable() && !denied.is_throttling());
+        assert!(ErrorClass::Throttling.is_retriable() && ErrorClass::Throttling.is_throttling());
+        assert!(ErrorClass::Transient.is_retriable() && !ErrorClass::Transient.is_throttling());
     }
 }

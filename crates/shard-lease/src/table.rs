@@ -8,25 +8,16 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType, TableStatus,
-};
+use aws_sdk_dynamodb::types::AttributeValue;
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
 use tracing::{debug, info, warn};
 
 use crate::heartbeat::WORKER_KEY_PREFIX;
 use crate::lease::{attr, number};
-use crate::retry::{Kind, Modeled, is_retriable, is_throttling, kind};
+use crate::provision::{self, TableCreation, TableSetupError};
+use crate::retry::{ErrorClass, Kind, Modeled, classify, kind};
 use crate::{Condition, Expressions, Lease, LeaseError, Update, WorkerHeartbeat, WriteToken};
-
-/// How long [`LeaseTable::create_table_if_missing`] waits for a new table to
-/// become `ACTIVE`.
-pub const TABLE_ACTIVE_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// How often it looks.
-const TABLE_POLL_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The lease table: one row per shard, keyed by `leaseKey` (the shard id).
 ///
@@ -37,15 +28,6 @@ pub struct LeaseTable {
     pub(crate) table_name: String,
     /// Recorded in every lease this handle takes (`ownerFailoverTimeMillis`).
     pub(crate) failover_time: Option<Duration>,
-}
-
-/// What [`LeaseTable::create_table_if_missing`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TableCreation {
-    /// The table existed.
-    Existed,
-    /// This call created it.
-    Created,
 }
 
 /// Everything in the lease table: leases and worker heartbeats.
@@ -92,90 +74,41 @@ impl LeaseTable {
     }
 
     /// Creates the table if it does not exist — hash key `leaseKey` (S),
-    /// on-demand billing — and waits until it is `ACTIVE`.
-    ///
-    /// Calls [DescribeTable], then [CreateTable] and the `TableExists` waiter.
-    /// Two workers racing to create it both succeed (`ResourceInUseException`
-    /// counts as "exists").
-    ///
-    /// [DescribeTable]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_DescribeTable.html
-    /// [CreateTable]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_CreateTable.html
+    /// on-demand billing — and waits until it is `ACTIVE`
+    /// ([`create_table_if_missing`](crate::provision::create_table_if_missing):
+    /// DescribeTable, CreateTable, DescribeTable every second). Two workers
+    /// racing to create it both succeed.
     ///
     /// # Errors
-    /// [`LeaseError::Dynamo`] when a call fails.
+    /// [`LeaseError::Dynamo`] when a call fails, or (retriable) when the
+    /// table is not `ACTIVE` after [`TABLE_ACTIVE_TIMEOUT`](crate::TABLE_ACTIVE_TIMEOUT).
     pub async fn create_table_if_missing(&self) -> Result<TableCreation, LeaseError> {
-        // Polled every second, not with the SDK's waiter (which waits at
-        // least 20 s between polls): after a lost table, workers are idle
-        // until it is back.
-        let deadline = tokio::time::Instant::now() + TABLE_ACTIVE_TIMEOUT;
-        let mut outcome = TableCreation::Existed;
-        loop {
-            let described = self
-                .client
-                .describe_table()
-                .table_name(&self.table_name)
-                .send()
-                .await;
-            match described {
-                Ok(output) => {
-                    let status = output.table().and_then(|table| table.table_status());
-                    if status.is_none_or(|status| *status == TableStatus::Active) {
-                        return Ok(outcome);
-                    }
-                    debug!(table = %self.table_name, status = ?status, "waiting for the lease table");
-                }
-                Err(err) if kind(&err) == Some(Kind::ResourceNotFound) => {
-                    if self.create_table().await? {
-                        info!(table = %self.table_name, "lease table created");
-                        outcome = TableCreation::Created;
-                        continue;
-                    }
-                    // Another worker is creating it, or an old one is still
-                    // being deleted: wait and look again.
-                }
-                Err(err) => return Err(self.sdk_error("DescribeTable", err)),
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(LeaseError::Dynamo {
-                    operation: "DescribeTable",
-                    table: self.table_name.clone(),
-                    retriable: true,
-                    throttled: false,
-                    source: format!("table not ACTIVE after {TABLE_ACTIVE_TIMEOUT:?}").into(),
-                });
-            }
-            tokio::time::sleep(TABLE_POLL_INTERVAL).await;
+        let outcome = provision::create_table_if_missing(
+            &self.client,
+            &self.table_name,
+            attr::LEASE_KEY,
+            &|_| {},
+        )
+        .await
+        .map_err(|err| match err {
+            TableSetupError::Dynamo {
+                operation,
+                class,
+                source,
+                ..
+            } => self.classified(operation, class, source),
+            TableSetupError::NotActive { waited, .. } => LeaseError::Dynamo {
+                operation: "DescribeTable",
+                table: self.table_name.clone(),
+                retriable: true,
+                throttled: false,
+                source: format!("table not ACTIVE after {waited:?}").into(),
+            },
+        })?;
+        if outcome == TableCreation::Created {
+            info!(table = %self.table_name, "lease table created");
         }
-    }
-
-    /// [CreateTable]: hash key `leaseKey` (S), on-demand billing. `false`
-    /// when the table is in use (being created by another worker, or still
-    /// being deleted).
-    async fn create_table(&self) -> Result<bool, LeaseError> {
-        let key = KeySchemaElement::builder()
-            .attribute_name(attr::LEASE_KEY)
-            .key_type(KeyType::Hash)
-            .build()
-            .map_err(|err| self.build_error("CreateTable", err))?;
-        let definition = AttributeDefinition::builder()
-            .attribute_name(attr::LEASE_KEY)
-            .attribute_type(ScalarAttributeType::S)
-            .build()
-            .map_err(|err| self.build_error("CreateTable", err))?;
-        let result = self
-            .client
-            .create_table()
-            .table_name(&self.table_name)
-            .key_schema(key)
-            .attribute_definitions(definition)
-            .billing_mode(BillingMode::PayPerRequest)
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(err) if kind(&err) == Some(Kind::ResourceInUse) => Ok(false),
-            Err(err) => Err(self.sdk_error("CreateTable", err)),
-        }
+        Ok(outcome)
     }
 
     /// Every row, read with a consistent [Scan] (all pages): the leases and
@@ -328,7 +261,7 @@ impl LeaseTable {
 
     /// The [`LeaseError`] for a failed call: `TableMissing` for
     /// `ResourceNotFoundException`, else `Dynamo`, retriable and throttled
-    /// as [`crate::retry`] says.
+    /// as [`crate::retry::classify`] says.
     pub(crate) fn sdk_error<E>(
         &self,
         operation: &'static str,
@@ -337,7 +270,17 @@ impl LeaseTable {
     where
         E: Modeled,
     {
-        if kind(&err) == Some(Kind::ResourceNotFound) {
+        self.classified(operation, classify(&err), Box::new(err))
+    }
+
+    /// The [`LeaseError`] for a failed call classified as `class`.
+    fn classified(
+        &self,
+        operation: &'static str,
+        class: ErrorClass,
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    ) -> LeaseError {
+        if class == ErrorClass::TableMissing {
             return LeaseError::TableMissing {
                 table: self.table_name.clone(),
             };
@@ -345,23 +288,9 @@ impl LeaseTable {
         LeaseError::Dynamo {
             operation,
             table: self.table_name.clone(),
-            retriable: is_retriable(&err),
-            throttled: is_throttling(&err),
-            source: Box::new(err),
-        }
-    }
-
-    fn build_error(
-        &self,
-        operation: &'static str,
-        err: aws_sdk_dynamodb::error::BuildError,
-    ) -> LeaseError {
-        LeaseError::Dynamo {
-            operation,
-            table: self.table_name.clone(),
-            retriable: false,
-            throttled: false,
-            source: Box::new(err),
+            retriable: class.is_retriable(),
+            throttled: class.is_throttling(),
+            source,
         }
     }
 }
@@ -372,10 +301,10 @@ mod tests {
     use aws_sdk_dynamodb::operation::describe_table::{DescribeTableError, DescribeTableOutput};
     use aws_sdk_dynamodb::operation::put_item::PutItemError;
     use aws_sdk_dynamodb::operation::scan::ScanOutput;
-    use aws_sdk_dynamodb::types::TableDescription;
     use aws_sdk_dynamodb::types::error::{
         ConditionalCheckFailedException, ResourceNotFoundException,
     };
+    use aws_sdk_dynamodb::types::{BillingMode, TableDescription, TableStatus};
     use aws_smithy_mocks::{RuleMode, mock, mock_client};
     use aws_smithy_types::error::ErrorMetadata;
     use sequence_range::SequenceNumber;

@@ -1,4 +1,4 @@
-//! In-process pipeline benchmarks (figures in docs/DESIGN.md, "Performance"), 1 KiB
+//! In-process pipeline benchmarks (figures in `benches/README.md`), 1 KiB
 //! records with 56-digit sequence numbers, single thread:
 //! - `serde_json baseline`: plain `serde_json` + base64 encoding of the same
 //!   records — the bar the pipeline must not fall below;

@@ -17,7 +17,45 @@ use sequence_range::SequenceNumber;
 use shard_lease::retry::is_transport_or_server_failure;
 
 use super::BoxError;
-use crate::config::StreamRef;
+
+/// The stream as the Kinesis API takes it: `StreamName` or `StreamARN`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamRef {
+    /// A stream name.
+    Name(String),
+    /// A stream ARN, with the name parsed out of it.
+    Arn {
+        /// The full ARN.
+        arn: String,
+        /// The stream name (after `stream/`).
+        name: String,
+    },
+}
+
+impl StreamRef {
+    /// The stream's name.
+    pub fn name(&self) -> &str {
+        match self {
+            Self::Name(name) | Self::Arn { name, .. } => name,
+        }
+    }
+
+    /// The `StreamName` parameter (None when the ARN is used).
+    pub fn stream_name(&self) -> Option<String> {
+        match self {
+            Self::Name(name) => Some(name.clone()),
+            Self::Arn { .. } => None,
+        }
+    }
+
+    /// The `StreamARN` parameter (None when the name is used).
+    pub fn stream_arn(&self) -> Option<String> {
+        match self {
+            Self::Name(_) => None,
+            Self::Arn { arn, .. } => Some(arn.clone()),
+        }
+    }
+}
 
 /// A Kinesis call that failed.
 #[derive(Debug, thiserror::Error)]

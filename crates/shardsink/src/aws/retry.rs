@@ -1,7 +1,10 @@
-//! [`Retry`]: the one retry loop every AWS call goes through — how a failure
+//! [`Retry`]: the one retry path every AWS call goes through — how a failure
 //! is classified ([`Classify`]), the backoff ([`Backoff`], capped exponential
 //! with jitter), the `shardsink_retries_total{cause}` count, the log line, and
-//! when to stop (the lease was lost, shutdown, or too many failures).
+//! when to stop (the lease was lost, shutdown, or too many failures). Most
+//! calls run in its loop ([`Retry::run`]); a loop that does more between
+//! attempts — a shard's reads, `verify`'s — takes the same decisions one
+//! failed attempt at a time from its [`RetryStep`].
 //!
 //! shardsink keeps retrying what can heal — throttling, 5xx, timeouts quickly;
 //! access denied or a resource missing at run time slowly, until an operator
@@ -88,7 +91,7 @@ impl Classify for LeaseError {
     }
 }
 
-/// Why [`Retry::run`] returned without a result.
+/// Why [`Retry::run`] (or a [`RetryStep`]) stopped without a result.
 #[derive(Debug)]
 pub(crate) enum Stopped<E> {
     /// The error no retry can fix (or the call's own final condition).
@@ -99,16 +102,46 @@ pub(crate) enum Stopped<E> {
     Cancelled,
 }
 
-/// A retry loop for one kind of call; build it, then [`run`](Self::run) it.
+/// The log line of each retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Log {
+    /// `call failed; retrying` (warning) or `call failed; retrying until it
+    /// is fixed` (error), with the operation name.
+    Call,
+    /// `read failed; retrying` (warning, or error for a failure an operator
+    /// must fix or the type calls final) or `read failed; retrying until it
+    /// is fixed` (error): a shard task's GetRecords, under its shard's span.
+    Read,
+    /// No line: the caller reports the failure itself (`verify`).
+    Off,
+}
+
+/// A retry loop for one kind of call: build it, then [`run`](Self::run) it
+/// around the call, or take its [`step`](Self::step) into a loop of one's
+/// own.
 pub(crate) struct Retry<'a, E> {
     what: &'static str,
+    log: Log,
     metrics: Option<&'a Metrics>,
     stop: Option<&'a CancellationToken>,
     give_up_after: Option<u32>,
-    final_when: Option<fn(&E) -> bool>,
+    give_up_after_when: Option<(Picks<E>, u32)>,
+    final_when: Option<Picks<E>>,
     retry_final: bool,
     on_retry: Option<&'a OnRetry<'a, E>>,
 }
+
+// By hand: a derive would ask `E: Copy`, and only `fn(&E)` is held.
+impl<E> Clone for Retry<'_, E> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<E> Copy for Retry<'_, E> {}
+
+/// Which errors a loop's option applies to.
+type Picks<E> = fn(&E) -> bool;
 
 /// A hook called before each backoff with the error and the delay.
 pub(crate) type OnRetry<'a, E> = dyn Fn(&E, Duration) + Send + Sync + 'a;
@@ -119,13 +152,21 @@ impl<'a, E: Classify + std::error::Error + 'static> Retry<'a, E> {
     pub(crate) fn new(what: &'static str) -> Self {
         Self {
             what,
+            log: Log::Call,
             metrics: None,
             stop: None,
             give_up_after: None,
+            give_up_after_when: None,
             final_when: None,
             retry_final: false,
             on_retry: None,
         }
+    }
+
+    /// Logs each retry as `log` says (by default [`Log::Call`]).
+    pub(crate) fn log(mut self, log: Log) -> Self {
+        self.log = log;
+        self
     }
 
     /// Counts each retry in `shardsink_retries_total{cause}`.
@@ -144,6 +185,14 @@ impl<'a, E: Classify + std::error::Error + 'static> Retry<'a, E> {
     /// Gives up after this many failures in a row.
     pub(crate) fn give_up_after(mut self, failures: u32) -> Self {
         self.give_up_after = Some(failures);
+        self
+    }
+
+    /// Gives up after `failures` failures in a row instead when the last
+    /// one is an error `is` picks (e.g. throttling, which a shard shared with
+    /// a running daemon is expected to see for longer).
+    pub(crate) fn give_up_after_when(mut self, is: fn(&E) -> bool, failures: u32) -> Self {
+        self.give_up_after_when = Some((is, failures));
         self
     }
 
@@ -169,6 +218,18 @@ impl<'a, E: Classify + std::error::Error + 'static> Retry<'a, E> {
         self
     }
 
+    /// The loop's decisions without the loop, for a caller that makes its
+    /// calls itself (a shard's reads, `verify`'s): fresh backoffs, no
+    /// failures yet.
+    pub(crate) fn step(self) -> RetryStep<'a, E> {
+        RetryStep {
+            retry: self,
+            transient: Backoff::transient(),
+            persistent: Backoff::persistent(),
+            failures: 0,
+        }
+    }
+
     /// Calls `op` until it succeeds or the loop stops.
     ///
     /// # Errors
@@ -178,8 +239,7 @@ impl<'a, E: Classify + std::error::Error + 'static> Retry<'a, E> {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        let (mut transient, mut persistent) = (Backoff::transient(), Backoff::persistent());
-        let mut failures = 0_u32;
+        let mut step = self.step();
         loop {
             if self.stop.is_some_and(CancellationToken::is_cancelled) {
                 return Err(Stopped::Cancelled);
@@ -191,38 +251,10 @@ impl<'a, E: Classify + std::error::Error + 'static> Retry<'a, E> {
                 },
                 None => op().await,
             };
-            let err = match attempt {
+            let delay = match attempt {
                 Ok(value) => return Ok(value),
-                Err(err) => err,
+                Err(err) => step.failed(err)?,
             };
-            if self.final_when.is_some_and(|is_final| is_final(&err)) {
-                return Err(Stopped::Final(err));
-            }
-            let (cause, delay, persistent_failure) = match err.classify() {
-                Failure::Final if self.retry_final => (None, persistent.next_delay(), true),
-                Failure::Final => return Err(Stopped::Final(err)),
-                Failure::Transient(cause) => (Some(cause), transient.next_delay(), false),
-                Failure::Persistent(cause) => (Some(cause), persistent.next_delay(), true),
-            };
-            failures += 1;
-            if self.give_up_after.is_some_and(|limit| failures >= limit) {
-                return Err(Stopped::GaveUp(err));
-            }
-            if self.stop.is_some_and(CancellationToken::is_cancelled) {
-                return Err(Stopped::Cancelled);
-            }
-            if let (Some(metrics), Some(cause)) = (self.metrics, cause) {
-                metrics.retry(cause);
-            }
-            if let Some(hook) = self.on_retry {
-                hook(&err, delay);
-            }
-            let what = self.what;
-            if persistent_failure {
-                error!(operation = what, error = %error_chain(&err), ?delay, "call failed; retrying until it is fixed");
-            } else {
-                warn!(operation = what, error = %error_chain(&err), ?delay, "call failed; retrying");
-            }
             match self.stop {
                 Some(token) => tokio::select! {
                     () = token.cancelled() => return Err(Stopped::Cancelled),
@@ -231,6 +263,123 @@ impl<'a, E: Classify + std::error::Error + 'static> Retry<'a, E> {
                 None => tokio::time::sleep(delay).await,
             }
         }
+    }
+
+    /// The failures in a row after which the loop gives up with `err` last.
+    fn limit_for(&self, err: &E) -> Option<u32> {
+        match self.give_up_after_when {
+            Some((is, failures)) if is(err) => Some(failures),
+            _ => self.give_up_after,
+        }
+    }
+}
+
+/// What a failed attempt was retried as, for its log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Retried {
+    Transient,
+    Persistent,
+    /// Classified [`Failure::Final`], retried by [`Retry::retry_final`].
+    Final,
+}
+
+/// One retry loop's state between attempts — the transient and persistent
+/// [`Backoff`]s and the failures in a row — and its decision after each
+/// failed attempt ([`failed`](Self::failed)). [`Retry::run`] is a loop
+/// around it; a loop that must do more between attempts (a shard's reads)
+/// holds one itself.
+pub(crate) struct RetryStep<'a, E> {
+    retry: Retry<'a, E>,
+    transient: Backoff,
+    persistent: Backoff,
+    failures: u32,
+}
+
+impl<E: Classify + std::error::Error + 'static> RetryStep<'_, E> {
+    /// After a failed attempt: classifies `err` ([`Classify`], then the
+    /// loop's [`final_when`](Retry::final_when) and
+    /// [`retry_final`](Retry::retry_final)), counts the retry in
+    /// `shardsink_retries_total{cause}`, calls the
+    /// [`on_retry`](Retry::on_retry) hook, logs it ([`Log`]) and returns how
+    /// long to back off: from the transient backoff (100 ms doubling to
+    /// 10 s) for a [`Failure::Transient`], else from the persistent one (1 s
+    /// doubling to 60 s).
+    ///
+    /// # Errors
+    /// [`Stopped`] when the loop should stop instead: a final error, the
+    /// give-up limit reached, or the stop token cancelled — nothing counted
+    /// or logged then.
+    pub(crate) fn failed(&mut self, err: E) -> Result<Duration, Stopped<E>> {
+        let retry = self.retry;
+        if retry.final_when.is_some_and(|is_final| is_final(&err)) {
+            return Err(Stopped::Final(err));
+        }
+        let (cause, delay, retried) = match err.classify() {
+            Failure::Final if retry.retry_final => {
+                (None, self.persistent.next_delay(), Retried::Final)
+            }
+            Failure::Final => return Err(Stopped::Final(err)),
+            Failure::Transient(cause) => {
+                (Some(cause), self.transient.next_delay(), Retried::Transient)
+            }
+            Failure::Persistent(cause) => (
+                Some(cause),
+                self.persistent.next_delay(),
+                Retried::Persistent,
+            ),
+        };
+        self.failures += 1;
+        if retry
+            .limit_for(&err)
+            .is_some_and(|limit| self.failures >= limit)
+        {
+            return Err(Stopped::GaveUp(err));
+        }
+        if retry.stop.is_some_and(CancellationToken::is_cancelled) {
+            return Err(Stopped::Cancelled);
+        }
+        if let (Some(metrics), Some(cause)) = (retry.metrics, cause) {
+            metrics.retry(cause);
+        }
+        if let Some(hook) = retry.on_retry {
+            hook(&err, delay);
+        }
+        log_retry(retry.what, retry.log, retried, &err, delay);
+        Ok(delay)
+    }
+
+    /// After an attempt that succeeded: the backoffs start over from their
+    /// smallest delay, and the failures in a row from 0.
+    pub(crate) fn succeeded(&mut self) {
+        self.transient.reset();
+        self.persistent.reset();
+        self.failures = 0;
+    }
+}
+
+/// The log line of one retry: a warning for a transient failure, an error
+/// for one an operator must fix.
+fn log_retry(
+    what: &'static str,
+    log: Log,
+    retried: Retried,
+    err: &dyn std::error::Error,
+    delay: Duration,
+) {
+    let error = error_chain(err);
+    match (log, retried) {
+        (Log::Off, _) => {}
+        (Log::Call, Retried::Transient) => {
+            warn!(operation = what, %error, ?delay, "call failed; retrying");
+        }
+        (Log::Call, Retried::Persistent | Retried::Final) => {
+            error!(operation = what, %error, ?delay, "call failed; retrying until it is fixed");
+        }
+        (Log::Read, Retried::Transient) => warn!(%error, ?delay, "read failed; retrying"),
+        (Log::Read, Retried::Persistent) => {
+            error!(%error, ?delay, "read failed; retrying until it is fixed");
+        }
+        (Log::Read, Retried::Final) => error!(%error, ?delay, "read failed; retrying"),
     }
 }
 
@@ -347,5 +496,186 @@ mod tests {
             .run(|| async { Err::<(), _>(KinesisError::ExpiredPosition("trimmed".into())) })
             .await;
         assert!(matches!(without, Err(Stopped::Final(_))));
+    }
+
+    fn retries(metrics: &Metrics, cause: &str) -> u64 {
+        let needle = format!("shardsink_retries_total{{cause=\"{cause}\"}} ");
+        metrics
+            .encode()
+            .lines()
+            .find_map(|line| line.strip_prefix(needle.as_str()))
+            .map_or(0, |count| count.trim().parse().unwrap())
+    }
+
+    /// The transient backoff starts at 100 ms (at most twice that with its
+    /// jitter), the persistent one at 1 s: a failure drawn from the wrong
+    /// one is told by its first delay.
+    #[tokio::test(start_paused = true)]
+    async fn a_step_counts_each_cause_and_backs_off_by_what_can_heal() {
+        let metrics = Metrics::new();
+        let mut step = Retry::new("put").metrics(&metrics).step();
+        let throttled = step.failed(s3(true, true)).unwrap();
+        assert!(throttled <= Duration::from_millis(200), "{throttled:?}");
+        let denied = step.failed(s3(false, false)).unwrap();
+        assert!(denied >= Duration::from_secs(1), "{denied:?}");
+        let server = step.failed(s3(true, false)).unwrap();
+        assert!(
+            server <= Duration::from_millis(400),
+            "the transient backoff's second delay: {server:?}"
+        );
+        assert_eq!(retries(&metrics, "s3_throttled"), 1);
+        assert_eq!(retries(&metrics, "s3_error"), 2);
+
+        let mut reads = Retry::new("GetRecords").metrics(&metrics).step();
+        for _ in 0..6 {
+            reads
+                .failed(KinesisError::Throttled("slow".into()))
+                .unwrap();
+        }
+        reads.succeeded();
+        let after = reads
+            .failed(KinesisError::Throttled("slow".into()))
+            .unwrap();
+        assert!(
+            after <= Duration::from_millis(200),
+            "a success resets the backoff: {after:?}"
+        );
+        assert_eq!(retries(&metrics, "kinesis_throttled"), 7);
+        let lease = Retry::new("renew")
+            .metrics(&metrics)
+            .step()
+            .failed(LeaseError::Dynamo {
+                operation: "UpdateItem",
+                table: "t".to_owned(),
+                retriable: true,
+                throttled: true,
+                source: "slow down".into(),
+            });
+        assert!(lease.is_ok());
+        assert_eq!(retries(&metrics, "dynamodb_throttled"), 1);
+
+        // The delay the step returns is the one the loop sleeps.
+        let started = tokio::time::Instant::now();
+        let calls = AtomicU32::new(0);
+        Retry::new("put")
+            .run(|| async {
+                match calls.fetch_add(1, Ordering::SeqCst) {
+                    0 => Err(s3(false, false)),
+                    _ => Ok(()),
+                }
+            })
+            .await
+            .unwrap();
+        assert!(started.elapsed() >= Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_step_stops_where_the_loop_would_and_counts_nothing_then() {
+        let metrics = Metrics::new();
+        let is_throttled = |err: &KinesisError| matches!(err, KinesisError::Throttled(_));
+        let mut step = Retry::new("GetRecords")
+            .metrics(&metrics)
+            .final_when(|err: &KinesisError| !err.is_retriable())
+            .give_up_after(2)
+            .give_up_after_when(is_throttled, 4)
+            .step();
+        let throttled = || KinesisError::Throttled("slow".into());
+        for _ in 0..3 {
+            step.failed(throttled()).unwrap();
+        }
+        assert!(matches!(step.failed(throttled()), Err(Stopped::GaveUp(_))));
+        step.succeeded();
+        step.failed(throttled()).unwrap();
+        let other = || KinesisError::Other {
+            operation: "GetRecords",
+            retriable: true,
+            source: "503".into(),
+        };
+        assert!(
+            matches!(step.failed(other()), Err(Stopped::GaveUp(_))),
+            "two failures in a row, the last one not throttling"
+        );
+        step.succeeded();
+        assert!(matches!(
+            step.failed(KinesisError::NotFound("gone".into())),
+            Err(Stopped::Final(_))
+        ));
+        assert_eq!(retries(&metrics, "kinesis_throttled"), 4);
+        assert_eq!(retries(&metrics, "kinesis_error"), 0);
+
+        let token = CancellationToken::new();
+        token.cancel();
+        let cancelled = Retry::new("x")
+            .metrics(&metrics)
+            .until(&token)
+            .step()
+            .failed(s3(true, true));
+        assert!(matches!(cancelled, Err(Stopped::Cancelled)));
+        assert_eq!(retries(&metrics, "s3_throttled"), 0);
+    }
+
+    /// Captures what a synchronous `f` logs.
+    fn logged(f: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Buffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Buffer {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                crate::lock::lock(&self.0).extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .without_time()
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        let bytes = crate::lock::lock(&buffer.0).clone();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    #[test]
+    fn a_step_logs_as_its_loop_says() {
+        let line = |log: Log, err: KinesisError| {
+            logged(|| {
+                Retry::new("GetRecords")
+                    .log(log)
+                    .retry_final()
+                    .step()
+                    .failed(err)
+                    .unwrap();
+            })
+        };
+        let throttled = line(Log::Call, KinesisError::Throttled("slow".into()));
+        assert!(throttled.contains("WARN"), "{throttled}");
+        assert!(
+            throttled.contains("call failed; retrying operation=\"GetRecords\""),
+            "{throttled}"
+        );
+        let missing = line(Log::Call, KinesisError::NotFound("gone".into()));
+        assert!(missing.contains("ERROR"), "{missing}");
+        assert!(
+            missing.contains("call failed; retrying until it is fixed"),
+            "{missing}"
+        );
+        let read = line(Log::Read, KinesisError::Throttled("slow".into()));
+        assert!(read.contains("WARN"), "{read}");
+        assert!(read.contains("read failed; retrying error="), "{read}");
+        assert!(!read.contains("operation"), "{read}");
+        let read = line(Log::Read, KinesisError::NotFound("gone".into()));
+        assert!(read.contains("ERROR"), "{read}");
+        assert!(
+            read.contains("read failed; retrying until it is fixed"),
+            "{read}"
+        );
+        let read = line(Log::Read, KinesisError::ExpiredPosition("trimmed".into()));
+        assert!(read.contains("ERROR"), "{read}");
+        assert!(read.contains("read failed; retrying error="), "{read}");
+        assert_eq!(line(Log::Off, KinesisError::Throttled("slow".into())), "");
     }
 }

@@ -7,34 +7,16 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::config::CompressionCodec;
 use crate::events::rule::Outcome;
+use crate::memory::MemoryBudget;
 use crate::output::compression::Compression;
+use crate::output::compression::CompressionCodec;
 use crate::output::format::{Bodies, BodyKind, BodyShape, Format, MainBody};
+use crate::output::read_back::metadata::{
+    DECISIONS_COMPRESSION, DUPLICATES_FORMAT, ERRORS_FORMAT, FORMAT_METADATA,
+    MAIN_EXTENSION_METADATA, MAIN_FORMAT_METADATA, RECORDS_METADATA,
+};
 use crate::output::view::RejectReason;
-use crate::shard::memory::MemoryBudget;
-
-/// User metadata name (`x-amz-meta-shardsink-format`): the format and its
-/// settings ([`Format::description`]), or `errors` for an error object.
-pub const FORMAT_METADATA: &str = "shardsink-format";
-/// User metadata name (`x-amz-meta-shardsink-records`): the user records
-/// (lines or rows) in the object, decimal.
-pub const RECORDS_METADATA: &str = "shardsink-records";
-/// [`FORMAT_METADATA`] of error objects.
-pub const ERRORS_FORMAT: &str = "errors";
-/// [`FORMAT_METADATA`] of duplicates objects.
-pub const DUPLICATES_FORMAT: &str = "duplicates";
-/// User metadata name of error objects
-/// (`x-amz-meta-shardsink-main-format`): the format of their batch's main
-/// object, so that a replay after a change of settings writes the main
-/// object as the error object was written for.
-pub const MAIN_FORMAT_METADATA: &str = "shardsink-main-format";
-
-/// User metadata name of decisions objects
-/// (`x-amz-meta-shardsink-main-extension`): their batch's main key
-/// extension (shape and codec), so that an uncommitted batch found by its
-/// decisions object is rebuilt under the main key it was meant for.
-pub const MAIN_EXTENSION_METADATA: &str = "shardsink-main-extension";
 
 /// One object body, ready to PUT.
 #[derive(Debug, Clone)]
@@ -142,10 +124,6 @@ pub enum ObjectRole {
     /// The main object, under the prefix: the commit marker.
     Main,
 }
-
-/// The codec of decisions objects: always zstd at level 3, so that their
-/// bytes depend on the decisions alone.
-pub const DECISIONS_COMPRESSION: Compression = Compression::Zstd(3);
 
 /// The codec of a batch's error object: the main key's codec, or zstd when
 /// the main body is Parquet (whose key names no codec) — so the error key

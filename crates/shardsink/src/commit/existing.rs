@@ -18,23 +18,26 @@
 //!   it holds as many (`x-amz-meta-shardsink-records`): its key is a
 //!   function of the batch's first and last sequence numbers, under a prefix
 //!   only this stream writes.
+//!
+//! The comparisons are `output::read_back`'s (`compare::compare_lines`,
+//! `parquet::same_rows`); this module fetches the object, counts what it
+//! holds against the budget, and decides.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
-use serde_json::Value;
 use tokio_util::io::SyncIoBridge;
 use tracing::warn;
 
-use super::body::{ERRORS_FORMAT, FORMAT_METADATA, ObjectBody, RECORDS_METADATA};
+use super::body::ObjectBody;
 use crate::aws::tracked_read::TrackedRead;
 use crate::aws::{BoxError, ObjectStore, S3Error};
-use crate::config::CompressionCodec;
-use crate::output::compression;
-use crate::output::format::parquet::same_rows;
+use crate::memory::{MemoryBudget, Reservation};
 use crate::output::format::{BodyShape, Format};
-use crate::shard::memory::{MemoryBudget, Reservation};
+use crate::output::read_back::compare::{Comparison, compare_lines};
+use crate::output::read_back::metadata::{ERRORS_FORMAT, FORMAT_METADATA, RECORDS_METADATA};
+use crate::output::read_back::parquet::same_rows;
 
 /// Whether the existing object `key` holds the same records as `body`.
 ///
@@ -186,67 +189,6 @@ fn is_envelope_lines(body: &ObjectBody) -> bool {
         && (body.format == ERRORS_FORMAT || body.format == Format::Envelope.description())
 }
 
-/// How an existing object's lines compare with a batch's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Comparison {
-    /// Byte for byte.
-    SameBytes,
-    /// The same records, encoded differently.
-    SameRecords,
-    /// Other records.
-    Different,
-}
-
-/// Compares the lines `existing` decodes to (with `codec`) with `expected`,
-/// one line at a time; with `envelope_identity`, lines that differ in bytes
-/// but hold the same envelope record (sequence number, sub-sequence number,
-/// data) still match.
-///
-/// # Errors
-/// I/O errors from reading or decoding `existing`.
-fn compare_lines(
-    codec: CompressionCodec,
-    existing: impl std::io::BufRead,
-    expected: &[u8],
-    envelope_identity: bool,
-) -> std::io::Result<Comparison> {
-    use std::io::BufRead as _;
-
-    let mut existing = std::io::BufReader::new(compression::decoder(codec, existing)?);
-    let mut expected = expected.split_inclusive(|b| *b == b'\n');
-    let mut line = Vec::new();
-    let mut comparison = Comparison::SameBytes;
-    loop {
-        line.clear();
-        existing.read_until(b'\n', &mut line)?;
-        match (line.is_empty(), expected.next()) {
-            (true, None) => return Ok(comparison),
-            (true, Some(_)) | (false, None) => return Ok(Comparison::Different),
-            (false, Some(want)) if line == want => {}
-            (false, Some(_)) if !envelope_identity => return Ok(Comparison::Different),
-            (false, Some(want)) => match (identity(&line), identity(want)) {
-                (Some(have), Some(want)) if have == want => {
-                    comparison = Comparison::SameRecords;
-                }
-                _ => return Ok(Comparison::Different),
-            },
-        }
-    }
-}
-
-/// A line's record identity: sequence number, sub-sequence number, data.
-fn identity(line: &[u8]) -> Option<(Value, Value, Value)> {
-    let value: Value = serde_json::from_slice(line).ok()?;
-    Some((
-        value.get("sequenceNumber")?.clone(),
-        value
-            .get("subSequenceNumber")
-            .cloned()
-            .unwrap_or(Value::Null),
-        value.get("data")?.clone(),
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,39 +196,7 @@ mod tests {
     use crate::output::compression::Compression;
     use crate::output::format::BodyKind;
     use crate::output::format::parquet::ParquetBatch;
-    use crate::output::view::UserRecordView;
-
-    fn compare(existing: &[u8], expected: &[u8]) -> std::io::Result<Comparison> {
-        let body = Compression::Zstd(3).compress(existing).unwrap();
-        compare_lines(CompressionCodec::Zstd, &body[..], expected, true)
-    }
-
-    #[test]
-    fn an_existing_object_is_compared_line_by_line() {
-        let lines = b"{\"sequenceNumber\":\"1\",\"partitionKey\":\"a\",\"data\":\"eA==\"}\n\
-                      {\"sequenceNumber\":\"2\",\"partitionKey\":\"b\",\"data\":\"eQ==\"}\n";
-        assert_eq!(compare(lines, lines).unwrap(), Comparison::SameBytes);
-        // The same records with the fields in another order.
-        let reencoded = b"{\"data\":\"eA==\",\"sequenceNumber\":\"1\"}\n\
-                          {\"data\":\"eQ==\",\"sequenceNumber\":\"2\"}\n";
-        assert_eq!(compare(reencoded, lines).unwrap(), Comparison::SameRecords);
-        let body = Compression::Zstd(3).compress(reencoded).unwrap();
-        assert_eq!(
-            compare_lines(CompressionCodec::Zstd, &body[..], lines, false).unwrap(),
-            Comparison::Different,
-            "raw payloads are compared byte for byte"
-        );
-        let other_data = b"{\"sequenceNumber\":\"1\",\"partitionKey\":\"a\",\"data\":\"eA==\"}\n\
-                           {\"sequenceNumber\":\"2\",\"partitionKey\":\"b\",\"data\":\"eg==\"}\n";
-        assert_eq!(compare(other_data, lines).unwrap(), Comparison::Different);
-        let first_only = &lines[..lines.iter().position(|b| *b == b'\n').unwrap() + 1];
-        assert_eq!(compare(first_only, lines).unwrap(), Comparison::Different);
-        assert_eq!(compare(lines, first_only).unwrap(), Comparison::Different);
-        assert!(
-            compare_lines(CompressionCodec::Zstd, &b"not zstd"[..], lines, true).is_err(),
-            "a body that does not decode is an error, not a match"
-        );
-    }
+    use crate::read::record::UserRecordView;
 
     /// A Parquet file of `n` rows.
     fn parquet_file(n: u64) -> Bytes {

@@ -3,6 +3,7 @@
 //! — with their one validation into an [`Archive`].
 
 use super::error::ConfigError;
+use crate::aws::kinesis::StreamRef;
 
 /// Where an archive is: flattened into the daemon's settings and into
 /// `shardsink verify`'s arguments.
@@ -19,7 +20,7 @@ pub struct ArchiveArgs {
     pub bucket: Option<String>,
 
     /// Key prefix of every object, without a trailing slash. Must be used by
-    /// this stream only: dedup reads the ranges of every key under it.
+    /// this stream only: the resume skip reads the ranges of every key under it.
     /// [default: the stream name]
     #[arg(long, env = "SHARDSINK_PREFIX", value_name = "PREFIX")]
     pub prefix: Option<String>,
@@ -160,45 +161,6 @@ impl ArchiveArgs {
             duplicates_prefix,
             lease_table,
         })
-    }
-}
-
-/// The stream as the Kinesis API takes it: `StreamName` or `StreamARN`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StreamRef {
-    /// A stream name.
-    Name(String),
-    /// A stream ARN, with the name parsed out of it.
-    Arn {
-        /// The full ARN.
-        arn: String,
-        /// The stream name (after `stream/`).
-        name: String,
-    },
-}
-
-impl StreamRef {
-    /// The stream's name.
-    pub fn name(&self) -> &str {
-        match self {
-            Self::Name(name) | Self::Arn { name, .. } => name,
-        }
-    }
-
-    /// The `StreamName` parameter (None when the ARN is used).
-    pub fn stream_name(&self) -> Option<String> {
-        match self {
-            Self::Name(name) => Some(name.clone()),
-            Self::Arn { .. } => None,
-        }
-    }
-
-    /// The `StreamARN` parameter (None when the name is used).
-    pub fn stream_arn(&self) -> Option<String> {
-        match self {
-            Self::Name(_) => None,
-            Self::Arn { arn, .. } => Some(arn.clone()),
-        }
     }
 }
 

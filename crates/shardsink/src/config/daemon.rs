@@ -7,12 +7,14 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::archive::{Archive, ArchiveArgs, StreamRef};
+use super::archive::{Archive, ArchiveArgs};
 use super::error::ConfigError;
 use super::events::{EventArgs, EventDedup, EventStoreArgs};
 use super::values::{
-    CompressionCodec, InitialPosition, KeyStyle, LogFormat, OutputFormat, RecordDelimiter,
-    TimeBucket, parse_byte_size, parse_delimiter, parse_duration, parse_timestamp,
+    RecordDelimiter, parse_byte_size, parse_delimiter, parse_duration, parse_timestamp,
+};
+use super::{
+    CompressionCodec, InitialPosition, KeyStyle, LogFormat, OutputFormat, StreamRef, TimeBucket,
 };
 use crate::output::Output;
 use crate::output::compression::Compression;

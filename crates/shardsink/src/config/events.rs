@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::error::ConfigError;
 use super::values::parse_duration;
+use crate::events::EventSettings;
 use crate::events::id::EventIdSource;
 use crate::events::rule::Rule;
 
@@ -121,17 +122,6 @@ pub enum EventStoreSetting {
         /// `--event-manifest-table`.
         table: String,
     },
-}
-
-/// Event deduplication, validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EventSettings {
-    /// Where ids come from.
-    pub source: EventIdSource,
-    /// Whether a duplicate needs the same payload.
-    pub fingerprint: bool,
-    /// The window and the fingerprint rule.
-    pub rule: Rule,
 }
 
 impl EventArgs {

@@ -19,13 +19,20 @@ mod error;
 mod events;
 mod values;
 
-pub use archive::{Archive, ArchiveArgs, StreamRef};
+pub use crate::aws::kinesis::StreamRef;
+pub use crate::events::EventSettings;
+pub use crate::ops::log::LogFormat;
+pub use crate::output::bucket::TimeBucket;
+pub use crate::output::compression::CompressionCodec;
+pub use crate::output::format::OutputFormat;
+pub use crate::output::key::KeyStyle;
+pub use crate::read::shard_graph::InitialPosition;
+pub use archive::{Archive, ArchiveArgs};
 pub use daemon::{Config, Settings};
 pub use error::{ConfigError, one_line_error};
 pub(crate) use events::only_with_event_id;
-pub use events::{EventArgs, EventDedup, EventSettings, EventStoreKind, EventStoreSetting};
+pub use events::{EventArgs, EventDedup, EventStoreKind, EventStoreSetting};
 pub(crate) use values::parse_timestamp;
-pub use values::{CompressionCodec, InitialPosition, KeyStyle, LogFormat, TimeBucket};
 
 /// Parses flags only, for tests: environment lookup is switched off so that
 /// a developer's `SHARDSINK_*` variables cannot change the outcome (the

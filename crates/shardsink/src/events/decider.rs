@@ -15,7 +15,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::decisions::{RecordedDecision, UserDecision, settings_description};
-use super::local::{LocalStore, LocalStoreError, Watermark};
 use super::manifest::{Manifest, ManifestError};
 #[cfg(test)]
 use super::memory::MemoryStore;
@@ -25,9 +24,10 @@ use super::rule::{AcceptedCopy, CopyRef, Decision, EventKey, Outcome};
 use super::store::{Candidate, Lineage};
 use crate::aws::S3Error;
 use crate::aws::retry::{Retry, Stopped};
-use crate::config::EventSettings;
+use crate::events::EventSettings;
 use crate::ops::metrics::Metrics;
 use crate::read::record::ShardRecord;
+use event_store::{LocalStore, LocalStoreError, Watermark};
 
 /// Extra history a local store keeps beyond twice the window (ms): room
 /// for arrival times that go back a little within a shard.

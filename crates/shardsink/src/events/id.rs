@@ -10,7 +10,7 @@ use serde_json::value::RawValue;
 use xxhash_rust::xxh3::{xxh3_64, xxh3_128};
 
 use super::rule::EventKey;
-use crate::output::view::UserRecordView;
+use crate::read::record::UserRecordView;
 
 /// `--event-id`: where a user record's event id is read from.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,10 +6,11 @@
 //! - `id`: where an event's id comes from and the [`EventKey`](rule::EventKey)
 //!   hash of id and payload;
 //! - `rule`: the decision rule, a pure function of a record and the accepted
-//!   copies before it;
+//!   copies before it (from the `event-store` crate);
 //! - `store`: what the two stores share — the lineage of a shard and the
-//!   candidates of a run;
-//! - `local`: the local store, an embedded LSM database on disk;
+//!   candidates of a run — and a shard's ancestors;
+//! - the local store, an embedded LSM database on disk, is the
+//!   `event-store` crate ([`event_store::LocalStore`]);
 //! - `decider`: [`ShardEvents`](decider::ShardEvents), a shard task's
 //!   decisions, and the store the process shares;
 //! - `manifest`: [`Manifest`](manifest::Manifest), the DynamoDB store
@@ -24,10 +25,24 @@
 pub(crate) mod decider;
 pub(crate) mod decisions;
 pub(crate) mod id;
-pub(crate) mod local;
 pub(crate) mod manifest;
 #[cfg(test)]
 pub(crate) mod memory;
 pub(crate) mod rebuild;
 pub(crate) mod rule;
 pub(crate) mod store;
+
+use self::id::EventIdSource;
+use self::rule::Rule;
+
+/// Event deduplication as the daemon and `verify` run it: `--event-id`,
+/// `--event-fingerprint` and `--event-dedup-window`, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventSettings {
+    /// Where ids come from.
+    pub source: EventIdSource,
+    /// Whether a duplicate needs the same payload.
+    pub fingerprint: bool,
+    /// The window and the fingerprint rule.
+    pub rule: Rule,
+}

@@ -23,32 +23,32 @@
 //! twice: once to check it, once to insert its copies a chunk at a time.
 //!
 //! A rebuild takes its turn from the process's [`MemoryBudget`] and holds
-//! [`REBUILD_BYTES`] of it until it ended (see `shard::memory`, rule 4).
+//! [`REBUILD_BYTES`] of it until it ended (see `crate::memory`, rule 4).
 
 use std::collections::HashSet;
 use std::io::BufRead;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use event_store::{LocalStore, LocalStoreError};
 use sequence_range::{SequenceNumber, SequenceRange};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::io::SyncIoBridge;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::decisions::{parse_decisions_name, parse_line};
-use super::local::{LocalStore, LocalStoreError};
 use super::rule::{AcceptedCopy, EventKey};
 use crate::aws::retry::{Retry, Stopped};
 use crate::aws::tracked_read::TrackedRead;
 use crate::aws::{ObjectStore, S3Error};
-use crate::commit::body::{DECISIONS_COMPRESSION, FORMAT_METADATA};
+use crate::memory::{MemoryBudget, REBUILD_BYTES, Reservation};
 use crate::ops::metrics::Metrics;
 use crate::output::Output;
 use crate::output::bucket::Bucket;
 use crate::output::compression;
-use crate::shard::dedup::list_written;
-use crate::shard::memory::{MemoryBudget, REBUILD_BYTES, Reservation};
+use crate::output::read_back::decisions::{parse_decisions_name, parse_line};
+use crate::output::read_back::listing::{list_all, list_written};
+use crate::output::read_back::metadata::{DECISIONS_COMPRESSION, FORMAT_METADATA};
 
 /// Accepted copies read before they are inserted: at most this many are
 /// held at once (about 5.5 MiB with 56-digit sequence numbers, 8.5 MiB
@@ -401,20 +401,6 @@ fn read_copies(
     Ok(PassOutcome::Inserted(copies))
 }
 
-/// Every key under `prefix`.
-async fn list_all(store: &ObjectStore, prefix: &str) -> Result<Vec<String>, S3Error> {
-    let mut keys = Vec::new();
-    let mut continuation = None;
-    loop {
-        let page = store.list_page(prefix, continuation).await?;
-        keys.extend(page.keys);
-        match page.next_continuation_token {
-            Some(token) => continuation = Some(token),
-            None => return Ok(keys),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
@@ -430,7 +416,7 @@ mod tests {
     use crate::events::store::{Candidate, Lineage};
     use crate::fake_aws::{self, FakeBucket, FakeStream, FakeTable};
     use crate::lock::lock;
-    use crate::output::view::UserRecordView;
+    use crate::read::record::UserRecordView;
 
     const SHARD: &str = "shardId-000000000000";
     /// 2026-11-21T05:27:00Z, a minute's start.
@@ -583,8 +569,7 @@ mod tests {
                 metrics: Arc::new(Metrics::new()),
                 budget,
             },
-            store: LocalStore::open(dir.path(), crate::events::local::LocalOptions::default())
-                .unwrap(),
+            store: LocalStore::open(dir.path(), event_store::LocalOptions::default()).unwrap(),
             bucket,
             _dir: dir,
         }

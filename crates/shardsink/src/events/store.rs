@@ -10,59 +10,9 @@
 //! children); with the DynamoDB manifest also any copy of another shard
 //! already recorded.
 
-use std::sync::Arc;
+pub use event_store::lineage::{Candidate, Lineage, precedes_in_shard};
 
-use super::rule::{AcceptedCopy, CopyRef, EventKey};
 use crate::aws::ShardInfo;
-
-/// A shard and the shards whose accepted copies it inherits: its parents
-/// and, as far as known, their parents (nearest first).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lineage {
-    /// The shard being read.
-    pub shard_id: Arc<str>,
-    /// Its ancestors, nearest first.
-    pub ancestors: Vec<Arc<str>>,
-}
-
-impl Lineage {
-    /// A shard with no known ancestors.
-    pub fn root(shard_id: &str) -> Self {
-        Self {
-            shard_id: Arc::from(shard_id),
-            ancestors: Vec::new(),
-        }
-    }
-}
-
-/// One user record to decide.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Candidate {
-    /// Its event key.
-    pub key: EventKey,
-    /// The copy it is.
-    pub copy: CopyRef,
-    /// Its `ApproximateArrivalTimestamp`, ms since the Unix epoch.
-    pub arrival_millis: i64,
-}
-
-impl Candidate {
-    /// The accepted copy it becomes when accepted.
-    pub fn accepted(&self) -> AcceptedCopy {
-        AcceptedCopy {
-            fingerprint: self.key.fingerprint,
-            arrival_millis: self.arrival_millis,
-            copy: self.copy.clone(),
-        }
-    }
-}
-
-/// Whether `copy` precedes `candidate` of the same shard: a smaller
-/// (sequence number, sub-sequence number).
-pub fn precedes_in_shard(copy: &CopyRef, candidate: &CopyRef) -> bool {
-    debug_assert_eq!(copy.shard_id, candidate.shard_id);
-    copy.position_cmp(candidate) == std::cmp::Ordering::Less
-}
 
 /// How many generations of ancestors a shard inherits accepted copies from.
 pub const ANCESTOR_GENERATIONS: usize = 3;

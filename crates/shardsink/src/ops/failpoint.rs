@@ -11,7 +11,10 @@
 //!
 //! Points, in the order a batch passes them: `before-pending`,
 //! `after-pending` (batch recorded in the lease row, not yet PUT),
-//! `after-put` (object written, not yet checkpointed), `after-checkpoint`.
+//! `after-decisions-put`, `after-error-put`, `after-duplicates-put` (that
+//! object written, each when the batch has one; the main object not yet),
+//! `after-put` (the main object written, not yet checkpointed),
+//! `after-checkpoint`.
 
 /// Acts on the failpoint `name` if `FAILPOINTS` switches it on.
 #[inline]

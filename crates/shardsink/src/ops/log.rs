@@ -5,13 +5,23 @@
 use std::fmt::Write as _;
 use std::io::IsTerminal as _;
 
+use clap::ValueEnum;
 use tracing_subscriber::EnvFilter;
 
-use crate::config::LogFormat;
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Text on a terminal, JSON otherwise.
+    Auto,
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
 
 /// Log filter unless `SHARDSINK_LOG` (or `RUST_LOG`) says otherwise: shardsink
 /// at info, libraries at warn.
-const DEFAULT_LOG_FILTER: &str = "warn,shardsink=info,shard_lease=info";
+const DEFAULT_LOG_FILTER: &str = "warn,shardsink=info,shard_lease=info,event_store=info";
 
 /// Installs the process's log subscriber: JSON lines for `Json`, text for
 /// `Text`, and for `Auto` text on a terminal, JSON otherwise.

@@ -2,115 +2,26 @@
 //! (`prometheus-client`), served at `/metrics` and read for the shutdown
 //! summary. Names follow the Prometheus conventions (`_total` counters, base
 //! units: seconds, bytes).
+//!
+//! - `labels`: the label sets and values, plain text and enums of this
+//!   module's own (no domain type);
+//! - `collectors`: the gauges computed at scrape time.
 
-use std::collections::HashMap;
-use std::fmt;
-use std::sync::Mutex;
+mod collectors;
+mod labels;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{
-    DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, EncodeMetric,
-};
-use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::events::rule::Outcome as EventOutcome;
 use crate::lock::lock;
-use crate::output::view::RejectReason;
 
-/// How a batch's PUT ended.
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum Outcome {
-    /// The object was created.
-    #[allow(non_camel_case_types)]
-    created,
-    /// The object existed (412) with the same records: a replay.
-    #[allow(non_camel_case_types)]
-    already_present,
-}
-
-/// Label set with `outcome`.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OutcomeLabel {
-    /// The outcome.
-    pub outcome: Outcome,
-}
-
-/// Label set with `result`: `ok` or `failed`.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabel {
-    /// `ok` or `failed`.
-    pub result: &'static str,
-}
-
-/// Why a call was retried.
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-pub enum RetryCause {
-    /// Kinesis `ProvisionedThroughputExceededException` and other throttling.
-    kinesis_throttled,
-    /// Kinesis `ExpiredIteratorException`.
-    kinesis_expired_iterator,
-    /// Any other Kinesis failure.
-    kinesis_error,
-    /// S3 `SlowDown` / 503.
-    s3_throttled,
-    /// Any other S3 failure.
-    s3_error,
-    /// DynamoDB throttling.
-    dynamodb_throttled,
-    /// Any other DynamoDB failure.
-    dynamodb_error,
-    /// Event manifest table throttling (`ProvisionedThroughputExceededException`,
-    /// `ThrottlingException`, `RequestLimitExceeded`, BatchGetItem keys left
-    /// unprocessed).
-    event_manifest_throttled,
-    /// Any other event manifest table failure.
-    event_manifest_error,
-}
-
-/// Label set with `cause`.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CauseLabel {
-    /// The cause.
-    pub cause: RetryCause,
-}
-
-/// Label set with `reason`: why a format rejected a record
-/// ([`RejectReason::as_str`]).
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReasonLabel {
-    /// `not_utf8`, `not_json_object`, `metadata_field_present` or
-    /// `schema_mismatch`.
-    pub reason: &'static str,
-}
-
-/// Label set with `outcome`: what event deduplication decided of a user
-/// record ([`EventOutcome::as_str`]).
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct EventOutcomeLabel {
-    /// `unique`, `duplicate`, `expired`, `id_reused` or `id_missing`.
-    pub outcome: &'static str,
-}
-
-/// Label set with `operation`: a DynamoDB API operation, e.g. `PutItem`.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OperationLabel {
-    /// The operation's name in the DynamoDB API reference.
-    pub operation: &'static str,
-}
-
-/// Label set with `shard_id`.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ShardLabel {
-    /// The shard id.
-    pub shard_id: String,
-}
+use self::collectors::{BuildInfo, CheckpointAges, UnarchivedAges};
+pub use self::labels::*;
 
 /// Every metric shardsink exports.
 #[derive(Debug)]
@@ -123,7 +34,7 @@ pub struct Metrics {
     /// `shardsink_read_bytes_total`: data bytes read.
     pub bytes_read: Counter,
     /// `shardsink_records_written_total`: user records in written or already
-    /// present objects, error objects included.
+    /// present objects, error and duplicates objects included.
     pub records_written: Counter,
     /// `shardsink_records_errored_total{reason}`: user records the format
     /// could not represent, written to the error prefix.
@@ -137,7 +48,7 @@ pub struct Metrics {
     pub bytes_written: Counter,
     /// `shardsink_batches_written_total{outcome}`.
     pub batches_written: Family<OutcomeLabel, Counter>,
-    /// `shardsink_duplicates_excluded_total`: user records skipped by dedup.
+    /// `shardsink_duplicates_excluded_total`: user records skipped by the resume skip.
     pub duplicates_excluded: Counter,
     /// `shardsink_conditional_write_conflicts_total`: PUTs answered 412.
     pub conditional_write_conflicts: Counter,
@@ -224,7 +135,7 @@ impl Metrics {
         );
         registry.register(
             "records_written",
-            "User records in objects written or found already written (error objects included)",
+            "User records in objects written or found already written (error and duplicates objects included)",
             metrics.records_written.clone(),
         );
         registry.register(
@@ -249,7 +160,7 @@ impl Metrics {
         );
         registry.register(
             "duplicates_excluded",
-            "User records skipped because dedup found them already in S3",
+            "User records skipped because the resume skip found them already in S3",
             metrics.duplicates_excluded.clone(),
         );
         registry.register(
@@ -269,7 +180,7 @@ impl Metrics {
         );
         registry.register(
             "dedup_list_requests",
-            "ListObjectsV2 requests made by dedup",
+            "ListObjectsV2 requests made by the resume skip",
             metrics.dedup_list_requests.clone(),
         );
         registry.register(
@@ -369,21 +280,19 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts `count` user records rejected for `reason`.
-    pub fn records_errored(&self, reason: RejectReason, count: u64) {
+    /// Counts `count` user records rejected for `reason` (a label of
+    /// [`ReasonLabel::reason`]).
+    pub fn records_errored(&self, reason: &'static str, count: u64) {
         self.records_errored
-            .get_or_create(&ReasonLabel {
-                reason: reason.as_str(),
-            })
+            .get_or_create(&ReasonLabel { reason })
             .inc_by(count);
     }
 
-    /// Counts `count` user records written with event `outcome`.
-    pub fn events(&self, outcome: EventOutcome, count: u64) {
+    /// Counts `count` user records written with event `outcome` (a label of
+    /// [`EventOutcomeLabel::outcome`]).
+    pub fn events(&self, outcome: &'static str, count: u64) {
         self.events
-            .get_or_create(&EventOutcomeLabel {
-                outcome: outcome.as_str(),
-            })
+            .get_or_create(&EventOutcomeLabel { outcome })
             .inc_by(count);
     }
 
@@ -476,112 +385,6 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-/// `shardsink_seconds_since_checkpoint{shard_id}`, computed at scrape time
-/// from the last successful checkpoint (or the start of the shard task).
-#[derive(Debug, Default)]
-struct CheckpointAges {
-    at: Mutex<HashMap<String, Instant>>,
-}
-
-impl CheckpointAges {
-    fn set(&self, shard_id: &str, at: Instant) {
-        lock(&self.at).insert(shard_id.to_owned(), at);
-    }
-
-    fn remove(&self, shard_id: &str) {
-        lock(&self.at).remove(shard_id);
-    }
-}
-
-impl Collector for CheckpointAges {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
-        let ages: Vec<(String, f64)> = lock(&self.at)
-            .iter()
-            .map(|(shard, at)| (shard.clone(), at.elapsed().as_secs_f64()))
-            .collect();
-        let mut family = encoder.encode_descriptor(
-            "seconds_since_checkpoint",
-            "Seconds records have waited for a checkpoint, per held shard: since the last checkpoint, or since the shard was last caught up with nothing buffered",
-            None,
-            MetricType::Gauge,
-        )?;
-        for (shard_id, age) in ages {
-            let gauge = ConstGauge::new(age);
-            gauge.encode(family.encode_family(&ShardLabel { shard_id })?)?;
-        }
-        Ok(())
-    }
-}
-
-/// `shardsink_stream_retention_seconds` and
-/// `shardsink_retention_used_ratio{shard_id}`: how much of the stream's
-/// retention the oldest unarchived record of each held shard has used,
-/// computed at scrape time (so it keeps growing while writes are stuck, and
-/// while reads fail: then counted from the last read that succeeded). At
-/// 1 that record expires from the stream unread.
-#[derive(Debug, Default)]
-struct UnarchivedAges {
-    retention_millis: AtomicU64,
-    since: Mutex<HashMap<String, Option<i64>>>,
-}
-
-impl Collector for UnarchivedAges {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
-        let retention = self.retention_millis.load(Ordering::Relaxed);
-        if retention == 0 {
-            return Ok(());
-        }
-        let retention_seconds = retention as f64 / 1_000.0;
-        ConstGauge::new(retention_seconds).encode(encoder.encode_descriptor(
-            "stream_retention_seconds",
-            "The stream's retention period (DescribeStreamSummary RetentionPeriodHours)",
-            None,
-            MetricType::Gauge,
-        )?)?;
-        let now = chrono::Utc::now().timestamp_millis();
-        let ratios: Vec<(String, f64)> = lock(&self.since)
-            .iter()
-            .map(|(shard, since)| {
-                let age = since.map_or(0, |since| now.saturating_sub(since).max(0));
-                (shard.clone(), age as f64 / retention as f64)
-            })
-            .collect();
-        let mut family = encoder.encode_descriptor(
-            "retention_used_ratio",
-            "Age of the shard's oldest unarchived record as a fraction of the stream's retention, per held shard (while reads fail: since the last read that succeeded); at 1 records expire unread",
-            None,
-            MetricType::Gauge,
-        )?;
-        for (shard_id, ratio) in ratios {
-            ConstGauge::new(ratio).encode(family.encode_family(&ShardLabel { shard_id })?)?;
-        }
-        Ok(())
-    }
-}
-
-/// `shardsink_build_info{version}` = 1.
-#[derive(Debug)]
-struct BuildInfo;
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct VersionLabel {
-    version: &'static str,
-}
-
-impl Collector for BuildInfo {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
-        let mut family = encoder.encode_descriptor(
-            "build_info",
-            "shardsink version; always 1",
-            None,
-            MetricType::Gauge,
-        )?;
-        ConstGauge::new(1_i64).encode(family.encode_family(&VersionLabel {
-            version: env!("CARGO_PKG_VERSION"),
-        })?)
     }
 }
 

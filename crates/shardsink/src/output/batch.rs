@@ -9,10 +9,10 @@ use sequence_range::SequenceRange;
 use tokio::time::Instant;
 
 use crate::events::decisions::UserDecision;
+use crate::memory::{MemoryBudget, Reservation};
 use crate::output::bucket::Bucket;
 use crate::output::format::{Bodies, BodyEncoder, Format};
 use crate::read::record::ShardRecord;
-use crate::shard::memory::{MemoryBudget, Reservation};
 
 /// When a batch is flushed (Firehose-style buffering hints).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,7 +171,7 @@ pub enum FlushReason {
     /// A record of a later minute or hour arrived, or the bucket ended
     /// while the shard was caught up.
     BucketOver,
-    /// The next record is already in S3 (dedup), so the batch ends here.
+    /// The next record is already in S3 (the resume skip), so the batch ends here.
     Gap,
     /// The shard reached `SHARD_END`.
     ShardEnd,

@@ -4,8 +4,41 @@
 use std::fmt;
 
 use chrono::{DateTime, Datelike, Timelike, Utc};
+use clap::ValueEnum;
 
-use crate::config::{KeyStyle, TimeBucket};
+use crate::output::key::KeyStyle;
+
+/// The span of arrival time one object's records share.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum TimeBucket {
+    /// A UTC minute.
+    Minute,
+    /// A UTC hour.
+    Hour,
+}
+
+impl TimeBucket {
+    /// The name, as `--time-bucket` takes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Minute => "minute",
+            Self::Hour => "hour",
+        }
+    }
+}
 
 /// Milliseconds in a minute.
 const MINUTE_MILLIS: i64 = 60_000;
@@ -65,6 +98,18 @@ impl Bucket {
     /// First millisecond of the bucket, since the epoch.
     pub fn start_millis(self) -> i64 {
         self.index * self.size.millis()
+    }
+
+    /// The bucket's start as ISO 8601 text to its own precision:
+    /// `yyyy-MM-ddTHH:mmZ` for a minute, `yyyy-MM-ddTHHZ` for an hour.
+    pub fn iso_text(self) -> String {
+        DateTime::from_timestamp_millis(self.start_millis())
+            .unwrap_or_default()
+            .format(match self.size {
+                TimeBucket::Minute => "%Y-%m-%dT%H:%MZ",
+                TimeBucket::Hour => "%Y-%m-%dT%HZ",
+            })
+            .to_string()
     }
 
     /// First millisecond of the next bucket, since the epoch.
@@ -164,6 +209,19 @@ mod tests {
             "2026/11/21/05/28"
         );
         assert_eq!(Bucket::minute(minute.end_millis() - 1), minute);
+    }
+
+    #[test]
+    fn iso_text_is_as_precise_as_the_bucket() {
+        let at = millis("2026-11-21T05:27:59.999Z");
+        assert_eq!(
+            Bucket::of(TimeBucket::Minute, at).iso_text(),
+            "2026-11-21T05:27Z"
+        );
+        assert_eq!(
+            Bucket::of(TimeBucket::Hour, at).iso_text(),
+            "2026-11-21T05Z"
+        );
     }
 
     #[test]

@@ -3,7 +3,19 @@
 
 use std::io::{self, Read as _, Write as _};
 
-use crate::config::CompressionCodec;
+use clap::ValueEnum;
+
+/// Object compression. For `envelope`, `json` and `raw` the whole object is
+/// compressed (and the key says so); for `parquet`, its pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
+pub enum CompressionCodec {
+    /// No compression.
+    None,
+    /// gzip (`.gz`).
+    Gzip,
+    /// Zstandard (`.zst`).
+    Zstd,
+}
 
 /// zstd level when none is set: cheap enough not to dominate (measured ~6 µs a
 /// 1 KiB record at level 3, against ~107 µs for gzip at level 6; see

@@ -17,16 +17,39 @@
 //!
 //! A key is a pure function of the batch's records and the layout (C5 in
 //! docs/DESIGN.md). Parsing accepts exactly what [`object_name`] writes;
-//! anything else is a [`KeyParseError`], which dedup logs and ignores.
+//! anything else is a [`KeyParseError`], which the resume skip logs and ignores.
 
+use clap::ValueEnum;
 use sequence_range::key_encoding::{
     decode_ascending, decode_descending, encode_ascending, encode_descending,
 };
 use sequence_range::{KeyDecodeError, SequenceRange};
 
-use crate::config::{KeyStyle, TimeBucket};
-use crate::output::bucket::Bucket;
+use crate::output::bucket::{Bucket, TimeBucket};
 use crate::output::format::BodyKind;
+
+/// How the time part of a key is written.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyStyle {
+    /// `2026/11/21/05/27/`.
+    Plain,
+    /// `year=2026/month=11/day=21/hour=05/minute=27/`: Hive-style
+    /// partitions, recognised by Athena, Glue, Spark and DuckDB.
+    Hive,
+}
+
+impl KeyStyle {
+    /// The name, as `--key-layout` takes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Plain => "plain",
+            Self::Hive => "hive",
+        }
+    }
+}
 
 /// Builds and parses keys under one prefix, with one time bucket and key
 /// style.
@@ -83,7 +106,7 @@ impl KeyLayout {
     }
 
     /// `{prefix}/{time path}/{shardId}/`: everything one shard writes in one
-    /// bucket, and what dedup lists.
+    /// bucket, and what the resume skip lists.
     pub fn shard_bucket_prefix(&self, bucket: Bucket, shard_id: &str) -> String {
         debug_assert_eq!(bucket.size(), self.bucket, "bucket of another layout");
         format!(
@@ -324,7 +347,7 @@ mod tests {
     use sequence_range::SequenceNumber;
 
     use super::*;
-    use crate::config::CompressionCodec;
+    use crate::output::compression::CompressionCodec;
 
     fn range(first: &str, last: &str) -> SequenceRange {
         SequenceRange::new(

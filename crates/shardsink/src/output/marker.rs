@@ -1,7 +1,7 @@
 //! The archive's key layout, recorded under its prefix:
 //! `{prefix}/_shardsink.json`, e.g. `{"keyLayout":"hive","timeBucket":"hour"}`.
 //!
-//! Dedup finds what is already in S3 by listing one shard's prefix of one
+//! ResumeSkip finds what is already in S3 by listing one shard's prefix of one
 //! time bucket, in the layout of the settings. An archive written in another
 //! key layout or time bucket has its objects under paths that listing never
 //! reads, so its records would be written again. The first start records
@@ -16,8 +16,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::aws::retry::{Classify, Failure};
 use crate::aws::{ObjectStore, PutOutcome, S3Error};
-use crate::config::{KeyStyle, TimeBucket};
+use crate::output::bucket::TimeBucket;
 use crate::output::key::KeyLayout;
+use crate::output::key::KeyStyle;
 
 /// The name of the record under the prefix.
 pub const MARKER_NAME: &str = "_shardsink.json";
@@ -193,8 +194,8 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::config::CompressionCodec;
     use crate::fake_aws::{self, FakeBucket};
+    use crate::output::compression::CompressionCodec;
     use crate::output::format::BodyKind;
 
     #[test]

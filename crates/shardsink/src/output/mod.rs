@@ -13,14 +13,20 @@
 //!   bucket, shard, range and body kind);
 //! - `bucket`: a record's UTC arrival minute or hour;
 //! - `marker`: the archive's key layout, recorded under its prefix
-//!   (`_shardsink.json`), read at every start and by `verify`.
+//!   (`_shardsink.json`), read at every start and by `verify`;
+//! - `gap_marker`: the object that records a retention gap
+//!   (`_retention-gaps/`).
+//! - `read_back`: reading the archive back — the one reader of what is
+//!   already in S3, beside the writers.
 
 pub(crate) mod batch;
 pub(crate) mod bucket;
 pub(crate) mod compression;
 pub(crate) mod format;
+pub(crate) mod gap_marker;
 pub(crate) mod key;
 pub(crate) mod marker;
+pub(crate) mod read_back;
 pub(crate) mod view;
 
 use self::compression::Compression;

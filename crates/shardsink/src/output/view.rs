@@ -1,28 +1,7 @@
-//! [`UserRecordView`]: one user record as every output format sees it, and
-//! [`Rejection`]: why a format cannot represent one.
+//! [`Rejection`]: why a format cannot represent a user record
+//! ([`UserRecordView`](crate::read::record::UserRecordView)).
 
 use std::fmt;
-
-/// One user record — a plain Kinesis record, or one user record of a KPL
-/// aggregate — with the metadata every format may write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UserRecordView<'a> {
-    /// The shard the record was read from (Kinesis `ShardId`).
-    pub shard_id: &'a str,
-    /// The Kinesis record's sequence number: canonical decimal text, up to
-    /// 128 digits (Kinesis API reference, `Record.SequenceNumber`).
-    pub sequence_number: &'a str,
-    /// The user record's position in its KPL aggregate; `None` for a record
-    /// that is not a KPL aggregate.
-    pub sub_sequence_number: Option<u64>,
-    /// The (user) record's partition key.
-    pub partition_key: &'a str,
-    /// `ApproximateArrivalTimestamp`, milliseconds since the Unix epoch
-    /// (UTC).
-    pub arrival_millis: i64,
-    /// The payload bytes.
-    pub data: &'a [u8],
-}
 
 /// Why a record could not be written in the chosen format. Such a record is
 /// written to the error prefix instead, never dropped.

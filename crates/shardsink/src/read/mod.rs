@@ -6,8 +6,8 @@
 //!   position is still in the shard, decided by the records it returns;
 //! - `record`: [`ShardRecord`](record::ShardRecord), one Kinesis record as shardsink handles it;
 //! - `kpl`: KPL aggregated records unpacked into user records;
-//! - `retention`: [`RetentionGap`](retention::RetentionGap), records that expired unread, and the
-//!   marker object that records them;
+//! - `retention`: [`RetentionGap`](retention::RetentionGap), records that expired unread (the
+//!   marker object that records them is written by `output::gap_marker`);
 //! - `shard_graph`: parents and children after resharding — which shards get
 //!   a lease, which may be worked on, which leases may go.
 

@@ -275,7 +275,7 @@ mod tests {
     use aws_smithy_types::{Blob, DateTime};
 
     use super::*;
-    use crate::config::StreamRef;
+    use crate::aws::kinesis::StreamRef;
 
     const SHARD: &str = "shardId-000000000000";
     const DAY: Duration = Duration::from_secs(24 * 3_600);

@@ -1,12 +1,33 @@
-//! [`ShardRecord`]: one Kinesis record as shardsink handles it.
+//! [`ShardRecord`]: one Kinesis record as shardsink handles it, and
+//! [`UserRecordView`]: one user record of it as every output format sees it.
 
 use aws_sdk_kinesis::types::Record;
 use bytes::Bytes;
 use sequence_range::{ParseSequenceNumberError, SequenceNumber};
 use tracing::warn;
 
-use crate::output::view::UserRecordView;
 use crate::read::kpl::{self, UserRecord};
+
+/// One user record — a plain Kinesis record, or one user record of a KPL
+/// aggregate — with the metadata every format may write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserRecordView<'a> {
+    /// The shard the record was read from (Kinesis `ShardId`).
+    pub shard_id: &'a str,
+    /// The Kinesis record's sequence number: canonical decimal text, up to
+    /// 128 digits (Kinesis API reference, `Record.SequenceNumber`).
+    pub sequence_number: &'a str,
+    /// The user record's position in its KPL aggregate; `None` for a record
+    /// that is not a KPL aggregate.
+    pub sub_sequence_number: Option<u64>,
+    /// The (user) record's partition key.
+    pub partition_key: &'a str,
+    /// `ApproximateArrivalTimestamp`, milliseconds since the Unix epoch
+    /// (UTC).
+    pub arrival_millis: i64,
+    /// The payload bytes.
+    pub data: &'a [u8],
+}
 
 /// One Kinesis record: the unit of sequence ranges, checkpoints and batch
 /// boundaries. A KPL aggregated record carries several user records, written

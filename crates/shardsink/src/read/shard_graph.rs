@@ -14,9 +14,25 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, SystemTime};
 
+use clap::ValueEnum;
 use shard_lease::{Checkpoint, Lease};
 
 use crate::aws::ShardInfo;
+
+/// Where a shard without a checkpoint starts (GetShardIterator
+/// `ShardIteratorType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum InitialPosition {
+    /// The oldest record still in the shard.
+    #[value(name = "TRIM_HORIZON")]
+    TrimHorizon,
+    /// Records added after the shard is first read.
+    #[value(name = "LATEST")]
+    Latest,
+    /// The first record at or after --initial-timestamp.
+    #[value(name = "AT_TIMESTAMP")]
+    AtTimestamp,
+}
 
 /// How a new lease starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,10 +10,10 @@ use tracing::warn;
 
 use crate::aws::{Kinesis, ObjectStore, ShardInfo, StartingPosition};
 use crate::events::decider::EventRuntime;
+use crate::memory::MemoryBudget;
 use crate::ops::metrics::Metrics;
 use crate::output::Output;
 use crate::output::batch::BufferLimits;
-use crate::shard::memory::MemoryBudget;
 
 /// What every shard task shares.
 #[derive(Debug, Clone)]

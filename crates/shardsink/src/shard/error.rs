@@ -1,51 +1,18 @@
 //! [`ShardError`]: why a shard task stopped, other than by reaching
 //! `SHARD_END` or shutdown.
 
-use shard_lease::LeaseError;
-
 use crate::aws::S3Error;
 use crate::aws::retry::Stopped;
+use crate::commit::error::CommitError;
 
 /// Why a shard task stopped other than by reaching `SHARD_END` or shutdown.
 #[derive(Debug, thiserror::Error)]
 pub enum ShardError {
-    /// The lease was lost; the task wrote nothing after noticing.
-    #[error("lease lost for shard {shard_id}")]
-    LeaseLost {
-        /// The shard.
-        shard_id: String,
-    },
-    /// An object with the batch's key exists and holds other records.
-    /// shardsink never overwrites; an operator must look.
-    #[error("object s3://{bucket}/{key} exists with different records; refusing to overwrite")]
-    ObjectConflict {
-        /// The bucket.
-        bucket: String,
-        /// The key.
-        key: String,
-    },
-    /// An S3 call failed and its retry loop stopped for another reason than
-    /// the lease being lost (a failure classified final, or too many).
-    #[error("s3 call for shard {shard_id} failed")]
-    S3 {
-        /// The shard.
-        shard_id: String,
-        /// The last error.
-        #[source]
-        source: S3Error,
-    },
-    /// The lease table is gone.
-    #[error("lease table missing")]
-    TableMissing(#[source] LeaseError),
-    /// Compressing a batch failed (not expected for in-memory buffers).
-    #[error("compressing a batch of shard {shard_id} failed")]
-    Compression {
-        /// The shard.
-        shard_id: String,
-        /// The codec's error.
-        #[source]
-        source: std::io::Error,
-    },
+    /// Writing a batch stopped: the lease was lost, the lease table is gone,
+    /// an object at the batch's key holds other records, or S3 failed for
+    /// good.
+    #[error(transparent)]
+    Commit(#[from] CommitError),
     /// The event store failed (retried after a backoff).
     #[error("event decisions for shard {shard_id} failed")]
     Events {
@@ -55,56 +22,39 @@ pub enum ShardError {
         #[source]
         source: crate::events::decider::EventError,
     },
-    /// A bug: an invariant stated in the code does not hold.
-    #[error("internal error on shard {shard_id}: {message}")]
-    Internal {
-        /// The shard.
-        shard_id: String,
-        /// What went wrong.
-        message: &'static str,
-    },
 }
 
 impl ShardError {
-    /// What an S3 retry loop bound to the lease (see `Retry::until`) ending
-    /// without a result means: the lease was lost when it was cancelled,
-    /// an S3 failure otherwise.
-    pub(crate) fn from_s3_stop(shard_id: &str, stopped: Stopped<S3Error>) -> Self {
-        match stopped {
-            Stopped::Cancelled => Self::LeaseLost {
-                shard_id: shard_id.to_owned(),
-            },
-            Stopped::Final(source) | Stopped::GaveUp(source) => Self::S3 {
-                shard_id: shard_id.to_owned(),
-                source,
-            },
+    /// The lease of `shard_id` was lost; the task wrote nothing after
+    /// noticing.
+    pub(crate) fn lease_lost(shard_id: &str) -> Self {
+        CommitError::LeaseLost {
+            shard_id: shard_id.to_owned(),
         }
+        .into()
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_a_cancelled_s3_retry_means_the_lease_was_lost() {
-        let failure = || S3Error::Other {
-            operation: "PutObject",
-            bucket: "b".to_owned(),
-            key: "k".to_owned(),
-            retriable: false,
-            throttled: false,
-            source: "denied".into(),
-        };
-        assert!(matches!(
-            ShardError::from_s3_stop("s", Stopped::Cancelled),
-            ShardError::LeaseLost { .. }
-        ));
-        for stopped in [Stopped::Final(failure()), Stopped::GaveUp(failure())] {
-            assert!(matches!(
-                ShardError::from_s3_stop("s", stopped),
-                ShardError::S3 { .. }
-            ));
+    /// A bug on `shard_id`: an invariant stated in the code does not hold.
+    pub(crate) fn internal(shard_id: &str, message: &'static str) -> Self {
+        CommitError::Internal {
+            shard_id: shard_id.to_owned(),
+            message,
         }
+        .into()
+    }
+
+    /// See [`CommitError::from_s3_stop`].
+    pub(crate) fn from_s3_stop(shard_id: &str, stopped: Stopped<S3Error>) -> Self {
+        CommitError::from_s3_stop(shard_id, stopped).into()
+    }
+
+    /// Whether the task stopped because its lease was lost.
+    pub(crate) fn is_lease_lost(&self) -> bool {
+        matches!(self, Self::Commit(CommitError::LeaseLost { .. }))
+    }
+
+    /// Whether the task stopped because the lease table is gone.
+    pub(crate) fn is_table_missing(&self) -> bool {
+        matches!(self, Self::Commit(CommitError::TableMissing(_)))
     }
 }

@@ -1,6 +1,6 @@
 //! [`Frontier`]: how far a shard's records are in S3 and checkpointed, kept
 //! in one place. The checkpoint only passes records durably in S3 (C3): it
-//! moves with each written batch, and past records dedup found in S3 only
+//! moves with each written batch, and past records the resume skip found in S3 only
 //! once nothing is buffered before them.
 
 use std::time::Duration;
@@ -52,7 +52,7 @@ impl Frontier {
         self.checkpointed_at = Instant::now();
     }
 
-    /// Dedup found the record `n` in S3 and skipped it; nothing is buffered
+    /// ResumeSkip found the record `n` in S3 and skipped it; nothing is buffered
     /// before it (a skipped record ends the batch being built).
     pub(crate) fn skipped(&mut self, n: SequenceNumber) {
         self.in_s3_through = Some(n);

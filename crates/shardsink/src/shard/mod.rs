@@ -5,20 +5,22 @@
 //! - `context`: [`ShardContext`](context::ShardContext), what every task shares, and
 //!   [`ShardExit`](context::ShardExit), how a task ends;
 //! - `error`: [`ShardError`](error::ShardError), how a shard task stops;
-//! - `dedup`: [`Dedup`](dedup::Dedup), skipping records already in S3 after a start;
+//! - `resume`: [`ResumeSkip`](resume::ResumeSkip), the resume skip: records already in S3
+//!   skipped after a start;
 //! - `replay`: [`Replay`](replay::Replay), the pending batch rebuilt record
 //!   by record and written first;
 //! - `frontier`: [`Frontier`](frontier::Frontier), how far the shard is in S3
 //!   and checkpointed;
-//! - `progress`: the shard's counters, progress log and retention gauge;
-//! - `memory`: [`MemoryBudget`](memory::MemoryBudget), the records the whole process holds, against
-//!   `--buffer-memory-limit`.
+//! - `progress`: the shard's counters, progress log and retention gauge.
+//!
+//! The records the whole process holds are counted by the memory budget
+//! ([`MemoryBudget`](crate::memory::MemoryBudget)), a module below the
+//! stages that every one of them reserves from.
 
 pub(crate) mod context;
-pub(crate) mod dedup;
 pub(crate) mod error;
 pub(crate) mod frontier;
-pub(crate) mod memory;
 pub(crate) mod progress;
 pub(crate) mod replay;
+pub(crate) mod resume;
 pub(crate) mod task;

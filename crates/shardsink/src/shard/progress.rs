@@ -93,7 +93,7 @@ impl Progress {
         self.batches_written += 1;
     }
 
-    /// Counts user records dedup found already in S3.
+    /// Counts user records the resume skip found already in S3.
     pub(crate) fn duplicates(&mut self, user_records: u64, metrics: &Metrics) {
         self.duplicates_excluded += user_records;
         metrics.duplicates_excluded.inc_by(user_records);
@@ -127,14 +127,19 @@ impl Progress {
     }
 
     /// Logs the counters every [`PROGRESS_INTERVAL`], or now with `force`.
-    pub(crate) fn log(&mut self, force: bool, dedup: bool, checkpoint: &impl std::fmt::Display) {
+    pub(crate) fn log(
+        &mut self,
+        force: bool,
+        resume_skip: bool,
+        checkpoint: &impl std::fmt::Display,
+    ) {
         if force || self.logged_at.elapsed() >= PROGRESS_INTERVAL {
             info!(
                 records_read = self.records_read,
                 batches_written = self.batches_written,
                 duplicates_excluded = self.duplicates_excluded,
                 millis_behind_latest = self.millis_behind_latest,
-                dedup,
+                resume_skip,
                 checkpoint = %checkpoint,
                 "shard progress"
             );

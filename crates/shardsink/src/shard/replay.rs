@@ -2,19 +2,18 @@
 //! the shard's records before anything else is written, and written under its
 //! recorded key — a small state machine fed one record at a time.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use shard_lease::PendingBatch;
 use tokio::sync::OwnedSemaphorePermit;
 
-use crate::events::decisions::{RecordedDecision, UserDecision};
+use crate::commit::replay_plan::ReplayDecisions;
+use crate::events::decisions::UserDecision;
+use crate::memory::{MemoryBudget, Reservation};
 use crate::output::Output;
 use crate::output::batch::Batch;
-use crate::output::format::{BodyKind, Format};
-use crate::output::key::parse_object_name;
+use crate::output::format::Format;
 use crate::read::record::ShardRecord;
-use crate::shard::memory::{MemoryBudget, Reservation};
 
 /// The pending batch being rebuilt.
 #[derive(Debug)]
@@ -52,44 +51,6 @@ impl Holding {
     }
 }
 
-/// Where a replayed batch's event decisions come from.
-#[derive(Debug)]
-pub(crate) enum ReplayDecisions {
-    /// The batch was written without event decisions: every record is
-    /// kept.
-    None,
-    /// Read back from the batch's decisions object, in batch order: the
-    /// batch is rebuilt as it was decided.
-    Adopted(VecDeque<UserDecision>),
-    /// Decided now (nothing of the batch is in S3): supplied ahead of the
-    /// records, one list per record ([`Replay::supply`]).
-    Fresh(VecDeque<Vec<UserDecision>>),
-}
-
-impl ReplayDecisions {
-    /// The decisions of a decisions object.
-    pub(crate) fn adopted(recorded: &[RecordedDecision]) -> Self {
-        Self::Adopted(recorded.iter().map(|r| r.decision.clone()).collect())
-    }
-
-    /// The next record's decisions; `Err` when the source has none left for
-    /// it (a decisions object that does not match the records, or decisions
-    /// not supplied).
-    fn next(&mut self, user_records: usize) -> Result<Option<Vec<UserDecision>>, ()> {
-        match self {
-            Self::None => Ok(None),
-            Self::Adopted(queue) if queue.len() >= user_records => {
-                Ok(Some(queue.drain(..user_records).collect()))
-            }
-            Self::Fresh(queue) => match queue.pop_front() {
-                Some(decisions) if decisions.len() == user_records => Ok(Some(decisions)),
-                _ => Err(()),
-            },
-            Self::Adopted(_) => Err(()),
-        }
-    }
-}
-
 /// What one record did to a replay.
 #[derive(Debug)]
 pub(crate) enum Step {
@@ -99,7 +60,7 @@ pub(crate) enum Step {
     Complete(Complete),
     /// The pending batch can no longer be rebuilt exactly: its first record
     /// has left the stream (retention). It is dropped; the record is not part
-    /// of it and is handled like any other (dedup finds what is in S3).
+    /// of it and is handled like any other (the resume skip finds what is in S3).
     Abandoned(PendingBatch),
     /// Records were consumed but the batch's last never came: Kinesis returns
     /// every record in order, so this is a bug — and dropping the consumed
@@ -144,7 +105,7 @@ impl Replay {
     }
 
     /// The rebuild of an uncommitted batch found in S3
-    /// ([`Dedup::uncommitted_at`](crate::shard::dedup::Dedup::uncommitted_at)),
+    /// ([`ResumeSkip::uncommitted_at`](crate::shard::resume::ResumeSkip::uncommitted_at)),
     /// encoded in `format`; the lease row does not record it yet.
     pub(crate) fn uncommitted(
         pending: PendingBatch,
@@ -248,12 +209,6 @@ impl Replay {
             batch => Step::Continue(Self { batch, ..self }),
         }
     }
-}
-
-/// The body kind a recorded key names, if it is a key shardsink writes.
-pub(crate) fn recorded_kind(key: &str) -> Option<BodyKind> {
-    let name = key.rsplit('/').next()?;
-    parse_object_name(name).ok().map(|name| name.body)
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use crate::events::rule::CopyRef;
 pub(super) async fn audit(plan: &Plan, clients: &AwsClients, tty: bool) -> anyhow::Result<Audit> {
     let store = ObjectStore::new(clients.s3.clone(), &plan.bucket);
 
-    // Checkpoints first, then the listing (see the `verify` module documentation).
+    // Checkpoints first, then the listing (see docs/VERIFY.md, "What it checks").
     let checkpoints = match (&plan.stream, &plan.lease_table) {
         (Some(_), Some(table)) => Some(read_checkpoints(clients, table).await),
         _ => None,
@@ -356,15 +356,15 @@ mod tests {
             shard_left_stream: false,
         };
         let clients = fake_aws::clients(stream, bucket, table);
-        recorded_gap
-            .report(
-                &Checkpoint::SequenceNumber(n(0)),
-                &ObjectStore::new(clients.s3.clone(), "bucket"),
-                "p",
-                &crate::ops::metrics::Metrics::new(),
-            )
-            .await
-            .unwrap();
+        crate::output::gap_marker::report(
+            &recorded_gap,
+            &Checkpoint::SequenceNumber(n(0)),
+            &ObjectStore::new(clients.s3.clone(), "bucket"),
+            "p",
+            &crate::ops::metrics::Metrics::new(),
+        )
+        .await
+        .unwrap();
         LeaseTable::new(clients.dynamodb.clone(), "leases")
             .create_lease(&Lease::new(SHARD, Checkpoint::SequenceNumber(n(9)), vec![]))
             .await

@@ -3,15 +3,14 @@
 //! main, error and duplicates objects, and decisions objects — with what
 //! the event checks need of each: its records' positions, the copies its
 //! duplicates name, the decisions it records.
+//!
+//! The bodies are read with `output::read_back` (lines, Parquet identities,
+//! decisions); this module checks what they hold against their keys.
 
-use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use chrono::DateTime;
 use futures::StreamExt as _;
@@ -19,56 +18,21 @@ use sequence_range::{SequenceNumber, SequenceRange};
 
 use super::keys::ArchivedKey;
 use super::progress::Phase;
-use super::report::minute_text;
 use super::{s3_retry, s3_stopped};
 use crate::aws::{ObjectStore, S3Error};
-use crate::commit::body::{FORMAT_METADATA, RECORDS_METADATA};
-use crate::events::decisions;
 use crate::events::rule::{CopyRef, Outcome};
 use crate::ops::log::error_chain;
 use crate::output::bucket::Bucket;
 use crate::output::compression::decompress;
-use crate::output::format::parquet::row_identities;
 use crate::output::format::{BodyShape, Format};
+use crate::output::read_back::decisions;
+use crate::output::read_back::envelope::copy_ref;
+use crate::output::read_back::lines::read_lines;
+use crate::output::read_back::metadata::{FORMAT_METADATA, RECORDS_METADATA};
+use crate::output::read_back::parquet::identity_rows;
 
 /// Objects fetched and checked at once with `--deep`.
 const DEEP_CONCURRENCY: usize = 8;
-
-/// One envelope line as shardsink writes it (`format/envelope.rs`).
-#[derive(Debug, serde::Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct Line<'a> {
-    #[serde(borrow)]
-    shard_id: Cow<'a, str>,
-    #[serde(borrow)]
-    sequence_number: Cow<'a, str>,
-    sub_sequence_number: Option<u64>,
-    #[serde(borrow)]
-    #[allow(dead_code)] // read for its type only
-    partition_key: Cow<'a, str>,
-    #[serde(borrow)]
-    approximate_arrival_timestamp: Cow<'a, str>,
-    #[serde(borrow)]
-    data: Cow<'a, str>,
-    /// Only in the lines of error objects.
-    #[serde(borrow, default)]
-    #[allow(dead_code)] // read for its type only
-    error_message: Option<Cow<'a, str>>,
-    /// Only in the lines of duplicates objects: the accepted copy.
-    #[serde(borrow, default)]
-    duplicate_of: Option<DuplicateOf<'a>>,
-}
-
-/// The `duplicateOf` member of a duplicates object's line.
-#[derive(Debug, serde::Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct DuplicateOf<'a> {
-    #[serde(borrow)]
-    shard_id: Cow<'a, str>,
-    #[serde(borrow)]
-    sequence_number: Cow<'a, str>,
-    sub_sequence_number: Option<u64>,
-}
 
 /// A user record's place in its shard: sequence number and sub-sequence
 /// number (`None` outside KPL aggregates).
@@ -228,20 +192,6 @@ impl Role {
     }
 }
 
-/// One record's identity and metadata, as read from a body.
-struct Row {
-    /// Where in the body: `line 3`, `row 3`.
-    at: String,
-    shard_id: Option<String>,
-    sequence_number: String,
-    sub_sequence_number: Option<u64>,
-    /// `approximateArrivalTimestamp` as written (RFC 3339), when the body
-    /// has it as text.
-    arrival: Option<String>,
-    /// `duplicateOf`: shard, sequence number and sub-sequence number.
-    duplicate_of: Option<(String, String, Option<u64>)>,
-}
-
 /// Checks an object's body against its key (check 3 of the `verify` module
 /// documentation): JSON Lines (envelope lines, or `json` lines with their
 /// metadata member), Parquet rows; raw payloads are only decompressed. A
@@ -250,19 +200,8 @@ struct Row {
 fn check_body(role: Role, object: &ArchivedKey, body: &[u8]) -> BodyCheck {
     let mut check = BodyCheck::default();
     let rows = match object.body.shape {
-        BodyShape::Parquet => match row_identities(Bytes::copy_from_slice(body)) {
-            Ok(identities) => identities
-                .into_iter()
-                .enumerate()
-                .map(|(index, (sequence_number, sub))| Row {
-                    at: format!("row {}", index + 1),
-                    shard_id: None,
-                    sequence_number,
-                    sub_sequence_number: sub.and_then(|sub| u64::try_from(sub).ok()),
-                    arrival: None,
-                    duplicate_of: None,
-                })
-                .collect(),
+        BodyShape::Parquet => match identity_rows(Bytes::copy_from_slice(body)) {
+            Ok(rows) => rows,
             Err(err) => return BodyCheck::failed(format!("is not a readable Parquet file: {err}")),
         },
         BodyShape::JsonLines | BodyShape::Raw => {
@@ -278,7 +217,12 @@ fn check_body(role: Role, object: &ArchivedKey, body: &[u8]) -> BodyCheck {
             if object.body.shape == BodyShape::Raw {
                 return check;
             }
-            json_rows(&text, &mut check)
+            let read = read_lines(&text);
+            check.lines = read.lines;
+            for problem in read.problems {
+                check.problem(|| problem.to_string());
+            }
+            read.rows
         }
     };
     let first = object.range.first().to_string();
@@ -349,7 +293,7 @@ fn check_body(role: Role, object: &ArchivedKey, body: &[u8]) -> BodyCheck {
                     format!(
                         "{at}: approximateArrivalTimestamp {timestamp} is not in the key's {} {}",
                         object.bucket.size().as_str(),
-                        minute_text(object.bucket)
+                        object.bucket.iso_text()
                     )
                 }),
                 Err(err) => check
@@ -437,106 +381,6 @@ fn check_decisions(object: &ArchivedKey, body: &[u8]) -> BodyCheck {
     }
     check.lines = recorded.len() as u64;
     check
-}
-
-/// The accepted copy a `duplicateOf` names.
-fn copy_ref(
-    (shard_id, sequence_number, sub): &(String, String, Option<u64>),
-) -> Result<CopyRef, String> {
-    let number = SequenceNumber::parse(sequence_number)
-        .map_err(|err| format!("sequenceNumber {sequence_number:?}: {err}"))?;
-    Ok(CopyRef {
-        shard_id: Arc::from(shard_id.as_str()),
-        sequence_number: number,
-        sub_sequence_number: *sub,
-    })
-}
-
-/// The rows of JSON Lines: envelope lines (checked field by field, data
-/// base64), or `json` lines with their metadata member (a line without one
-/// is counted, with no identity).
-fn json_rows(text: &[u8], check: &mut BodyCheck) -> Vec<Row> {
-    let mut rows = Vec::new();
-    let mut data = Vec::new();
-    // Envelope lines or `json` lines, as the first line says.
-    let mut envelope_object = None;
-    let pieces: Vec<&[u8]> = text.split(|&b| b == b'\n').collect();
-    for (index, raw) in pieces.iter().enumerate() {
-        let n = index + 1;
-        if raw.is_empty() {
-            // The piece after the final newline is empty; any other is not.
-            if index + 1 < pieces.len() {
-                check.problem(|| format!("line {n} is empty"));
-            }
-            continue;
-        }
-        let envelope = serde_json::from_slice::<Line<'_>>(raw);
-        let is_envelope = *envelope_object.get_or_insert_with(|| {
-            envelope.is_ok()
-                || serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(raw)
-                    .is_ok_and(|object| object.contains_key("sequenceNumber"))
-        });
-        if let Ok(line) = envelope {
-            check.lines += 1;
-            data.clear();
-            if let Err(err) = STANDARD.decode_vec(line.data.as_bytes(), &mut data) {
-                check.problem(|| format!("line {n}: data is not base64: {err}"));
-            }
-            rows.push(Row {
-                at: format!("line {n}"),
-                shard_id: Some(line.shard_id.into_owned()),
-                sequence_number: line.sequence_number.into_owned(),
-                sub_sequence_number: line.sub_sequence_number,
-                arrival: Some(line.approximate_arrival_timestamp.into_owned()),
-                duplicate_of: line.duplicate_of.map(|of| {
-                    (
-                        of.shard_id.into_owned(),
-                        of.sequence_number.into_owned(),
-                        of.sub_sequence_number,
-                    )
-                }),
-            });
-            continue;
-        }
-        let object: serde_json::Map<String, serde_json::Value> = match serde_json::from_slice(raw) {
-            Ok(object) => object,
-            Err(err) => {
-                check.problem(|| format!("line {n} is not a JSON object: {err}"));
-                continue;
-            }
-        };
-        if let (Err(err), true) = (envelope, is_envelope) {
-            check.problem(|| format!("line {n} is not a shardsink JSON line: {err}"));
-            continue;
-        }
-        check.lines += 1;
-        let metadata = object
-            .values()
-            .find_map(|value| serde_json::from_value::<Metadata>(value.clone()).ok());
-        if let Some(metadata) = metadata {
-            rows.push(Row {
-                at: format!("line {n}"),
-                shard_id: Some(metadata.shard_id),
-                sequence_number: metadata.sequence_number,
-                sub_sequence_number: metadata.sub_sequence_number,
-                arrival: Some(metadata.approximate_arrival_timestamp),
-                duplicate_of: None,
-            });
-        }
-    }
-    rows
-}
-
-/// The metadata member of a `json` line.
-#[derive(Debug, serde::Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct Metadata {
-    shard_id: String,
-    sequence_number: String,
-    sub_sequence_number: Option<u64>,
-    #[allow(dead_code)] // read for its type only
-    partition_key: String,
-    approximate_arrival_timestamp: String,
 }
 
 /// An object `--deep` could not read as a batch of its key.
@@ -690,421 +534,4 @@ async fn get_object(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::CompressionCodec;
-    use crate::output::compression::Compression;
-    use crate::verify::test_support::{MINUTE_MILLIS, SHARD, object, object_in};
-
-    fn line(shard: &str, sequence_number: &str, sub: Option<u64>, timestamp: &str) -> String {
-        let sub = sub
-            .map(|s| format!(",\"subSequenceNumber\":{s}"))
-            .unwrap_or_default();
-        format!(
-            "{{\"shardId\":\"{shard}\",\"sequenceNumber\":\"{sequence_number}\"{sub},\"partitionKey\":\"k\",\"approximateArrivalTimestamp\":\"{timestamp}\",\"data\":\"aGk=\"}}\n"
-        )
-    }
-
-    const IN_MINUTE: &str = "2026-11-21T05:27:03.045Z";
-
-    fn body(lines: &[String]) -> Vec<u8> {
-        lines.concat().into_bytes()
-    }
-
-    #[test]
-    fn a_batch_written_by_shardsink_reads_clean() {
-        use crate::output::format::envelope::LineEncoder;
-        use crate::read::record::ShardRecord;
-        let mut encoder = LineEncoder::new(SHARD);
-        let mut lines = Vec::new();
-        for (i, sequence_number) in ["9", "10", "12"].into_iter().enumerate() {
-            let record = ShardRecord {
-                sequence_number: sequence_range::SequenceNumber::parse(sequence_number).unwrap(),
-                arrival_millis: MINUTE_MILLIS + 1_000 * i as i64,
-                partition_key: "pk \"quoted\"".to_owned(),
-                data: bytes::Bytes::from_static(b"\x00\xffdata"),
-                user_records: None,
-            };
-            encoder.encode(&record, &mut lines);
-        }
-        for compression in [
-            Compression::None,
-            Compression::Gzip(6),
-            Compression::Zstd(3),
-        ] {
-            let object = object_in(SHARD, MINUTE_MILLIS, 9, 12, compression.codec());
-            let check = check_body(Role::Main, &object, &compression.compress(&lines).unwrap());
-            assert_eq!(
-                (
-                    check.lines,
-                    check.kinesis_records,
-                    check.ends,
-                    check.problems
-                ),
-                (
-                    3,
-                    3,
-                    Some(Ends {
-                        first: true,
-                        last: true
-                    }),
-                    0
-                ),
-                "{compression:?}"
-            );
-            assert_eq!(check.positions.len(), 3);
-        }
-    }
-
-    #[test]
-    fn kpl_user_records_share_a_sequence_number() {
-        let object = object(7, 7);
-        let check = check_body(
-            Role::Main,
-            &object,
-            &body(&[
-                line(SHARD, "7", Some(0), IN_MINUTE),
-                line(SHARD, "7", Some(1), IN_MINUTE),
-            ]),
-        );
-        assert_eq!(
-            (check.lines, check.kinesis_records, check.problems),
-            (2, 1, 0)
-        );
-    }
-
-    fn stored(format: &str, records: u64) -> HashMap<String, String> {
-        [
-            (FORMAT_METADATA.to_owned(), format.to_owned()),
-            (RECORDS_METADATA.to_owned(), records.to_string()),
-        ]
-        .into()
-    }
-
-    #[test]
-    fn the_stored_record_count_is_checked() {
-        let lines = body(&[
-            line(SHARD, "1", None, IN_MINUTE),
-            line(SHARD, "2", None, IN_MINUTE),
-        ]);
-        let object = object(1, 2);
-        assert_eq!(
-            check_object(Role::Main, &object, &lines, &stored("envelope", 2)).problems,
-            0
-        );
-        assert_eq!(
-            check_object(Role::Main, &object, &lines, &stored("envelope", 3))
-                .first_problem
-                .as_deref(),
-            Some("2 records, but x-amz-meta-shardsink-records says 3")
-        );
-        assert_eq!(
-            check_object(Role::Main, &object, &lines, &HashMap::new()).problems,
-            0
-        );
-    }
-
-    #[test]
-    fn raw_objects_are_checked_against_their_stored_count() {
-        let mut raw = object(1, 2);
-        raw.body = crate::output::format::BodyKind::raw(CompressionCodec::None);
-        let check = check_object(
-            Role::Main,
-            &raw,
-            b"a\x1eb\x1e",
-            &stored("raw;delimiter=1e", 2),
-        );
-        assert_eq!((check.lines, check.problems), (2, 0));
-        for (body, records) in [(&b"a\x1eb"[..], 2), (b"a\x1e", 2), (b"", 1)] {
-            assert_eq!(
-                check_object(Role::Main, &raw, body, &stored("raw;delimiter=1e", records)).problems,
-                1,
-                "{body:?}"
-            );
-        }
-        // Without a delimiter only an empty object can hold no record.
-        assert_eq!(
-            check_object(Role::Main, &raw, b"ab", &stored("raw;delimiter=", 2)).problems,
-            0
-        );
-        assert_eq!(
-            check_object(Role::Main, &raw, b"ab", &stored("raw;delimiter=", 0)).problems,
-            1
-        );
-    }
-
-    /// `--deep` on Parquet objects, fetched from S3 with their metadata:
-    /// the daemon's files (without and with a schema) read clean row by
-    /// row; a row outside the key's range, a stored count the rows do not
-    /// match, and a body that is not Parquet are each reported.
-    #[tokio::test]
-    async fn parquet_objects_are_read_row_by_row() {
-        use std::sync::Arc;
-
-        use crate::fake_aws::{self, FakeBucket};
-        use crate::output::format::schema::ParquetSchema;
-        use crate::output::format::{BodyEncoder, BodyKind, MainBody};
-        use crate::output::key::KeyLayout;
-        use crate::read::record::ShardRecord;
-        use crate::verify::test_support::range;
-
-        let file = |format: &Format, payloads: &[(&str, &[u8])]| -> Bytes {
-            let mut encoder = BodyEncoder::new(SHARD, format);
-            for (i, (sequence_number, data)) in payloads.iter().enumerate() {
-                encoder.push(
-                    &ShardRecord {
-                        sequence_number: SequenceNumber::parse(sequence_number).unwrap(),
-                        arrival_millis: MINUTE_MILLIS + 1_000 * i as i64,
-                        partition_key: "pk".to_owned(),
-                        data: Bytes::copy_from_slice(data),
-                        user_records: None,
-                    },
-                    None,
-                );
-            }
-            let bodies = encoder.finish();
-            assert!(bodies.errors.is_empty());
-            let MainBody::Parquet(rows) = bodies.main else {
-                panic!("parquet rows")
-            };
-            Bytes::from(rows.finish(Compression::Zstd(3)).unwrap())
-        };
-        let plain = Format::Parquet { schema: None };
-        let schema = ParquetSchema::from_json(r#"[{"name": "n", "type": "int64"}]"#).unwrap();
-        let typed = Format::Parquet {
-            schema: Some(Arc::new(schema)),
-        };
-        let rows: [(&str, &[u8]); 3] = [("9", b"\x00"), ("10", b"\x01"), ("12", b"")];
-        let typed_rows: [(&str, &[u8]); 2] = [("20", br#"{"n":1}"#), ("21", br#"{"n":2}"#)];
-        let bucket = Arc::new(FakeBucket::default());
-        let put = |first: u64, last: u64, body: &Bytes, format: &Format, records: &str| {
-            let object_range = range(first, last);
-            let minute = crate::output::bucket::Bucket::minute(MINUTE_MILLIS);
-            let kind = BodyKind::PARQUET;
-            let key = KeyLayout::plain("p").object_key(minute, SHARD, &object_range, kind);
-            bucket
-                .objects
-                .lock()
-                .unwrap()
-                .insert(key.clone(), body.clone());
-            bucket.metadata.lock().unwrap().insert(
-                key.clone(),
-                [
-                    (FORMAT_METADATA.to_owned(), format.description()),
-                    (RECORDS_METADATA.to_owned(), records.to_owned()),
-                ]
-                .into(),
-            );
-            ArchivedKey {
-                key,
-                bucket: minute,
-                shard_id: SHARD.to_owned(),
-                range: object_range,
-                body: kind,
-            }
-        };
-        let written = file(&plain, &rows);
-        let objects = [
-            put(9, 12, &written, &plain, "3"),
-            put(20, 21, &file(&typed, &typed_rows), &typed, "2"),
-            put(9, 11, &written, &plain, "3"),
-            put(
-                30,
-                32,
-                &file(&plain, &[("30", b"a"), ("32", b"b")]),
-                &plain,
-                "3",
-            ),
-            put(40, 42, &written.slice(..written.len() - 8), &plain, "3"),
-        ];
-        let clients = fake_aws::clients(Default::default(), bucket, Default::default());
-        let store = ObjectStore::new(clients.s3, "bucket");
-
-        let (summary, _) = read_objects(&store, &objects, Role::Main, &HashMap::new(), false).await;
-        let found: Vec<(&str, &str)> = summary
-            .unreadable
-            .iter()
-            .map(|unreadable| (unreadable.key.as_str(), unreadable.reason.as_str()))
-            .collect();
-        assert_eq!(
-            found,
-            [
-                (
-                    objects[2].key.as_str(),
-                    "row 3: sequenceNumber 12 is outside the key's range 9-11"
-                ),
-                (
-                    objects[3].key.as_str(),
-                    "2 records, but x-amz-meta-shardsink-records says 3"
-                ),
-                (
-                    objects[4].key.as_str(),
-                    found.get(2).map_or("", |(_, reason)| reason)
-                ),
-            ]
-        );
-        assert!(
-            found[2].1.starts_with("is not a readable Parquet file"),
-            "{}",
-            found[2].1
-        );
-        // Rows of the clean files, and of the two that read to their end.
-        assert_eq!(summary.lines, 3 + 2 + 3 + 2);
-        assert_eq!(summary.kinesis_records, 3 + 2 + 3 + 2);
-    }
-
-    /// A batch whose first and last records were rejected: its main
-    /// object holds neither, its error object both.
-    #[test]
-    fn end_records_may_be_in_the_error_object() {
-        let object = object(1, 3);
-        let middle = body(&[line(SHARD, "2", None, IN_MINUTE)]);
-        let checked = |in_errors: Ends| {
-            let mut check = check_body(Role::Main, &object, &middle);
-            check_ends(&mut check, &object, in_errors);
-            check
-        };
-        let both = Ends {
-            first: true,
-            last: true,
-        };
-        assert_eq!(checked(both).problems, 0);
-        let first_only = Ends {
-            first: true,
-            last: false,
-        };
-        assert_eq!(
-            checked(first_only).first_problem.as_deref(),
-            Some("no record has the key's last sequence number 3")
-        );
-        assert_eq!(checked(Ends::default()).problems, 2);
-        let errors = body(&[
-            line(SHARD, "1", None, IN_MINUTE),
-            line(SHARD, "3", None, IN_MINUTE),
-        ]);
-        assert_eq!(check_body(Role::Main, &object, &errors).ends, Some(both));
-    }
-
-    #[test]
-    fn an_empty_object_holds_no_record() {
-        // Every record of its batch went to the error prefix.
-        assert_eq!(
-            check_body(Role::Main, &object(1, 2), b""),
-            BodyCheck::default()
-        );
-    }
-
-    #[test]
-    fn json_lines_are_checked_by_their_metadata_member() {
-        let metadata = |seq: &str| {
-            format!(
-                "{{\"order\":1,\"m\":{{\"shardId\":\"{SHARD}\",\"sequenceNumber\":\"{seq}\",\"partitionKey\":\"k\",\"approximateArrivalTimestamp\":\"{IN_MINUTE}\"}}}}\n"
-            )
-        };
-        let check = check_body(
-            Role::Main,
-            &object(1, 2),
-            &body(&[metadata("1"), metadata("2")]),
-        );
-        assert_eq!(
-            (check.lines, check.kinesis_records, check.problems),
-            (2, 2, 0)
-        );
-        let check = check_body(
-            Role::Main,
-            &object(1, 2),
-            &body(&[metadata("1"), metadata("3")]),
-        );
-        assert_eq!(
-            check.first_problem.as_deref(),
-            Some("line 2: sequenceNumber 3 is outside the key's range 1-2")
-        );
-        // Without metadata, lines are counted.
-        let check = check_body(Role::Main, &object(1, 2), b"{\"a\":1}\n{\"a\":2}\n");
-        assert_eq!(
-            (check.lines, check.kinesis_records, check.problems),
-            (2, 0, 0)
-        );
-    }
-
-    #[test]
-    fn unreadable_bodies_say_why() {
-        let ok = |seq: &str| line(SHARD, seq, None, IN_MINUTE);
-        let cases: Vec<(ArchivedKey, Vec<u8>, &str)> = vec![
-            (
-                object_in(SHARD, MINUTE_MILLIS, 1, 2, CompressionCodec::Zstd),
-                b"not zstd".to_vec(),
-                "does not decompress as .jsonl.zst",
-            ),
-            (
-                object(1, 2),
-                body(&[ok("1"), "{}\n".to_owned(), ok("2")]),
-                "line 2 is not a shardsink JSON line",
-            ),
-            (
-                object(1, 2),
-                body(&[ok("1"), "\n".to_owned(), ok("2")]),
-                "line 2 is empty",
-            ),
-            (
-                object(1, 2),
-                body(&[ok("1"), ok("2").replace("\"data\"", "\"extra\":1,\"data\"")]),
-                "line 2 is not a shardsink JSON line: unknown field `extra`",
-            ),
-            (
-                object(1, 2),
-                body(&[ok("1"), line("shardId-000000000002", "2", None, IN_MINUTE)]),
-                "line 2: shardId \"shardId-000000000002\" is not the key's shard",
-            ),
-            (
-                object(1, 2),
-                body(&[ok("1"), ok("2"), ok("3")]),
-                "line 3: sequenceNumber 3 is outside the key's range 1-2",
-            ),
-            (
-                object(1, 2),
-                body(&[ok("1"), ok("02")]),
-                "line 2: sequenceNumber \"02\" is not one",
-            ),
-            (
-                object(1, 2),
-                body(&[ok("1"), line(SHARD, "2", None, "2026-11-21T05:28:00.000Z")]),
-                "line 2: approximateArrivalTimestamp 2026-11-21T05:28:00.000Z is not in the key's minute 2026-11-21T05:27Z",
-            ),
-            (
-                object(1, 2),
-                body(&[ok("1"), line(SHARD, "2", None, "yesterday")]),
-                "line 2: approximateArrivalTimestamp \"yesterday\"",
-            ),
-            (
-                object(1, 2),
-                body(&[ok("1"), ok("1"), ok("2")]),
-                "line 2: record (1, None) appears twice",
-            ),
-            (
-                object(1, 2),
-                body(&[ok("1"), ok("2").replace("aGk=", "a!")]),
-                "line 2: data is not base64",
-            ),
-            (
-                object(1, 3),
-                body(&[ok("1"), ok("2")]),
-                "no record has the key's last sequence number 3",
-            ),
-            (
-                object(1, 3),
-                body(&[ok("2"), ok("3")]),
-                "no record has the key's first sequence number 1",
-            ),
-        ];
-        for (object, body, expected) in cases {
-            let mut check = check_body(Role::Main, &object, &body);
-            check_ends(&mut check, &object, Ends::default());
-            let problem = check.first_problem.unwrap_or_default();
-            assert!(
-                problem.starts_with(expected),
-                "{problem:?} must start with {expected:?}"
-            );
-        }
-    }
-}
+mod tests;

@@ -6,7 +6,7 @@
 
 use super::{s3_retry, s3_stopped};
 use crate::aws::ObjectStore;
-use crate::read::retention::{GapMarker, MARKER_FOLDER};
+use crate::output::gap_marker::{GapMarker, MARKER_FOLDER};
 
 /// One marker and what it says (or why it could not be read).
 #[derive(Debug, Clone, PartialEq, Eq)]

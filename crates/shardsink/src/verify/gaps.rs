@@ -281,7 +281,6 @@ pub(super) fn gaps(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::report::minute_text;
     use crate::verify::test_support::{MINUTE_MILLIS, SHARD, missing, n, object, stream};
 
     #[test]
@@ -319,8 +318,8 @@ mod tests {
         let gap = &result.gaps[0];
         assert_eq!(gap.before.as_ref().unwrap().0, objects[1].key);
         assert_eq!(gap.after.as_ref().unwrap().0, objects[2].key);
-        assert_eq!(minute_text(gap.first_arrival), "2026-11-21T05:31Z");
-        assert_eq!(minute_text(gap.last_arrival), "2026-11-21T05:32Z");
+        assert_eq!(gap.first_arrival.iso_text(), "2026-11-21T05:31Z");
+        assert_eq!(gap.last_arrival.iso_text(), "2026-11-21T05:32Z");
         assert_eq!(result.oldest, Some((n(10), MINUTE_MILLIS)));
         assert!(result.notes.is_empty(), "{:?}", result.notes);
 

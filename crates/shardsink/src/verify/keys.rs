@@ -14,13 +14,15 @@ use super::progress::Phase;
 use super::{s3_retry, s3_stopped};
 use crate::aws::ObjectStore;
 use crate::aws::retry::{Retry, Stopped};
-use crate::commit::body::DECISIONS_COMPRESSION;
 use crate::config::{KeyStyle, TimeBucket};
-use crate::events::decisions::{decisions_layout, parse_decisions_name};
+use crate::events::decisions::decisions_layout;
 use crate::output::bucket::Bucket;
 use crate::output::format::BodyKind;
 use crate::output::key::KeyLayout;
 use crate::output::marker::{self, marker_key};
+use crate::output::read_back::decisions::parse_decisions_name;
+use crate::output::read_back::listing::Pages;
+use crate::output::read_back::metadata::DECISIONS_COMPRESSION;
 
 /// A key that is a shardsink object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -214,19 +216,13 @@ async fn list_keys(
 ) -> anyhow::Result<Vec<String>> {
     let phase = Phase::start(tty, None, "listing keys");
     let mut keys = Vec::new();
-    let mut token = None;
-    loop {
-        let page = s3_retry("ListObjectsV2")
-            .run(|| store.list_page(list_prefix, token.clone()))
-            .await;
+    let mut pages = Pages::new(list_prefix);
+    while !pages.is_done() {
+        let page = s3_retry("ListObjectsV2").run(|| pages.fetch(store)).await;
         match page {
             Ok(page) => {
-                keys.extend(page.keys);
+                keys.extend(pages.advance(page));
                 phase.update(keys.len() as u64, || format!("listed {} keys", keys.len()));
-                match page.next_continuation_token {
-                    Some(next) => token = Some(next),
-                    None => break,
-                }
             }
             Err(stopped) => {
                 phase.finish(None);

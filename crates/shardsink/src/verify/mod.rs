@@ -2,104 +2,18 @@
 //! bucket prefix and says whether it is exact — every record once, nothing
 //! missing up to the checkpoints.
 //!
-//! # Checks
-//! 1. **Keys.** Every key under `{prefix}/` is listed (all pages) and parsed
-//!    in the archive's key layout — the one recorded in
-//!    `{prefix}/_shardsink.json`, or inferred from the keys, or plain
-//!    per-minute — as `{prefix}/{time path}/{shardId}/{name}`, `name` by
-//!    `output::key::parse_object_name`. Retention gap markers (check 5) and
-//!    the layout record are set apart. A key that does not parse is
-//!    *foreign*: listed as a warning and otherwise ignored, as dedup ignores
-//!    it. Foreign keys do not make the archive inexact. The error prefix's
-//!    keys (`--error-prefix`, the records the format could not represent)
-//!    and the duplicates prefix's (`--duplicates-prefix`, copies of events
-//!    accepted earlier) are listed and parsed the same way, and decisions
-//!    objects (`{prefix}/_events/…/{name}.events.zst`) under the decisions
-//!    layout; an error, duplicates or decisions object whose batch has no
-//!    main object is *uncommitted* (written just before a crash; the
-//!    daemon's replay of the batch writes the main object): a warning.
-//! 2. **Overlaps.** Two objects of one shard whose sequence ranges share a
-//!    number. An object holds every record of its shard in its range
-//!    (`docs/DESIGN.md`, I1) and a range's ends are records, so the larger of
-//!    two overlapping ranges' `first`s is a record in both objects: an
-//!    overlap is a record archived twice. Ranges of different shards never
-//!    overlap, whatever their numbers.
-//! 3. **Unreadable objects** (`--deep`). Each object is fetched,
-//!    decompressed by its extension and read line by line (Parquet: row by
-//!    row). It is unreadable when it does not decompress or parse, a line is
-//!    empty, an envelope line is not a JSON object with exactly the fields
-//!    shardsink writes (`shardId`, `sequenceNumber`, optional
-//!    `subSequenceNumber`, `partitionKey`, `approximateArrivalTimestamp`,
-//!    `data` in base64) or a `json` line not a JSON object, a record's
-//!    `shardId` is not the key's, its `sequenceNumber` is outside the key's
-//!    range, its arrival time is outside the key's minute or hour, a
-//!    (`sequenceNumber`, `subSequenceNumber`) pair repeats, neither the
-//!    object nor its batch's error or duplicates object holds the key's
-//!    `first` or `last` record (a rejected record is in the error object, a
-//!    duplicate in the duplicates object; an object that holds no record —
-//!    every record of its batch rejected — is not checked for them), or the
-//!    count stored
-//!    with the object (`x-amz-meta-shardsink-records`) differs from the
-//!    records found (raw payloads: from the delimiters found). `json` lines
-//!    without a metadata member and raw payloads are counted, with no
-//!    identity to check. Error and duplicates objects are read the same
-//!    way; a duplicates object's lines must each carry `duplicateOf`, and
-//!    no other object's may. A decisions object must read as the daemon
-//!    writes it (`events::decisions::parse`), one decision per user record
-//!    of its key's range, as many as its stored count.
-//! 4. **Gaps** (`--stream`, when Kinesis answers). For every shard of the
-//!    stream (ListShards) the *bound* is the larger of the lease row's
-//!    checkpoint and the highest archived sequence number; a `SHARD_END`
-//!    checkpoint makes it the whole shard, and a sentinel (`TRIM_HORIZON`, …)
-//!    contributes nothing. The shard is read from `TRIM_HORIZON` — the
-//!    oldest retained record — up to the bound. Every record read at or below
-//!    the bound whose sequence number is in no object range of its shard is
-//!    a gap. Records already trimmed by retention cannot be checked; the
-//!    report says where each shard's check started. Key ranges alone cannot
-//!    show a gap: Kinesis does not hand out consecutive sequence numbers, so
-//!    a hole between two ranges may hold no record at all.
-//! 5. **Retention gaps.** Records that expired from the stream before the
-//!    daemon read them (it was down longer than the stream's retention) can
-//!    no longer be seen in the stream; the daemon records each such gap in a
-//!    marker under `{prefix}/_retention-gaps/` (`read::retention`). Every
-//!    marker is fetched and reported; any marker makes the archive not exact.
-//! 6. **One place** (`--deep`; E1 in `docs/DESIGN.md`). A user record
-//!    (sequence number, sub-sequence number) found in two objects of its
-//!    batch — main, error, duplicates — is a record twice. A committed
-//!    batch with a decisions object must hold, in its main, error and
-//!    duplicates objects together, the user records the decisions object
-//!    counts (`x-amz-meta-shardsink-records`), and its duplicates object
-//!    the duplicates it decided; a duplicates object of a committed batch
-//!    needs a decisions object.
-//! 7. **Once per window** (`--event-id` with `--deep` and `--stream`; E2).
-//!    Every user record the gap check reads in a committed batch whose
-//!    decisions object was made with the settings given (its
-//!    `x-amz-meta-shardsink-format`) gets its event key from the daemon's
-//!    own `EventIdSource::key`; it is *kept* when it is in no duplicates
-//!    object. No two kept records with the same key (id, and payload with
-//!    `--event-fingerprint payload`) may have arrived within
-//!    `--event-dedup-window` of each other in one scope: a shard and its
-//!    ancestors (`--event-dedup-store local`) or the stream (`dynamodb`).
-//!    Every duplicate read must have an id, and its `duplicateOf` must name
-//!    a kept record of its key that arrived within the window, in its scope
-//!    (when that record was read). Batches decided with other settings, or
-//!    before decisions were on, are not compared (their window started
-//!    empty); the first are listed as warnings. The check holds every
-//!    decided user record's key in memory (about 100 bytes each).
+//! It lists every object under the prefix and parses its key; finds
+//! overlapping ranges (a record archived twice); with `--deep`, reads every
+//! object line by line and checks that each user record is in one place;
+//! with `--stream`, reads the stream up to the checkpoints and finds gaps;
+//! reports the retention gaps the daemon recorded; and, given the daemon's
+//! event settings, checks each event once per window. The lease table is
+//! read before the listing, so the audit holds while the daemon runs.
+//! [`run`] returns `Ok(true)` when exact; the binary exits 0, 1 when not
+//! exact, 2 when the audit cannot run.
 //!
-//! The lease table is read *before* the listing: a checkpoint is written
-//! only after its objects (I3), so every object a checkpoint read first
-//! vouches for is in the listing that follows, even while the daemon runs.
-//!
-//! # Output and exit
-//! Progress goes to stderr: an `indicatif` bar on a terminal, plain lines
-//! otherwise. The summary goes to stdout: counts, then up to 50 offending
-//! objects or records, up to 50 warnings (uncommitted objects, decisions
-//! made with other settings, foreign keys), and `exact` or `NOT exact`.
-//! [`run`] returns `Ok(true)` when there is no overlap, no unreadable object,
-//! no gap, no recorded retention gap, no record twice or batch that does not
-//! add up, and no event kept twice or wrong duplicate; the binary exits 0,
-//! 1, or 2 when the audit cannot run.
+//! `docs/VERIFY.md` is the user's reference: each check numbered 1–7 (the
+//! numbers below), how to run it, its output and exit codes.
 //!
 //! # Layout
 //! - `args.rs`: [`VerifyArgs`], the flags (the daemon's event settings
@@ -142,6 +56,7 @@ mod keys;
 mod overlaps;
 mod placement;
 mod progress;
+mod render;
 mod report;
 mod stream;
 #[cfg(test)]

@@ -18,7 +18,7 @@ use super::gaps::{Flow, ReadEnd, ShardGapCheck, ShardGapResult, shard_bound};
 use super::keys::ArchivedKey;
 use super::progress::Phase;
 use super::window::{EventCopy, ShardEvents};
-use crate::aws::backoff::Backoff;
+use crate::aws::retry::{Log, Retry, Stopped};
 use crate::aws::{AwsClients, Kinesis, KinesisError, ShardInfo, StartingPosition};
 use crate::config::EventSettings;
 use crate::ops::log::error_chain;
@@ -226,8 +226,17 @@ async fn read_shard(
     let start = since.map_or(StartingPosition::TrimHorizon, StartingPosition::AtTimestamp);
     let mut reader = ShardReader::new(kinesis.clone(), &check.shard_id, start, GET_RECORDS_LIMIT);
     let mut skip_before = since.map(|t| t.timestamp_millis());
-    let mut backoff = Backoff::transient();
-    let mut failures = 0;
+    // Throttling and transient errors are retried, up to a limit; the
+    // report says what ended a shard's read, so nothing is logged.
+    let mut retry = Retry::new("GetRecords")
+        .log(Log::Off)
+        .final_when(|err: &KinesisError| !err.is_retriable())
+        .give_up_after(MAX_FAILURES)
+        .give_up_after_when(
+            |err| matches!(err, KinesisError::Throttled(_)),
+            MAX_THROTTLED,
+        )
+        .step();
     let mut next_call = tokio::time::Instant::now();
     let end = 'read: loop {
         tokio::time::sleep_until(next_call).await;
@@ -236,23 +245,19 @@ async fn read_shard(
             Ok(read) => read,
             // A new iterator after the last record read, on the next turn.
             Err(KinesisError::ExpiredIterator) => continue,
-            Err(err) => {
-                failures += 1;
-                let limit = if matches!(err, KinesisError::Throttled(_)) {
-                    MAX_THROTTLED
-                } else {
-                    MAX_FAILURES
-                };
-                if !err.is_retriable() || failures >= limit {
+            Err(err) => match retry.failed(err) {
+                Ok(delay) => {
+                    next_call = tokio::time::Instant::now() + delay.max(MIN_CALL_INTERVAL);
+                    continue;
+                }
+                Err(Stopped::Final(err) | Stopped::GaveUp(err)) => {
                     break ReadEnd::Failed(error_chain(&err));
                 }
-                next_call =
-                    tokio::time::Instant::now() + backoff.next_delay().max(MIN_CALL_INTERVAL);
-                continue;
-            }
+                // No stop token.
+                Err(Stopped::Cancelled) => break ReadEnd::Failed("cancelled".to_owned()),
+            },
         };
-        failures = 0;
-        backoff.reset();
+        retry.succeeded();
         progress(read.records.len() as u64);
         let (shard_end, caught_up) = (read.shard_end, read.is_caught_up());
         for record in read.records {

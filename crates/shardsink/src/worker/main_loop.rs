@@ -16,12 +16,12 @@ use crate::aws::attempts::AttemptsAsProgress;
 use crate::aws::backoff::Backoff;
 use crate::aws::{AwsClients, Kinesis, ObjectStore, ShardInfo};
 use crate::config::Settings;
+use crate::memory::MemoryBudget;
 use crate::ops::health::Health;
 use crate::ops::metrics::Metrics;
 use crate::output::batch::BufferLimits;
 use crate::shard::context::{ShardContext, ShardExit};
 use crate::shard::error::ShardError;
-use crate::shard::memory::MemoryBudget;
 
 /// What a shard task returns: its shard id and how it ended.
 pub(super) type TaskOutput = (String, Result<ShardExit, ShardError>);

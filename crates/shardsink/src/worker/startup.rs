@@ -17,7 +17,6 @@ use crate::aws::retry::{Classify, Retry, Stopped};
 use crate::aws::{KinesisError, S3Error};
 use crate::config::{ConfigError, EventDedup, EventStoreSetting};
 use crate::events::decider::{EventRuntime, EventStore};
-use crate::events::local::{LocalOptions, LocalStore};
 use crate::events::manifest::Manifest;
 use crate::events::manifest::cache::APPROXIMATE_BYTES_PER_ENTRY;
 use crate::ops::health::Health;
@@ -25,6 +24,7 @@ use crate::ops::log::error_chain;
 use crate::ops::systemd;
 use crate::output::key::KeyLayout;
 use crate::output::marker::{self, LayoutCheck, MarkerError, RecordedLayout};
+use event_store::{LocalOptions, LocalStore};
 
 impl Worker {
     /// Checks the stream and bucket and creates the lease table if missing.
@@ -234,7 +234,7 @@ fn layout_differs(bucket: &str, layout: &KeyLayout, recorded: RecordedLayout) ->
     ConfigError::new(
         flag,
         format!(
-            "s3://{bucket}/{} holds an archive written with {}; dedup would not find its objects under another layout. Keep those settings, or use a new --prefix",
+            "s3://{bucket}/{} holds an archive written with {}; the resume skip would not find its objects under another layout. Keep those settings, or use a new --prefix",
             layout.list_prefix(),
             recorded.flags()
         ),

@@ -21,6 +21,7 @@ use super::startup::START_UP_CALL_BOUND;
 use crate::aws::ShardInfo;
 use crate::config::InitialPosition;
 use crate::ops::log::error_chain;
+use crate::output::gap_marker;
 use crate::read::retention::RetentionGap;
 use crate::read::shard_graph::{NewLease, ShardGraph};
 
@@ -103,7 +104,7 @@ impl Worker {
     }
 
     /// Scans the lease table; a missing table is created again (shards then
-    /// restart from their initial position, and dedup keeps S3 exact) and
+    /// restart from their initial position, and the resume skip keeps S3 exact) and
     /// reads as empty.
     ///
     /// # Errors
@@ -112,7 +113,7 @@ impl Worker {
         match self.table.scan().await {
             Ok(scan) => Ok(scan),
             Err(LeaseError::TableMissing { table }) => {
-                warn!(lease_table = %table, "lease table missing; creating it again (shards restart from their initial position, dedup keeps S3 exact)");
+                warn!(lease_table = %table, "lease table missing; creating it again (shards restart from their initial position, the resume skip keeps S3 exact)");
                 // Waiting for an old table to be deleted and the new one to
                 // become ACTIVE can take minutes: alive, not ready.
                 self.health.waiting(
@@ -350,14 +351,14 @@ impl Worker {
                 // error, counter) before the lease, the last trace of them,
                 // is deleted; if the marker cannot be written, next time.
                 let gap = RetentionGap::of_unread_lease(&lease);
-                let reported = gap
-                    .report(
-                        &lease.checkpoint,
-                        &self.store,
-                        &self.settings.prefix,
-                        &self.metrics,
-                    )
-                    .await;
+                let reported = gap_marker::report(
+                    &gap,
+                    &lease.checkpoint,
+                    &self.store,
+                    &self.settings.prefix,
+                    &self.metrics,
+                )
+                .await;
                 if let Err(err) = reported {
                     warn!(shard_id = %lease.lease_key, error = %error_chain(&err), "writing the retention gap marker failed; the lease is kept until it is written");
                     continue;

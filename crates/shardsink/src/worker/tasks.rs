@@ -18,7 +18,6 @@ use crate::aws::retry::{Retry, Stopped};
 use crate::events::store::ancestors;
 use crate::ops::log::error_chain;
 use crate::shard::context::ShardExit;
-use crate::shard::error::ShardError;
 use crate::shard::task::ShardTask;
 
 impl Worker {
@@ -86,7 +85,7 @@ impl Worker {
                 return None;
             }
             Some(Ok(ShardExit::Shutdown)) => {}
-            Some(Err(ShardError::TableMissing(_))) => {
+            Some(Err(err)) if err.is_table_missing() => {
                 warn!(shard_id = %shard_id, "lease table missing; the shard restarts after it is recreated");
                 return None;
             }

@@ -1,6 +1,10 @@
 //! Reading the whole archive: list, HEAD and GET each new object once,
 //! decode it by the format its metadata names, and put each batch's main,
 //! error, duplicates and decisions objects together.
+//!
+//! This reader is independent of the daemon's own (`output::read_back` in
+//! the shardsink crate) on purpose: it shares no code with the daemon, so
+//! that it checks the archive as a user's query engine would read it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;

@@ -7,9 +7,10 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures::{StreamExt as _, TryStreamExt as _, stream};
+use shard_lease::TableCreation;
 use tracing::{error, info, warn};
 
 use super::cache::ItemCache;
@@ -37,9 +38,6 @@ pub const TRANSIENT_ATTEMPTS: u32 = 10;
 /// Conditional writes of one item that may fail in a row before the call
 /// fails with [`ManifestError::Contended`].
 pub const CONFLICT_ATTEMPTS: u32 = 64;
-
-/// How often [`Manifest::ensure_table`] looks at a table being created.
-const TABLE_POLL_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The DynamoDB event manifest of a stream. Cheap to clone; clones share
 /// the client, the cache and the metrics.
@@ -70,7 +68,8 @@ impl Manifest {
     /// Creates the table if it is missing — partition key `eventId` (S),
     /// on-demand billing ([CreateTable]) —, waits until it is `ACTIVE`
     /// ([DescribeTable], every second, up to
-    /// [`shard_lease::TABLE_ACTIVE_TIMEOUT`]), then turns Time to Live on
+    /// [`shard_lease::TABLE_ACTIVE_TIMEOUT`]; see
+    /// [`ManifestTable::create_if_missing`]), then turns Time to Live on
     /// for attribute `ttl` unless it is ([DescribeTimeToLive],
     /// [UpdateTimeToLive]). Idempotent; workers racing each other all
     /// succeed.
@@ -84,25 +83,8 @@ impl Manifest {
     /// [`ManifestError::NotActive`] after the timeout;
     /// [`ManifestError::TtlOnOtherAttribute`]; [`ManifestError::Dynamo`].
     pub async fn ensure_table(&self) -> Result<(), ManifestError> {
-        let deadline = tokio::time::Instant::now() + shard_lease::TABLE_ACTIVE_TIMEOUT;
-        loop {
-            match self.table.describe_table().await? {
-                Some(aws_sdk_dynamodb::types::TableStatus::Active) => break,
-                Some(_) => {}
-                None => {
-                    if self.table.create_table().await? {
-                        info!(table = %self.table.name(), "event manifest table created");
-                        continue;
-                    }
-                }
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(ManifestError::NotActive {
-                    table: self.table.name().to_owned(),
-                    waited: shard_lease::TABLE_ACTIVE_TIMEOUT,
-                });
-            }
-            tokio::time::sleep(TABLE_POLL_INTERVAL).await;
+        if self.table.create_if_missing().await? == TableCreation::Created {
+            info!(table = %self.table.name(), "event manifest table created");
         }
         let ttl = match self.table.describe_time_to_live().await {
             Err(ManifestError::TtlUnsupported { table }) => {

@@ -12,15 +12,15 @@ use std::time::Duration;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::BuildError;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, ConsumedCapacity, KeySchemaElement, KeyType,
-    KeysAndAttributes, ReturnConsumedCapacity, ScalarAttributeType, TableStatus,
+    AttributeValue, ConsumedCapacity, KeysAndAttributes, ReturnConsumedCapacity,
     TimeToLiveSpecification, TimeToLiveStatus,
 };
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
-use shard_lease::retry::{Kind, Modeled, is_transport_or_server_failure, kind};
+use shard_lease::retry::{ErrorClass, Kind, Modeled, classify, kind};
 use shard_lease::{Condition, Expressions, Update};
+use shard_lease::{TableCreation, TableSetupError};
 
 use super::item::{Item, attr, event_id, parse_event_id};
 use crate::aws::BoxError;
@@ -30,13 +30,6 @@ use crate::ops::metrics::{Metrics, RetryCause};
 
 /// Keys per BatchGetItem request: DynamoDB's limit.
 pub const BATCH_GET_KEYS: usize = 100;
-
-/// Codes of DynamoDB's common errors that say a request can never succeed
-/// as sent ("Error handling with DynamoDB", Amazon DynamoDB Developer
-/// Guide): `ValidationException` — an item over 400 KB, a key that does not
-/// match the schema — and `SerializationException`. No operation models
-/// them, so they arrive as unmodeled errors with these codes.
-const REFUSED_CODES: &[&str] = &["ValidationException", "SerializationException"];
 
 /// Why a manifest call failed. [`Classify`] says how to retry: throttling
 /// and 5xx soon, what an operator must fix slowly; a missing table or a
@@ -68,8 +61,9 @@ pub enum ManifestError {
         source: BoxError,
     },
     /// DynamoDB refused an item request as one that can never succeed
-    /// ([`REFUSED_CODES`]): not retried. The manifest records nothing for
-    /// the item and decides its records as they are, kept.
+    /// ([`REFUSED_CODES`](shard_lease::retry::REFUSED_CODES)): not
+    /// retried. The manifest records nothing for the item and decides its
+    /// records as they are, kept.
     #[error("dynamodb refused {operation} on event manifest table {table}: it can never succeed")]
     Rejected {
         /// The DynamoDB operation, e.g. `PutItem`.
@@ -204,68 +198,35 @@ impl ManifestTable {
         &self.metrics
     }
 
-    /// The table's status from [DescribeTable]; `None` when it does not
-    /// exist.
+    /// Creates the table if it is missing — partition key `eventId` (S),
+    /// on-demand billing — and waits until it is `ACTIVE`, each request
+    /// counted ([`shard_lease::create_table_if_missing`]: [DescribeTable],
+    /// [CreateTable], DescribeTable every second for up to
+    /// [`shard_lease::TABLE_ACTIVE_TIMEOUT`]). Workers racing each other
+    /// all succeed.
     ///
     /// [DescribeTable]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_DescribeTable.html
-    ///
-    /// # Errors
-    /// [`ManifestError::Dynamo`].
-    pub async fn describe_table(&self) -> Result<Option<TableStatus>, ManifestError> {
-        self.count("DescribeTable");
-        match self
-            .client
-            .describe_table()
-            .table_name(&*self.name)
-            .send()
-            .await
-        {
-            Ok(output) => Ok(Some(
-                output
-                    .table()
-                    .and_then(|table| table.table_status())
-                    .cloned()
-                    .unwrap_or(TableStatus::Active),
-            )),
-            Err(err) if kind(&err) == Some(Kind::ResourceNotFound) => Ok(None),
-            Err(err) => Err(self.sdk_error("DescribeTable", err)),
-        }
-    }
-
-    /// [CreateTable]: partition key `eventId` (S), on-demand billing.
-    /// `false` when the table is in use (another worker is creating it, or
-    /// it is still being deleted).
-    ///
     /// [CreateTable]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_CreateTable.html
     ///
     /// # Errors
-    /// [`ManifestError::Dynamo`].
-    pub async fn create_table(&self) -> Result<bool, ManifestError> {
-        let key = KeySchemaElement::builder()
-            .attribute_name(attr::EVENT_ID)
-            .key_type(KeyType::Hash)
-            .build()
-            .map_err(|err| self.build_error("CreateTable", err))?;
-        let definition = AttributeDefinition::builder()
-            .attribute_name(attr::EVENT_ID)
-            .attribute_type(ScalarAttributeType::S)
-            .build()
-            .map_err(|err| self.build_error("CreateTable", err))?;
-        self.count("CreateTable");
-        let result = self
-            .client
-            .create_table()
-            .table_name(&*self.name)
-            .key_schema(key)
-            .attribute_definitions(definition)
-            .billing_mode(BillingMode::PayPerRequest)
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(err) if kind(&err) == Some(Kind::ResourceInUse) => Ok(false),
-            Err(err) => Err(self.sdk_error("CreateTable", err)),
-        }
+    /// [`ManifestError::Dynamo`]; [`ManifestError::NotActive`] after the
+    /// timeout.
+    pub async fn create_if_missing(&self) -> Result<TableCreation, ManifestError> {
+        let count = |operation| self.count(operation);
+        shard_lease::create_table_if_missing(&self.client, &self.name, attr::EVENT_ID, &count)
+            .await
+            .map_err(|err| match err {
+                TableSetupError::Dynamo {
+                    operation,
+                    class,
+                    source,
+                    ..
+                } => self.classified(operation, class, source, false),
+                TableSetupError::NotActive { waited, .. } => ManifestError::NotActive {
+                    table: self.name.to_string(),
+                    waited,
+                },
+            })
     }
 
     /// The attribute Time to Live is on (or being turned on) for, from
@@ -501,25 +462,18 @@ impl ManifestTable {
     }
 
     /// The [`ManifestError`] of a failed item request:
-    /// [`ManifestError::Rejected`] for the [`REFUSED_CODES`], else as
-    /// [`sdk_error`](Self::sdk_error).
+    /// [`ManifestError::Rejected`] for a request DynamoDB refuses for good
+    /// ([`ErrorClass::Refused`]), else as [`sdk_error`](Self::sdk_error).
     fn item_error<E: Modeled>(
         &self,
         operation: &'static str,
         err: SdkError<E, HttpResponse>,
     ) -> ManifestError {
-        let code = err.as_service_error().and_then(ProvideErrorMetadata::code);
-        if code.is_some_and(|code| REFUSED_CODES.contains(&code)) {
-            return ManifestError::Rejected {
-                operation,
-                table: self.name.to_string(),
-                source: Box::new(err),
-            };
-        }
-        self.sdk_error(operation, err)
+        self.classified(operation, classify(&err), Box::new(err), true)
     }
 
-    /// The [`ManifestError`] of a failed call: `TableMissing` for
+    /// The [`ManifestError`] of a failed call, as
+    /// [`shard_lease::retry::classify`] says: `TableMissing` for
     /// `ResourceNotFoundException`, else `Dynamo` — throttled, or
     /// retriable when DynamoDB did not answer, answered 5xx or 429, or with
     /// a transient error.
@@ -528,21 +482,35 @@ impl ManifestTable {
         operation: &'static str,
         err: SdkError<E, HttpResponse>,
     ) -> ManifestError {
-        let kind = kind(&err);
-        if kind == Some(Kind::ResourceNotFound) {
-            return ManifestError::TableMissing {
+        self.classified(operation, classify(&err), Box::new(err), false)
+    }
+
+    /// The [`ManifestError`] of a failed call classified as `class`; a
+    /// refused request is [`ManifestError::Rejected`] for item requests
+    /// only.
+    fn classified(
+        &self,
+        operation: &'static str,
+        class: ErrorClass,
+        source: BoxError,
+        item_request: bool,
+    ) -> ManifestError {
+        match class {
+            ErrorClass::Refused if item_request => ManifestError::Rejected {
+                operation,
                 table: self.name.to_string(),
-            };
-        }
-        let throttled = kind == Some(Kind::Throttled);
-        ManifestError::Dynamo {
-            operation,
-            table: self.name.to_string(),
-            retriable: throttled
-                || kind == Some(Kind::Transient)
-                || is_transport_or_server_failure(&err),
-            throttled,
-            source: Box::new(err),
+                source,
+            },
+            ErrorClass::TableMissing => ManifestError::TableMissing {
+                table: self.name.to_string(),
+            },
+            class => ManifestError::Dynamo {
+                operation,
+                table: self.name.to_string(),
+                retriable: class.is_retriable(),
+                throttled: class.is_throttling(),
+                source,
+            },
         }
     }
 

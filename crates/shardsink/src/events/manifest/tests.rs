@@ -645,8 +645,25 @@ async fn ensure_table_creates_waits_and_turns_ttl_on() {
         RuleMode::Sequential,
         [&missing, &create, &creating, &active, &ttl_off, &ttl_on]
     );
-    manifest(client).ensure_table().await.unwrap();
+    let metrics = Arc::new(Metrics::new());
+    Manifest::new(client, "manifest", metrics.clone(), 0)
+        .ensure_table()
+        .await
+        .unwrap();
     assert_eq!((create.num_calls(), ttl_on.num_calls()), (1, 1));
+    // Every request counted, the waiter's polls included.
+    for (operation, count) in [
+        ("DescribeTable", 3),
+        ("CreateTable", 1),
+        ("DescribeTimeToLive", 1),
+        ("UpdateTimeToLive", 1),
+    ] {
+        assert_eq!(
+            metrics.event_manifest_requests(operation),
+            count,
+            "{operation}"
+        );
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -15,9 +15,9 @@
 use base64::Engine;
 use chrono::{DateTime, Datelike, Timelike};
 
-use crate::output::view::UserRecordView;
 #[cfg(test)]
 use crate::read::record::ShardRecord;
+use crate::read::record::UserRecordView;
 
 /// Milliseconds in a minute.
 const MINUTE_MILLIS: i64 = 60_000;

@@ -19,7 +19,8 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 
 use super::envelope::{LineEncoder, push_json_string};
-use crate::output::view::{RejectReason, Rejection, UserRecordView};
+use crate::output::view::{RejectReason, Rejection};
+use crate::read::record::UserRecordView;
 
 /// Appends `user`'s line to `out`: its payload with `"{field}":{metadata}`
 /// appended when `metadata_field` is set.

@@ -20,14 +20,44 @@ pub(crate) mod schema;
 
 use std::sync::Arc;
 
+use clap::ValueEnum;
+
 use self::envelope::LineEncoder;
 use self::parquet::ParquetBatch;
 use self::schema::ParquetSchema;
-use crate::config::CompressionCodec;
 use crate::events::decisions::{self, UserDecision};
 use crate::events::rule::{Decision, Outcome};
-use crate::output::view::{RejectReason, Rejection, UserRecordView};
+use crate::output::compression::CompressionCodec;
+use crate::output::view::{RejectReason, Rejection};
 use crate::read::record::ShardRecord;
+use crate::read::record::UserRecordView;
+
+/// What each record becomes in an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
+pub enum OutputFormat {
+    /// JSON Lines: the payload in base64 beside the Kinesis metadata
+    /// (`.jsonl`).
+    Envelope,
+    /// JSON Lines: the payload itself, a JSON object, with the metadata
+    /// under one field (`.jsonl`).
+    Json,
+    /// The payload bytes, each followed by the record delimiter (`.raw`).
+    Raw,
+    /// Apache Parquet, one row per record (`.parquet`).
+    Parquet,
+}
+
+impl OutputFormat {
+    /// The name, as `--format` takes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Envelope => "envelope",
+            Self::Json => "json",
+            Self::Raw => "raw",
+            Self::Parquet => "parquet",
+        }
+    }
+}
 
 /// The default `--metadata-field` of the `json` format.
 pub const DEFAULT_METADATA_FIELD: &str = "_kinesis";

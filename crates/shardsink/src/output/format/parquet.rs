@@ -1,6 +1,7 @@
 //! The `parquet` format: [`ParquetBatch`], a batch's user records as the
-//! rows of one Apache Parquet file, and the read-back used to compare and
-//! audit such files ([`same_rows`], [`row_identities`]).
+//! rows of one Apache Parquet file. Reading such files back (comparing
+//! them, their rows' identities, their records) is
+//! `output::read_back::parquet`.
 //!
 //! # Columns
 //! One row per user record (a plain Kinesis record, or one user record of a
@@ -30,18 +31,16 @@
 //! encryption, no bloom filters; dictionary pages list values in the order
 //! they first appear, whatever the seed of the writer's hash table).
 //! A replayed batch therefore gives the same bytes, and when it does not
-//! (after an upgrade of the writer) [`same_rows`] still recognises the rows.
+//! (after an upgrade of the writer) `same_rows` (in
+//! `output::read_back::parquet`) still recognises the rows.
 //!
 //! # Layout
 //! - this file: the columns, the writer settings and [`ParquetBatch`];
 //! - `column`: the builder of one schema column;
 //! - `row`: a payload decoded into a schema's typed cells, or a
-//!   [`Rejection`];
-//! - `read_back`: [`same_rows`] and [`row_identities`], which read files
-//!   back a batch at a time.
+//!   [`Rejection`].
 
 mod column;
-mod read_back;
 mod row;
 #[cfg(test)]
 mod tests;
@@ -59,33 +58,14 @@ use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 use self::column::ColumnBuilder;
-pub use self::read_back::{row_identities, same_rows};
 use self::row::parse_row;
-use super::schema::{ColumnType, ParquetSchema};
+use super::schema::{
+    APPROXIMATE_ARRIVAL_TIMESTAMP, ColumnType, DATA, PARTITION_KEY, ParquetSchema, SEQUENCE_NUMBER,
+    SHARD_ID, SUB_SEQUENCE_NUMBER,
+};
 use crate::output::compression::Compression;
-use crate::output::view::{Rejection, UserRecordView};
-
-/// Column: the shard the record was read from.
-pub const SHARD_ID: &str = "shard_id";
-/// Column: the Kinesis record's sequence number, decimal text.
-pub const SEQUENCE_NUMBER: &str = "sequence_number";
-/// Column: the user record's index in its KPL aggregate; null outside KPL.
-pub const SUB_SEQUENCE_NUMBER: &str = "sub_sequence_number";
-/// Column: the (user) record's partition key.
-pub const PARTITION_KEY: &str = "partition_key";
-/// Column: `ApproximateArrivalTimestamp`, UTC milliseconds.
-pub const APPROXIMATE_ARRIVAL_TIMESTAMP: &str = "approximate_arrival_timestamp";
-/// Column: the payload bytes, written when there is no schema.
-pub const DATA: &str = "data";
-/// The metadata columns, first in every file in this order; a schema column
-/// may not take one of these names.
-pub const METADATA_COLUMNS: [&str; 5] = [
-    SHARD_ID,
-    SEQUENCE_NUMBER,
-    SUB_SEQUENCE_NUMBER,
-    PARTITION_KEY,
-    APPROXIMATE_ARRIVAL_TIMESTAMP,
-];
+use crate::output::view::Rejection;
+use crate::read::record::UserRecordView;
 
 /// The `created_by` of every file: fixed, with no version, so that the
 /// bytes do not change with the build.
@@ -103,7 +83,7 @@ const UTC: &str = "UTC";
 const OFFSET_BYTES: u64 = 4;
 
 /// The Arrow schema of the files written with `schema`: the five
-/// [`METADATA_COLUMNS`], then `data` (Binary, not null) without a schema,
+/// [`METADATA_COLUMNS`](super::schema::METADATA_COLUMNS), then `data` (Binary, not null) without a schema,
 /// or the schema's columns (all nullable) in schema order.
 pub fn arrow_schema(schema: Option<&ParquetSchema>) -> SchemaRef {
     let mut fields = vec![

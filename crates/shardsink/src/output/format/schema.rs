@@ -51,7 +51,27 @@ use md5::{Digest, Md5};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::parquet::METADATA_COLUMNS;
+/// Column: the shard the record was read from.
+pub const SHARD_ID: &str = "shard_id";
+/// Column: the Kinesis record's sequence number, decimal text.
+pub const SEQUENCE_NUMBER: &str = "sequence_number";
+/// Column: the user record's index in its KPL aggregate; null outside KPL.
+pub const SUB_SEQUENCE_NUMBER: &str = "sub_sequence_number";
+/// Column: the (user) record's partition key.
+pub const PARTITION_KEY: &str = "partition_key";
+/// Column: `ApproximateArrivalTimestamp`, UTC milliseconds.
+pub const APPROXIMATE_ARRIVAL_TIMESTAMP: &str = "approximate_arrival_timestamp";
+/// Column: the payload bytes, written when there is no schema.
+pub const DATA: &str = "data";
+/// The metadata columns, first in every file in this order; a schema column
+/// may not take one of these names.
+pub const METADATA_COLUMNS: [&str; 5] = [
+    SHARD_ID,
+    SEQUENCE_NUMBER,
+    SUB_SEQUENCE_NUMBER,
+    PARTITION_KEY,
+    APPROXIMATE_ARRIVAL_TIMESTAMP,
+];
 
 /// The type of a schema column: what JSON value it accepts and how it is
 /// stored (see the module documentation).

@@ -17,7 +17,7 @@ impl ShardTask {
     /// record is then handled like any other).
     ///
     /// # Errors
-    /// [`ShardError`] from the write, or [`ShardError::Internal`] when the
+    /// [`ShardError`] from the write, or an internal [`ShardError`] when the
     /// batch's last record is missing from the shard.
     pub(super) async fn feed_replay(&mut self, record: &ShardRecord) -> Result<bool, ShardError> {
         let Some(replay) = self.replay.take() else {
@@ -59,7 +59,7 @@ impl ShardTask {
                     first = %pending.first,
                     last = %pending.last,
                     found = %record.sequence_number,
-                    "pending batch can no longer be replayed exactly (its records left the stream); dedup takes over"
+                    "pending batch can no longer be replayed exactly (its records left the stream); the resume skip takes over"
                 );
                 // Clear the pending batch so the next one can be recorded.
                 self.writer.checkpoint(self.frontier.checkpoint()).await?;
@@ -67,15 +67,15 @@ impl ShardTask {
             }
             Step::Broken(pending) => {
                 error!(key = %pending.key, found = %record.sequence_number, "the pending batch's last record is missing from the shard");
-                Err(ShardError::Internal {
-                    shard_id: self.shard_id.clone(),
-                    message: "the pending batch's last record is missing from the shard",
-                })
+                Err(ShardError::internal(
+                    &self.shard_id,
+                    "the pending batch's last record is missing from the shard",
+                ))
             }
         }
     }
 
-    /// When `record` (not in S3) is the first of an uncommitted batch dedup
+    /// When `record` (not in S3) is the first of an uncommitted batch the resume skip
     /// found, writes the batch being built, waits for a turn to replay, and
     /// starts rebuilding that batch with `record`. Returns whether it did.
     ///
@@ -86,7 +86,7 @@ impl ShardTask {
         &mut self,
         record: &ShardRecord,
     ) -> Result<bool, ShardError> {
-        let Some(uncommitted) = self.dedup.uncommitted_at(&record.sequence_number) else {
+        let Some(uncommitted) = self.resume.uncommitted_at(&record.sequence_number) else {
             return Ok(false);
         };
         if let Some(batch) = self.batch.take() {

@@ -6,6 +6,7 @@ use tracing::warn;
 use super::{ShardTask, s3_retry};
 use crate::aws::StartingPosition;
 use crate::ops::log::error_chain;
+use crate::output::gap_marker;
 use crate::read::retention::RetentionGap;
 use crate::shard::context::ShardExit;
 use crate::shard::error::ShardError;
@@ -13,13 +14,14 @@ use crate::shard::error::ShardError;
 impl ShardTask {
     /// Records of this shard expired unread ([`RetentionGap`]): the gap is
     /// reported (marker, error log, counter) before anything is written past
-    /// it, and dedup goes on — records after the gap may be in S3 already
+    /// it, and the resume skip goes on — records after the gap may be in S3 already
     /// (a pending batch whose first records expired, say).
     pub(super) async fn on_retention_gap(&mut self, gap: RetentionGap) -> Result<(), ShardError> {
         let (checkpoint, ctx) = (self.frontier.checkpoint(), &self.ctx);
         s3_retry(ctx, &self.lease, "write the retention gap marker")
             .run(|| {
-                gap.report(
+                gap_marker::report(
+                    &gap,
                     checkpoint,
                     &ctx.store,
                     ctx.output.layout.prefix(),
@@ -28,7 +30,7 @@ impl ShardTask {
             })
             .await
             .map_err(|stopped| ShardError::from_s3_stop(&self.shard_id, stopped))?;
-        self.dedup.enable();
+        self.resume.enable();
         Ok(())
     }
 

@@ -9,9 +9,9 @@ use arrow_array::types::{
 use bytes::Bytes;
 use proptest::prelude::*;
 
-use super::read_back::{compare_rows, reader};
 use super::row::EXCERPT_CHARS;
 use super::*;
+use crate::output::read_back::parquet::{compare_rows, reader, row_identities, same_rows};
 use crate::output::view::RejectReason;
 
 const SHARD: &str = "shardId-000000000001";

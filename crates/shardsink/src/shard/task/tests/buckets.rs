@@ -9,10 +9,12 @@ use shard_lease::Checkpoint;
 use tokio_util::sync::CancellationToken;
 
 use super::{Harness, PAST, SHARD, harness, seq, writing};
-use crate::config::{CompressionCodec, KeyStyle, TimeBucket};
+use crate::output::bucket::TimeBucket;
 use crate::output::compression::Compression;
+use crate::output::compression::CompressionCodec;
 use crate::output::format::{BodyKind, Format};
 use crate::output::key::KeyLayout;
+use crate::output::key::KeyStyle;
 use crate::shard::context::ShardExit;
 use crate::shard::task::ShardTask;
 use crate::test_wait;

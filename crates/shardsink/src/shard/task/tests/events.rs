@@ -8,19 +8,20 @@ use sequence_range::{SequenceNumber, SequenceRange};
 use shard_lease::{Checkpoint, PendingBatch};
 
 use super::{Harness, PAST, SHARD, clone_ctx, harness, seq};
-use crate::config::{CompressionCodec, EventSettings};
+use crate::events::EventSettings;
 use crate::events::decider::{EventRuntime, EventStore};
 use crate::events::decisions::{self, decisions_key};
 use crate::events::id::EventIdSource;
 use crate::events::memory::MemoryStore;
 use crate::events::rule::{Outcome, Rule};
+use crate::memory::MemoryBudget;
 use crate::output::Output;
 use crate::output::bucket::Bucket;
+use crate::output::compression::CompressionCodec;
 use crate::output::compression::{Compression, decompress};
 use crate::output::format::{BodyKind, Format};
 use crate::output::key::KeyLayout;
 use crate::shard::context::ShardContext;
-use crate::shard::memory::MemoryBudget;
 use crate::shard::task::ShardTask;
 
 const LINES: BodyKind = BodyKind::lines(CompressionCodec::None);
@@ -33,7 +34,7 @@ fn with_events() -> Harness {
 
 /// The same with the local store in `dir`.
 fn with_local_store(dir: &std::path::Path) -> Harness {
-    let store = crate::events::local::LocalStore::open(dir, Default::default()).unwrap();
+    let store = event_store::LocalStore::open(dir, Default::default()).unwrap();
     with_store(EventStore::Local(store))
 }
 
@@ -145,7 +146,11 @@ impl Harness {
 
 fn decisions_in(h: &Harness, key: &str) -> Vec<decisions::RecordedDecision> {
     let body = object(h, key).expect("decisions object");
-    decisions::parse(SHARD, &decompress(CompressionCodec::Zstd, &body).unwrap()).unwrap()
+    crate::output::read_back::decisions::parse(
+        SHARD,
+        &decompress(CompressionCodec::Zstd, &body).unwrap(),
+    )
+    .unwrap()
 }
 
 #[tokio::test(start_paused = true)]
@@ -369,8 +374,7 @@ async fn a_lost_local_store_is_rebuilt_from_the_archive() {
 
     // The disk is lost: a new host takes the shard with an empty store.
     let second_disk = tempfile::tempdir().unwrap();
-    let store =
-        crate::events::local::LocalStore::open(second_disk.path(), Default::default()).unwrap();
+    let store = event_store::LocalStore::open(second_disk.path(), Default::default()).unwrap();
     let runtime = EventRuntime::new(
         h.ctx.events.as_ref().unwrap().settings.clone(),
         EventStore::Local(store),

@@ -6,11 +6,12 @@ use sequence_range::SequenceNumber;
 use shard_lease::{Checkpoint, PendingBatch};
 
 use super::{Harness, PAST, SHARD, harness, seq, writing};
-use crate::config::CompressionCodec;
+use crate::commit::error::CommitError;
+use crate::output::compression::CompressionCodec;
 use crate::output::compression::{Compression, decompress};
-use crate::output::format::parquet::row_identities;
 use crate::output::format::{Bodies, BodyEncoder, BodyKind, Format, MainBody};
 use crate::output::key::KeyLayout;
+use crate::output::read_back::parquet::row_identities;
 use crate::read::record::ShardRecord;
 use crate::shard::context::ShardExit;
 use crate::shard::error::ShardError;
@@ -276,7 +277,10 @@ async fn a_replay_refuses_an_object_of_another_format_with_other_records() {
         .run_to_exit(lease, "the task to stop on the other object")
         .await;
     assert!(
-        matches!(exit, Err(ShardError::ObjectConflict { .. })),
+        matches!(
+            exit,
+            Err(ShardError::Commit(CommitError::ObjectConflict { .. }))
+        ),
         "{exit:?}"
     );
     assert_eq!(
@@ -349,7 +353,7 @@ fn error_lines(records: &[(u64, &[u8])]) -> Bytes {
 
 /// A batch's error object is in S3 but not its main object, and the lease
 /// row that recorded the batch is gone (a lost lease table): the shard
-/// starts over from the oldest record. Dedup finds the uncommitted batch
+/// starts over from the oldest record. ResumeSkip finds the uncommitted batch
 /// and the task rebuilds exactly it — not a longer batch whose error object
 /// would hold the rejected record a second time.
 #[tokio::test(start_paused = true)]
@@ -433,7 +437,7 @@ impl Met {
     /// checkpointed the batch nor dropped it from the lease row.
     async fn assert_conflict(&self) {
         assert!(
-            matches!(&self.exit, Err(ShardError::ObjectConflict { key, .. }) if *key == self.key),
+            matches!(&self.exit, Err(ShardError::Commit(CommitError::ObjectConflict { key, .. })) if *key == self.key),
             "{:?}",
             self.exit
         );
@@ -464,7 +468,7 @@ impl Met {
 /// Runs the shard task in `format` with `compression` over records 1 to 3
 /// (`payloads`), one batch. `existing` lands at the batch's key, with the
 /// metadata the task writes (this format, three records), just before the
-/// task's PUT — after dedup listed the bucket — so the PUT meets 412 and
+/// task's PUT — after the resume skip listed the bucket — so the PUT meets 412 and
 /// only the comparison of `existing` with the batch decides.
 async fn meet_existing(
     format: Format,

@@ -12,10 +12,9 @@ use shard_lease::{Checkpoint, HeldLease};
 use tokio_util::sync::CancellationToken;
 
 use super::{Harness, PAST, SHARD, clone_ctx, harness, seq};
-use crate::config::EventSettings;
+use crate::events::EventSettings;
 use crate::events::decider::{EventRuntime, EventStore};
 use crate::events::id::EventIdSource;
-use crate::events::local::{LocalOptions, LocalStore};
 use crate::events::rule::{AcceptedCopy, CopyRef, Decision, EventKey, Rule};
 use crate::output::Output;
 use crate::output::compression::Compression;
@@ -23,6 +22,7 @@ use crate::output::format::Format;
 use crate::output::key::KeyLayout;
 use crate::shard::context::ShardContext;
 use crate::shard::task::ShardTask;
+use event_store::{LocalOptions, LocalStore};
 
 /// `--event-dedup-window`: an hour.
 const WINDOW: i64 = 3_600_000;

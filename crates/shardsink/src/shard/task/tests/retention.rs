@@ -81,7 +81,7 @@ async fn a_pending_batch_whose_first_records_expired_is_deduplicated() {
 async fn pending_batch_whose_first_records_expired(answer: Answer) {
     // Batches 1..=4, 5..=8 and 9..=10 were PUT, the checkpoint after
     // 5..=8 was lost, then 1..=6 expired: the replay cannot start at 5;
-    // what is left (7..=10) is found in S3 by dedup.
+    // what is left (7..=10) is found in S3 by the resume skip.
     let h = trimming(answer);
     for i in 1..=10 {
         h.shard.push(&seq(i), PAST + 1_000 * i as i64, b"p");

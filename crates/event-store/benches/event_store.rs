@@ -1,6 +1,7 @@
 //! The local event store deciding runs of 500 user records against 10
 //! million keys already stored: event ids are 36-byte UUID texts (the
-//! partition key, hashed by `EventIdSource::PartitionKey` with XXH3), one
+//! partition key, hashed with XXH3 as the daemon's `--event-id
+//! partition-key` does), one
 //! record in ten repeats an event of the last thousand (a producer's retry:
 //! a duplicate), the rest are new; one shard, 1 ms between arrivals, a 1 h
 //! window.
@@ -21,118 +22,34 @@
 //! store open (to compare with `LocalOptions`' budget) and the store's size
 //! on disk. `BENCH_FILTER_BYTES=0` runs without the filters.
 //!
-//! On a 2-core machine, by CPU time, with the daemon's allocator: about
-//! 510,000 decisions per CPU-second over 5 million decisions (the median
-//! of twelve runs, 440,000 to 620,000; 340,000 before the write epoch's
-//! keys were written as runs and loaded by bulk ingestion, 245,000 before
-//! the recent keys and foldhash, 165,000 before the epochs, 100,000 before
-//! the in-memory filters), about as many a second on the calling thread by
-//! the wall clock (loading a closed epoch runs on it too); opening scans
-//! 10 million keys in about 5 s of CPU; about 1.3 GiB on disk, 140 to 175
-//! MiB resident. The aim is 500,000. What is left is spread out: the
-//! in-memory filters' probes (a cache miss per generation per new id), the
-//! loading of closed epochs (sorting, copying each value into fjall's
-//! tables), the index and recent-key maps, and fjall's Bloom probes for
-//! the few ids the in-memory filters cannot rule out.
+//! The figures and how they got there: `benches/README.md`.
 //! `BENCH_EPOCH_KEYS` and `BENCH_MEMTABLE_BYTES` set those options (the
 //! memtable size applies to epochs started during the run).
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use sequence_range::SequenceNumber;
-use shardsink::bench::{
-    Candidate, CopyRef, EventIdSource, Lineage, LocalOptions, LocalStore, Rule, UserRecordView,
-};
+use event_store::{Candidate, Lineage, LocalOptions, LocalStore, Rule};
 
-/// The daemon's allocator (see `main.rs`), so that the figures are the
-/// daemon's.
+use self::common::{RUN, Stream, disk_bytes, process_cpu, resident_mib, target_dir, wait_idle};
+
+/// The daemon's allocator (see the daemon's `main.rs`), so that the
+/// figures are the daemon's.
 #[cfg(unix)]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-const SHARD: &str = "shardId-000000000000";
 const SETTINGS: &str = "events;id=partition-key;fingerprint=payload";
 /// Distinct events in the prepared store.
 const KEYS: u64 = 10_000_000;
-const RUN: usize = 500;
-/// 2026-11-21T05:27:00Z.
-const FIRST_ARRIVAL: i64 = 1_795_238_820_000;
 /// Bump when the store's layout or options change: the prepared store is
 /// rebuilt under a new name.
 const PREPARED: &str = "event-store-10m-v8";
-
-/// A stream of user records: mostly new events, some retried.
-struct Stream {
-    lineage: Lineage,
-    /// Records so far.
-    records: u64,
-    /// Distinct events so far.
-    events: u64,
-    rng: u64,
-}
-
-impl Stream {
-    fn new() -> Self {
-        Self {
-            lineage: Lineage::root(SHARD),
-            records: 0,
-            events: 0,
-            rng: 0x2545_f491_4f6c_dd1d,
-        }
-    }
-
-    fn random(&mut self) -> u64 {
-        self.rng ^= self.rng << 13;
-        self.rng ^= self.rng >> 7;
-        self.rng ^= self.rng << 17;
-        self.rng
-    }
-
-    fn run(&mut self, len: usize) -> Vec<Candidate> {
-        (0..len).map(|_| self.record()).collect()
-    }
-
-    fn record(&mut self) -> Candidate {
-        let roll = self.random();
-        let event = if roll.is_multiple_of(10) && self.events > 1_000 {
-            self.events - 1 - (roll >> 8) % 1_000
-        } else {
-            self.events += 1;
-            self.events - 1
-        };
-        self.records += 1;
-        let id = uuid(event);
-        let payload = format!(r#"{{"id":"{id}","event":{event},"kind":"click"}}"#);
-        let sequence = format!(
-            "4959033827149025660855969253836157109592{:016}",
-            self.records
-        );
-        let arrival_millis = FIRST_ARRIVAL + self.records as i64;
-        let view = UserRecordView {
-            shard_id: SHARD,
-            sequence_number: &sequence,
-            sub_sequence_number: None,
-            partition_key: &id,
-            arrival_millis,
-            data: payload.as_bytes(),
-        };
-        let key = EventIdSource::PartitionKey.key(&view, true).unwrap();
-        Candidate {
-            key,
-            copy: CopyRef {
-                shard_id: Arc::clone(&self.lineage.shard_id),
-                sequence_number: SequenceNumber::parse(&sequence).unwrap(),
-                sub_sequence_number: None,
-            },
-            arrival_millis,
-        }
-    }
-}
 
 /// Decides one run of `lineage`'s records.
 fn decide(store: &LocalStore, lineage: &Lineage, run: &[Candidate]) {
@@ -146,34 +63,6 @@ fn decide(store: &LocalStore, lineage: &Lineage, run: &[Candidate]) {
             .decide(lineage, &rule, SETTINGS, run, through)
             .unwrap(),
     );
-}
-
-/// A version 4 UUID's text for event `n` (36 bytes).
-fn uuid(n: u64) -> String {
-    let a = splitmix(n);
-    let b = splitmix(n ^ 0x5851_f42d_4c95_7f2d);
-    format!(
-        "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
-        a >> 32,
-        (a >> 16) & 0xffff,
-        a & 0xfff,
-        0x8000 | (b >> 48) & 0x3fff,
-        b & 0xffff_ffff_ffff
-    )
-}
-
-fn splitmix(n: u64) -> u64 {
-    let mut z = n.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"))
-        .join("bench-data")
 }
 
 /// The prepared store's directory and the stream's position after it,
@@ -233,45 +122,6 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-fn disk_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|entry| {
-            let entry = entry.unwrap();
-            if entry.file_type().unwrap().is_dir() {
-                disk_bytes(&entry.path())
-            } else {
-                entry.metadata().unwrap().len()
-            }
-        })
-        .sum()
-}
-
-/// User plus system CPU time of the whole process (Linux `/proc`).
-fn process_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
-    let after_name = &stat[stat.rfind(')').unwrap() + 2..];
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    // utime and stime, fields 14 and 15 of proc(5), in clock ticks (1/100 s).
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    Duration::from_millis(ticks * 10)
-}
-
-/// The process's resident memory, from `/proc/self/status`.
-fn resident_mib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status
-        .lines()
-        .find(|line| line.starts_with("VmRSS:"))
-        .unwrap();
-    line.split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse::<u64>()
-        .unwrap()
-        >> 10
-}
-
 /// Decides `runs` and returns (wall time, process CPU time), waiting for
 /// the background work they caused to settle.
 fn timed(store: &LocalStore, lineage: &Lineage, runs: &[Vec<Candidate>]) -> (Duration, Duration) {
@@ -281,18 +131,7 @@ fn timed(store: &LocalStore, lineage: &Lineage, runs: &[Vec<Candidate>]) -> (Dur
         decide(store, lineage, run);
     }
     let wall = started.elapsed();
-    // Flushes and compactions the writes started: wait until the process
-    // idles (less than 20 ms of CPU in 500 ms).
-    let mut last = process_cpu();
-    loop {
-        std::thread::sleep(Duration::from_millis(500));
-        let now = process_cpu();
-        if now - last < Duration::from_millis(20) {
-            break;
-        }
-        last = now;
-    }
-    (wall, last - cpu)
+    (wall, wait_idle() - cpu)
 }
 
 fn bench(c: &mut Criterion) {

@@ -18,7 +18,7 @@
 //! live ones (at least [`MIN_GENERATION_KEYS`]), so a lookup probes a few
 //! generations, one cache line each, and memory stays within about twice
 //! 1.5 bytes per live key. When a new generation would exceed the budget
-//! ([`LocalOptions::filter_bytes`](super::LocalOptions::filter_bytes)), the
+//! ([`LocalOptions::filter_bytes`](crate::LocalOptions::filter_bytes)), the
 //! tenant's keys written meanwhile go into no generation and its filter
 //! answers "maybe" until the horizon passes them.
 
@@ -32,7 +32,7 @@ const BITS_PER_KEY: u64 = 12;
 const BITS_SET: u32 = 7;
 
 /// The smallest generation, keys (96 KiB).
-pub const MIN_GENERATION_KEYS: u64 = 64 * 1024;
+pub(crate) const MIN_GENERATION_KEYS: u64 = 64 * 1024;
 
 /// The largest generation started while deciding, keys (12 MiB); one built
 /// at open holds all the keys found.
@@ -46,7 +46,7 @@ const BLOCK_BYTES: u64 = 64;
 
 /// The filters of all tenants, and the bytes they use. `Send + Sync`.
 #[derive(Debug)]
-pub struct Filters {
+pub(crate) struct Filters {
     state: RwLock<State>,
 }
 
@@ -199,7 +199,7 @@ impl TenantFilter {
 
 impl Filters {
     /// Empty filters using at most `budget` bytes.
-    pub fn new(budget: u64) -> Self {
+    pub(crate) fn new(budget: u64) -> Self {
         Self {
             state: RwLock::new(State {
                 tenants: HashMap::new(),
@@ -222,7 +222,7 @@ impl Filters {
     /// Whether `tenant` may hold `id` ("maybe"); `false` only when it holds
     /// no key of `id` newer than its horizon.
     #[cfg(test)]
-    pub fn may_contain(&self, tenant: u32, id: u128) -> bool {
+    pub(crate) fn may_contain(&self, tenant: u32, id: u128) -> bool {
         let state = self.read();
         state
             .tenants
@@ -235,7 +235,7 @@ impl Filters {
     /// t]`: `None` when the tenant holds no key of the id newer than its
     /// horizon, else the first epoch that may hold one (the generations
     /// are oldest first, so the first answering "maybe" is the oldest).
-    pub fn probe(
+    pub(crate) fn probe(
         &self,
         tenants: &[Option<u32>],
         ids: impl Iterator<Item = u128>,
@@ -261,7 +261,7 @@ impl Filters {
     /// newest arrival of the value written under it (ms since the epoch).
     /// Epochs are written in turn: `epoch` is never below an earlier
     /// call's.
-    pub fn insert(&self, tenant: u32, keys: &[(u128, i64)], epoch: u32) {
+    pub(crate) fn insert(&self, tenant: u32, keys: &[(u128, i64)], epoch: u32) {
         if keys.is_empty() {
             return;
         }
@@ -297,7 +297,7 @@ impl Filters {
     /// Beyond the budget, the tenant answers "maybe" until its horizon
     /// passes the newest of them.
     #[cfg(test)]
-    pub fn insert_generation(&self, tenant: u32, ids: &[(u128, i64)]) {
+    pub(crate) fn insert_generation(&self, tenant: u32, ids: &[(u128, i64)]) {
         let mut builder = Builder::new(ids.len() as u64, 0);
         for &(id, arrival_millis) in ids {
             builder.insert(id, arrival_millis);
@@ -308,7 +308,7 @@ impl Filters {
     /// Adds the generation `builder` made as the oldest of `tenant`'s,
     /// shrunk to fit its keys; beyond the budget, the tenant answers
     /// "maybe" until its horizon passes the newest of them.
-    pub fn add_built(&self, tenant: u32, builder: Builder) {
+    pub(crate) fn add_built(&self, tenant: u32, builder: Builder) {
         let mut generation = builder.generation;
         if generation.len == 0 {
             return;
@@ -338,7 +338,7 @@ impl Filters {
 
     /// Forgets what `tenant` holds below `horizon` (ms since the epoch):
     /// the generations whose newest arrival is older.
-    pub fn expire(&self, tenant: u32, horizon: i64) {
+    pub(crate) fn expire(&self, tenant: u32, horizon: i64) {
         let mut state = self.write();
         let State { tenants, bytes, .. } = &mut *state;
         let Some(filter) = tenants.get_mut(&tenant) else {
@@ -363,35 +363,35 @@ impl Filters {
     }
 
     /// The largest generation the budget leaves room for, keys.
-    pub fn room(&self) -> u64 {
+    pub(crate) fn room(&self) -> u64 {
         let state = self.read();
         state.budget.saturating_sub(state.bytes) / BLOCK_BYTES * 512 / BITS_PER_KEY
     }
 
     /// Bytes the filters use.
     #[cfg(test)]
-    pub fn bytes(&self) -> u64 {
+    pub(crate) fn bytes(&self) -> u64 {
         self.read().bytes
     }
 }
 
 /// A generation being filled by a scan, before it is added.
 #[derive(Debug)]
-pub struct Builder {
+pub(crate) struct Builder {
     generation: Generation,
 }
 
 impl Builder {
     /// A generation for about `keys` keys (more still fit, with more false
     /// "maybe"s) of epochs `first_epoch` and later.
-    pub fn new(keys: u64, first_epoch: u32) -> Self {
+    pub(crate) fn new(keys: u64, first_epoch: u32) -> Self {
         Self {
             generation: Generation::with_capacity(keys.max(1), first_epoch),
         }
     }
 
     /// Adds `id`, whose value's newest copy arrived at `arrival_millis`.
-    pub fn insert(&mut self, id: u128, arrival_millis: i64) {
+    pub(crate) fn insert(&mut self, id: u128, arrival_millis: i64) {
         self.generation.insert(hash_id(id), arrival_millis);
     }
 }

@@ -17,6 +17,14 @@
 //! copies until it is forgotten (`LocalOptions::forget_after` without a
 //! write, at the store's next open).
 //!
+//! fjall's own FIFO compaction, which also drops whole tables (by size or
+//! by a TTL on their age), needs keys written in increasing order and
+//! panics on hashed ones; with time-bucketed keys it decided at a quarter
+//! to two fifths of the speed (`benches/fifo.rs`, `benches/README.md`).
+//!
+//! This module keeps the list of epochs, starts and deletes them; `epoch`
+//! is one epoch.
+//!
 //! While an epoch takes writes it is *open*: its keys are written as runs,
 //! one fjall entry per call in the epoch's runs keyspace, and read from an
 //! in-memory index (`runs`). Once the next epoch has started, the open
@@ -48,24 +56,25 @@
 //! until the ingestion has finished, in the keyspace after.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, TryLockError};
 
 use fjall::compaction::Leveled;
 use fjall::config::CompressionPolicy;
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, OwnedWriteBatch};
+use fjall::{Database, KeyspaceCreateOptions};
 
-use super::runs::{self, Index, Run};
-use super::tenants::Tenants;
+mod epoch;
+
+pub(crate) use self::epoch::Epoch;
 
 /// The name prefix of the epochs' keyspaces (epoch 0's whole name).
-pub const PREFIX: &str = "copies";
+pub(crate) const PREFIX: &str = "copies";
 
 /// The name suffix of a runs keyspace.
 const RUNS_SUFFIX: &str = ".runs";
 
 /// The keyspace name of epoch `number`.
-pub fn name(number: u32) -> String {
+pub(crate) fn name(number: u32) -> String {
     if number == 0 {
         PREFIX.to_owned()
     } else {
@@ -74,7 +83,7 @@ pub fn name(number: u32) -> String {
 }
 
 /// The epoch number of keyspace `name`; `None` when it is not an epoch's.
-pub fn number(name: &str) -> Option<u32> {
+pub(crate) fn number(name: &str) -> Option<u32> {
     match name.strip_prefix(PREFIX)? {
         "" => Some(0),
         rest => rest.strip_prefix('.')?.parse().ok(),
@@ -82,13 +91,13 @@ pub fn number(name: &str) -> Option<u32> {
 }
 
 /// The name of epoch `number`'s runs keyspace.
-pub fn runs_name(number: u32) -> String {
+pub(crate) fn runs_name(number: u32) -> String {
     format!("{PREFIX}.{number}{RUNS_SUFFIX}")
 }
 
 /// The epoch number of runs keyspace `name`; `None` when it is not a runs
 /// keyspace.
-pub fn runs_number(name: &str) -> Option<u32> {
+pub(crate) fn runs_number(name: &str) -> Option<u32> {
     name.strip_prefix(PREFIX)?
         .strip_prefix('.')?
         .strip_suffix(RUNS_SUFFIX)?
@@ -98,7 +107,7 @@ pub fn runs_number(name: &str) -> Option<u32> {
 
 /// The options of a new epoch's keyspace (fjall keeps a keyspace's
 /// options; these apply when it is created).
-pub fn create_options(memtable_bytes: u64) -> KeyspaceCreateOptions {
+pub(crate) fn create_options(memtable_bytes: u64) -> KeyspaceCreateOptions {
     // Most reads look for new ids: keep Bloom filters on the last level
     // too (fjall's default filter policy: 0.01 % false positives on level
     // 0, 10 bits per key below; an epoch's keys, loaded by bulk ingestion,
@@ -132,38 +141,21 @@ fn runs_options(memtable_bytes: u64) -> KeyspaceCreateOptions {
 
 /// When an epoch is full, and the memtable size of new ones.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Memtable size of a new epoch's keyspaces, bytes.
-    pub memtable_bytes: u64,
+    pub(crate) memtable_bytes: u64,
     /// Key writes to an epoch before the next starts (at least 1).
-    pub epoch_keys: u64,
+    pub(crate) epoch_keys: u64,
     /// Bytes of values written to an epoch before the next starts: bounds
     /// its index when keys are written again and again (each write of a
     /// key holds all its copies of the epoch, and the index keeps replaced
     /// values until the epoch closes).
-    pub epoch_value_bytes: u64,
-}
-
-/// An epoch not yet loaded into its keyspace: its runs and their index.
-struct Open {
-    runs: Keyspace,
-    next_run: AtomicU64,
-    index: RwLock<Index>,
-}
-
-impl Open {
-    fn new(runs: Keyspace, next_run: u64, index: Index) -> Self {
-        Self {
-            runs,
-            next_run: AtomicU64::new(next_run),
-            index: RwLock::new(index),
-        }
-    }
+    pub(crate) epoch_value_bytes: u64,
 }
 
 /// How opening the epochs fails.
 #[derive(Debug)]
-pub enum OpenError {
+pub(crate) enum OpenError {
     /// fjall's error.
     Fjall(fjall::Error),
     /// A run that does not decode: the keyspace's name and the run's
@@ -177,273 +169,13 @@ impl From<fjall::Error> for OpenError {
     }
 }
 
-/// One epoch: its keyspace, its runs while open, and what was written to
-/// it.
-pub struct Epoch {
-    /// The epoch's number; later epochs have larger ones.
-    pub number: u32,
-    /// Its keyspace, which holds its keys once it is closed.
-    pub keyspace: Keyspace,
-    /// Its runs and their index while it is open.
-    open: RwLock<Option<Arc<Open>>>,
-    /// Keys written to it (counted at open by the scan, then per write; a
-    /// key written twice counts twice).
-    keys: AtomicU64,
-    /// Bytes of values written to it while open (counted at open from its
-    /// index, then per run applied).
-    value_bytes: AtomicU64,
-    /// The newest arrival (ms since the epoch) written to it per tenant:
-    /// the tenants with keys in it, and when it can go.
-    newest: Mutex<HashMap<u32, i64>>,
-}
-
-impl Epoch {
-    fn new(number: u32, keyspace: Keyspace, open: Option<Open>) -> Self {
-        Self {
-            number,
-            keyspace,
-            value_bytes: AtomicU64::new(open.as_ref().map_or(0, |open| {
-                open.index.read().map_or(0, |index| index.value_bytes())
-            })),
-            open: RwLock::new(open.map(Arc::new)),
-            keys: AtomicU64::new(0),
-            newest: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// Creates epoch `number`, open, in `db`: its keyspace, then its runs
-    /// keyspace (a crash between the two leaves an empty closed epoch).
-    fn create(db: &Database, number: u32, limits: Limits) -> fjall::Result<Self> {
-        let memtable_bytes = limits.memtable_bytes;
-        let keyspace = db.keyspace(&name(number), || create_options(memtable_bytes))?;
-        let runs = db.keyspace(&runs_name(number), || runs_options(memtable_bytes))?;
-        let index = Index::with_capacity(limits.epoch_keys);
-        Ok(Self::new(number, keyspace, Some(Open::new(runs, 0, index))))
-    }
-
-    /// Opens epoch `number` found in `db`, its runs read into its index
-    /// when it is open.
-    fn reopen(db: &Database, number: u32, limits: Limits) -> Result<Self, OpenError> {
-        let memtable_bytes = limits.memtable_bytes;
-        let keyspace = db.keyspace(&name(number), || create_options(memtable_bytes))?;
-        if !db.keyspace_exists(&runs_name(number)) {
-            return Ok(Self::new(number, keyspace, None));
-        }
-        let runs = db.keyspace(&runs_name(number), || runs_options(memtable_bytes))?;
-        if !keyspace.is_empty()? {
-            // Loaded before a crash kept its runs from being deleted.
-            db.delete_keyspace(runs)?;
-            return Ok(Self::new(number, keyspace, None));
-        }
-        let mut index = Index::with_capacity(limits.epoch_keys);
-        let mut next_run = 0;
-        for item in runs.iter() {
-            let (key, value) = item.into_inner()?;
-            let run = runs::run_number(&key)
-                .ok_or_else(|| OpenError::CorruptRun(runs_name(number), u64::MAX))?;
-            let entries = runs::entries(&value)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|_| OpenError::CorruptRun(runs_name(number), run))?;
-            index.apply(entries);
-            next_run = run + 1;
-        }
-        Ok(Self::new(
-            number,
-            keyspace,
-            Some(Open::new(runs, next_run, index)),
-        ))
-    }
-
-    fn open(&self) -> Option<Arc<Open>> {
-        // Replaced whole: a panic cannot leave it half-updated.
-        self.open
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// Whether the epoch is open: its keys in its runs and index, not yet
-    /// in its keyspace.
-    pub fn is_open(&self) -> bool {
-        self.open().is_some()
-    }
-
-    /// Calls `f` with the value of `key` in this epoch, if any.
-    ///
-    /// # Errors
-    /// fjall's, when reading a closed epoch's keyspace fails.
-    pub fn with_value<R>(
-        &self,
-        key: &[u8],
-        f: impl FnOnce(Option<&[u8]>) -> R,
-    ) -> fjall::Result<R> {
-        if let Some(open) = self.open() {
-            let index = open.index.read().unwrap_or_else(PoisonError::into_inner);
-            return Ok(f(index.get(key)));
-        }
-        let value = self.keyspace.get(key)?;
-        Ok(f(value.as_deref()))
-    }
-
-    /// Calls `f` with each key starting with `prefix` and its value, in
-    /// key order when the epoch is closed, in no order when it is open.
-    ///
-    /// # Errors
-    /// fjall's, when reading a closed epoch's keyspace fails.
-    pub fn for_each_with_prefix(
-        &self,
-        prefix: &[u8],
-        mut f: impl FnMut(&[u8], &[u8]),
-    ) -> fjall::Result<()> {
-        if let Some(open) = self.open() {
-            let index = open.index.read().unwrap_or_else(PoisonError::into_inner);
-            for (key, value) in index.iter() {
-                if key.starts_with(prefix) {
-                    f(&key, value);
-                }
-            }
-            return Ok(());
-        }
-        for item in self.keyspace.prefix(prefix) {
-            let (key, value) = item.into_inner()?;
-            f(&key, &value);
-        }
-        Ok(())
-    }
-
-    /// About how many keys it holds (fjall's estimate once closed).
-    pub fn approximate_len(&self) -> usize {
-        match self.open() {
-            Some(open) => open
-                .index
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .len(),
-            None => self.keyspace.approximate_len(),
-        }
-    }
-
-    /// Adds the writes of `run` to `batch`: one entry of the runs keyspace
-    /// while the epoch is open, else a write per key of its keyspace.
-    /// Once the batch has committed, [`applied`](Self::applied) must be
-    /// called with the same run, before the caller's read guard of the
-    /// epochs is dropped.
-    pub fn stage(&self, batch: &mut OwnedWriteBatch, run: &Run) {
-        if run.is_empty() {
-            return;
-        }
-        match self.open() {
-            Some(open) => {
-                let number = open.next_run.fetch_add(1, Ordering::Relaxed);
-                batch.insert(&open.runs, runs::run_key(number), run.as_bytes());
-            }
-            None => {
-                for (key, value) in run.entries() {
-                    match value {
-                        Some(value) => batch.insert(&self.keyspace, key.as_slice(), value),
-                        None => batch.remove(&self.keyspace, key.as_slice()),
-                    }
-                }
-            }
-        }
-    }
-
-    /// Records in the index that `run`, [`stage`](Self::stage)d, has
-    /// committed.
-    pub fn applied(&self, run: &Run) {
-        if let Some(open) = self.open() {
-            open.index
-                .write()
-                .unwrap_or_else(PoisonError::into_inner)
-                .apply(run.entries());
-            self.value_bytes
-                .fetch_add(run.value_bytes(), Ordering::Relaxed);
-        }
-    }
-
-    /// Closes the epoch if it is open: loads its keys, sorted, into its
-    /// keyspace (one bulk ingestion), then drops its index and deletes its
-    /// runs keyspace. Call only once it is no longer the write epoch.
-    ///
-    /// # Errors
-    /// fjall's: when the ingestion fails the epoch stays open (its keyspace
-    /// gets none of it); when only the deletion fails, the next open
-    /// deletes the runs keyspace.
-    fn close(&self, db: &Database) -> fjall::Result<()> {
-        let Some(open) = self.open() else {
-            return Ok(());
-        };
-        self.load(&open)?;
-        *self.open.write().unwrap_or_else(PoisonError::into_inner) = None;
-        // Readers may hold `open` a little longer; the keyspace handle
-        // outlives the deletion of its files.
-        db.delete_keyspace(open.runs.clone())
-    }
-
-    /// Loads the keys of `open`'s index, sorted, into the keyspace: one
-    /// bulk ingestion, whose tables fjall registers at once when it
-    /// finishes (nothing of it is visible before).
-    fn load(&self, open: &Open) -> fjall::Result<()> {
-        let index = open.index.read().unwrap_or_else(PoisonError::into_inner);
-        let mut ingestion = self.keyspace.start_ingestion()?;
-        for (key, value) in index.sorted() {
-            ingestion.write(key.as_slice(), value)?;
-        }
-        ingestion.finish()
-    }
-
-    /// Loads the open epoch's keys into its keyspace and stops there, as
-    /// a crash before its runs keyspace is deleted would.
-    #[cfg(test)]
-    #[allow(clippy::unwrap_used)]
-    pub fn load_without_closing(&self) {
-        self.load(&self.open().unwrap()).unwrap();
-    }
-
-    /// Records that `keys` keys were written, the newest copy of `tenant`
-    /// among them arriving at `newest` (ms since the epoch).
-    pub fn note_written(&self, tenant: u32, keys: u64, newest: i64) {
-        self.keys.fetch_add(keys, Ordering::Relaxed);
-        let mut map = self.newest.lock().unwrap_or_else(PoisonError::into_inner);
-        let entry = map.entry(tenant).or_insert(newest);
-        *entry = (*entry).max(newest);
-    }
-
-    /// Whether the epoch holds keys of `tenant`.
-    pub fn holds(&self, tenant: u32) -> bool {
-        self.newest
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .contains_key(&tenant)
-    }
-
-    /// Whether no copy in it can be consulted any more: each tenant with
-    /// keys here has a horizon past its newest copy here (a forgotten
-    /// shard's horizon is past every copy).
-    fn expired(&self, horizons: &HashMap<u32, i64>) -> bool {
-        self.newest
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .all(|(tenant, newest)| !Tenants::keeps(horizons.get(tenant).copied(), *newest))
-    }
-
-    /// Deletes its keyspaces.
-    fn delete(&self, db: &Database) -> fjall::Result<()> {
-        if let Some(open) = self.open() {
-            db.delete_keyspace(open.runs.clone())?;
-        }
-        db.delete_keyspace(self.keyspace.clone())
-    }
-}
-
 /// The number of the epoch after the last of `list` (0 for none).
 fn next_number(list: &[Arc<Epoch>]) -> u32 {
     list.last().map_or(0, |last| last.number.saturating_add(1))
 }
 
 /// The epochs of a store, oldest first; the last takes the writes.
-pub struct Epochs {
+pub(crate) struct Epochs {
     list: RwLock<Vec<Arc<Epoch>>>,
     /// Held by the call closing epochs, so that one call does.
     closing: Mutex<()>,
@@ -462,7 +194,7 @@ impl Epochs {
     /// # Errors
     /// [`OpenError::Fjall`] when a keyspace cannot be opened, created or
     /// deleted; [`OpenError::CorruptRun`] for a run that does not decode.
-    pub fn open(db: &Database, limits: Limits) -> Result<Self, OpenError> {
+    pub(crate) fn open(db: &Database, limits: Limits) -> Result<Self, OpenError> {
         let limits = Limits {
             epoch_keys: limits.epoch_keys.max(1),
             ..limits
@@ -502,7 +234,7 @@ impl Epochs {
 
     /// The epochs, oldest first, the write epoch last; held by a call from
     /// its reads to its commit.
-    pub fn read(&self) -> RwLockReadGuard<'_, Vec<Arc<Epoch>>> {
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, Vec<Arc<Epoch>>> {
         // Updates replace or remove whole entries: a panic cannot leave the
         // list half-updated.
         self.list.read().unwrap_or_else(PoisonError::into_inner)
@@ -522,7 +254,7 @@ impl Epochs {
     /// tries again) or an old one deleted (it stays in the list and is
     /// tried again at the next epoch's start); the first such error, after
     /// doing the rest.
-    pub fn maintain(
+    pub(crate) fn maintain(
         &self,
         db: &Database,
         horizons: impl FnOnce() -> HashMap<u32, i64>,
@@ -573,7 +305,7 @@ impl Epochs {
     /// Keys an `insert` writes in one batch: an eighth of an epoch, so
     /// that a large insert (a rebuilt window) fills epochs in turn instead
     /// of one index of unbounded size.
-    pub fn insert_chunk_keys(&self) -> usize {
+    pub(crate) fn insert_chunk_keys(&self) -> usize {
         usize::try_from(self.limits.epoch_keys / 8)
             .unwrap_or(usize::MAX)
             .max(1)
@@ -617,7 +349,7 @@ impl Epochs {
     /// closing would.
     #[cfg(test)]
     #[allow(clippy::unwrap_used)]
-    pub fn poison_closing(&self) {
+    pub(crate) fn poison_closing(&self) {
         std::thread::scope(|scope| {
             let _ = scope
                 .spawn(|| {
@@ -633,7 +365,7 @@ impl Epochs {
     /// keyspaces.
     #[cfg(test)]
     #[allow(clippy::unwrap_used)]
-    pub fn close_all(&self, db: &Database) {
+    pub(crate) fn close_all(&self, db: &Database) {
         for epoch in self.read().iter() {
             epoch.close(db).unwrap();
         }

@@ -1,6 +1,6 @@
-//! [`Dedup`]: per-shard exclusion of records already in S3.
+//! [`ResumeSkip`]: per-shard exclusion of records already in S3.
 //!
-//! When a shard starts — process start or lease taken — dedup is on. For each
+//! When a shard starts — process start or lease taken — the resume skip is on. For each
 //! arrival minute or hour (the time bucket) the shard reaches, it lists the
 //! shard's prefix of that bucket once, whatever the objects' formats,
 //! parses the ranges in the keys into a [`RangeSet`], and excludes every record
@@ -15,16 +15,19 @@
 //! written, and the lease row that recorded the batch is gone (a lost lease
 //! table). The shard task rebuilds exactly that batch when it reaches its
 //! first record — from its decisions object when there is one — so its
-//! records land once, in the same objects ([`Dedup::uncommitted_at`]).
+//! records land once, in the same objects ([`ResumeSkip::uncommitted_at`]).
 //! Only batches from the first record asked about on are ever reached, so
 //! that listing stops early as the main one does: a re-read bucket costs
 //! one LIST request a prefix when its newest page reaches that record.
 //!
-//! Once a batch is written with nothing excluded since the previous one, dedup
+//! Once a batch is written with nothing excluded since the previous one, the resume skip
 //! turns off for the shard: a shard's batches are written in sequence order,
 //! so the records in S3 are a prefix of the shard's records from where this
 //! shard was first read; past the first clean batch, nothing can be in S3
 //! yet. It is turned on again the next time the lease is taken.
+//!
+//! The listings are `output::read_back::listing`'s; this module decides
+//! what they mean for the shard.
 
 use std::sync::Arc;
 
@@ -34,14 +37,16 @@ use tracing::{debug, warn};
 
 use crate::aws::retry::{Retry, Stopped};
 use crate::aws::{ObjectStore, S3Error};
-use crate::events::decisions::parse_decisions_name;
+use crate::commit::replay_plan::{Side, Uncommitted};
 use crate::ops::metrics::Metrics;
 use crate::output::bucket::Bucket;
-use crate::output::key::{KeyLayout, KeyParseError, parse_object_name};
+use crate::output::key::{KeyLayout, KeyParseError};
+use crate::output::read_back::decisions::parse_decisions_name;
+use crate::output::read_back::listing::{batch_range, list_ranges, list_written};
 
-/// Dedup state of one shard, with what it needs to list the shard's objects.
+/// ResumeSkip state of one shard, with what it needs to list the shard's objects.
 #[derive(Debug)]
-pub struct Dedup {
+pub struct ResumeSkip {
     store: ObjectStore,
     layout: KeyLayout,
     /// The layouts of the objects a batch writes before its main object
@@ -59,46 +64,8 @@ pub struct Dedup {
     excluded_since_write: bool,
 }
 
-/// A batch whose error object or decisions object is in S3 and whose main
-/// object is not.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Uncommitted {
-    /// Which of the batch's objects was found.
-    pub side: Side,
-    /// That object's key.
-    pub key: String,
-    /// The batch's time bucket.
-    pub bucket: Bucket,
-    /// The batch's range.
-    pub range: SequenceRange,
-}
-
-/// An object a batch writes before its main object, which marks the batch
-/// uncommitted when the main object is missing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Side {
-    /// Its decisions object (event deduplication), written first: it says
-    /// where each record goes.
-    Decisions,
-    /// Its error object.
-    Errors,
-}
-
-/// What a listing found.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Listing {
-    /// Ranges of the objects under the prefix (that matter, see [`list_written`]).
-    pub written: RangeSet,
-    /// LIST requests made.
-    pub requests: u64,
-    /// Keys that did not parse (logged, ignored).
-    pub foreign_keys: u64,
-    /// Each listed object's key and range.
-    pub ranges: Vec<(String, SequenceRange)>,
-}
-
-impl Dedup {
-    /// Dedup for `shard_id`'s objects in `store` under `layout`; on, as at
+impl ResumeSkip {
+    /// ResumeSkip for `shard_id`'s objects in `store` under `layout`; on, as at
     /// shard start.
     pub fn new(
         store: ObjectStore,
@@ -132,7 +99,7 @@ impl Dedup {
         self
     }
 
-    /// Turns dedup on again: records from here on may already be in S3 (a
+    /// Turns the resume skip on again: records from here on may already be in S3 (a
     /// retention gap skipped to records a previous owner may have written).
     pub fn enable(&mut self) {
         self.enabled = true;
@@ -140,7 +107,7 @@ impl Dedup {
         self.excluded_since_write = false;
     }
 
-    /// Whether dedup is on.
+    /// Whether the resume skip is on.
     pub fn is_enabled(&self) -> bool {
         self.enabled
     }
@@ -149,7 +116,7 @@ impl Dedup {
     /// already in S3. Lists the shard's prefix of the bucket the first time
     /// the bucket is asked about, retrying failed listings (with backoff, counted in the
     /// retry metrics) until they succeed or `stop` is cancelled. Always
-    /// `false` once dedup is off.
+    /// `false` once the resume skip is off.
     ///
     /// # Errors
     /// When `stop` is cancelled (the lease was lost) before a listing
@@ -169,7 +136,7 @@ impl Dedup {
             .is_none_or(|(loaded, _, _)| *loaded != bucket);
         if stale {
             let prefix = self.layout.shard_bucket_prefix(bucket, &self.shard_id);
-            let listing = Retry::new("dedup listing")
+            let listing = Retry::new("resume skip listing")
                 .metrics(&self.metrics)
                 .until(stop)
                 .run(|| list_written(&self.store, &prefix, sequence_number))
@@ -180,7 +147,7 @@ impl Dedup {
                 prefix,
                 ranges = listing.written.range_count(),
                 requests = listing.requests,
-                "dedup listed bucket"
+                "resume skip listed bucket"
             );
             let mut uncommitted: Vec<Uncommitted> = Vec::new();
             for (side, layout) in &self.side_layouts {
@@ -190,7 +157,7 @@ impl Dedup {
                 // (below): they all end there or later, so the listing stops
                 // early as the main one does.
                 let parse = side.name_parser();
-                let found = Retry::new("dedup listing")
+                let found = Retry::new("resume skip listing")
                     .metrics(&self.metrics)
                     .until(stop)
                     .run(|| list_ranges(&self.store, &prefix, sequence_number, parse))
@@ -255,43 +222,18 @@ impl Dedup {
     }
 
     /// Called after a batch was written in normal flow (not a replay): turns
-    /// dedup off when nothing was excluded since the previous batch.
+    /// the resume skip off when nothing was excluded since the previous batch.
     pub fn on_batch_written(&mut self) {
         if self.enabled && !self.excluded_since_write {
             self.enabled = false;
             self.loaded = None;
             debug!(
                 shard_id = self.shard_id,
-                "dedup off: a batch found nothing already written"
+                "resume skip off: a batch found nothing already written"
             );
         }
         self.excluded_since_write = false;
     }
-}
-
-/// Lists the ranges written under `prefix` (one shard, one bucket) that can
-/// hold `from` or later sequence numbers.
-///
-/// Keys that do not parse are logged and ignored, never read as ranges. S3
-/// lists keys in ascending byte order and names sort newest batch first, so
-/// once a listed range ends before `from`, every later key is older still and
-/// the listing stops — but only while the keys seen so far did come in
-/// ascending order and no two listed ranges overlap; otherwise the prefix is
-/// read to the end.
-///
-/// # Errors
-/// [`S3Error`] from ListObjectsV2.
-pub async fn list_written(
-    store: &ObjectStore,
-    prefix: &str,
-    from: &SequenceNumber,
-) -> Result<Listing, S3Error> {
-    list_ranges(store, prefix, from, batch_range).await
-}
-
-/// The range a batch object's name says.
-fn batch_range(name: &str) -> Result<SequenceRange, KeyParseError> {
-    parse_object_name(name).map(|object| object.range)
 }
 
 impl Side {
@@ -304,56 +246,9 @@ impl Side {
     }
 }
 
-/// [`list_written`] for objects whose names `parse` reads.
-///
-/// # Errors
-/// [`S3Error`] from ListObjectsV2.
-pub async fn list_ranges(
-    store: &ObjectStore,
-    prefix: &str,
-    from: &SequenceNumber,
-    parse: fn(&str) -> Result<SequenceRange, KeyParseError>,
-) -> Result<Listing, S3Error> {
-    let mut listing = Listing::default();
-    let mut continuation = None;
-    let mut previous_key: Option<String> = None;
-    let mut ordered = true;
-    loop {
-        let page = store.list_page(prefix, continuation).await?;
-        listing.requests += 1;
-        let mut below_from = false;
-        for key in page.keys {
-            if let Some(previous) = &previous_key {
-                ordered &= *previous < key;
-            }
-            let name = key.strip_prefix(prefix).unwrap_or(&key);
-            match parse(name) {
-                Ok(range) => {
-                    below_from |= range.last() < from;
-                    // Overlapping ranges (which shardsink never writes) break
-                    // the "older keys end earlier" reasoning: read them all.
-                    ordered &= !listing.written.overlaps(&range);
-                    listing.written.insert(range.clone());
-                    listing.ranges.push((key.clone(), range));
-                }
-                Err(error) => {
-                    listing.foreign_keys += 1;
-                    warn!(key = %key, error = %error, "ignoring key that is not a shardsink batch");
-                }
-            }
-            previous_key = Some(key);
-        }
-        match page.next_continuation_token {
-            Some(token) if !(ordered && below_from) => continuation = Some(token),
-            _ => break,
-        }
-    }
-    Ok(listing)
-}
-
 /// The pieces of `group` not in `written`: what is left to write of a group
-/// of one shard's records after dedup — the set-level statement of what
-/// [`Dedup::is_written`] does record by record, for the tests.
+/// of one shard's records after the resume skip — the set-level statement of what
+/// [`ResumeSkip::is_written`] does record by record, for the tests.
 #[cfg(test)]
 fn remaining(group: &SequenceRange, written: &RangeSet) -> RangeSet {
     RangeSet::from(group.clone()).difference(written)
@@ -362,116 +257,12 @@ fn remaining(group: &SequenceRange, written: &RangeSet) -> RangeSet {
 #[cfg(test)]
 mod tests {
     use aws_sdk_s3::Client;
-    use aws_sdk_s3::operation::list_objects_v2::ListObjectsV2Output;
-    use aws_sdk_s3::types::Object;
     use aws_smithy_mocks::{RuleMode, mock, mock_client};
 
     use super::*;
-    use crate::config::CompressionCodec;
+    use crate::output::compression::CompressionCodec;
     use crate::output::format::BodyKind;
-    use crate::output::key::object_name;
-
-    const PREFIX: &str = "p/2026/11/21/05/27/shardId-000000000000/";
-
-    fn range(first: u64, last: u64) -> SequenceRange {
-        SequenceRange::new(first.into(), last.into()).unwrap()
-    }
-
-    fn key(first: u64, last: u64) -> String {
-        format!(
-            "{PREFIX}{}",
-            object_name(&range(first, last), BodyKind::lines(CompressionCodec::Zstd))
-        )
-    }
-
-    fn page(keys: &[String], next: Option<&str>) -> ListObjectsV2Output {
-        let mut builder = ListObjectsV2Output::builder().is_truncated(next.is_some());
-        for k in keys {
-            builder = builder.contents(Object::builder().key(k).build());
-        }
-        if let Some(token) = next {
-            builder = builder.next_continuation_token(token);
-        }
-        builder.build()
-    }
-
-    fn store(client: Client) -> ObjectStore {
-        ObjectStore::new(client, "bucket")
-    }
-
-    #[tokio::test]
-    async fn collects_ranges_and_ignores_foreign_keys() {
-        // Newest first, as S3 lists them, plus junk.
-        let keys = vec![
-            key(300, 400),
-            key(100, 200),
-            format!("{PREFIX}_SUCCESS"),
-            format!("{PREFIX}9-1-2.jsonl"),
-        ];
-        let list = mock!(Client::list_objects_v2)
-            .match_requests(|input| input.prefix() == Some(PREFIX))
-            .then_output(move || page(&keys, None));
-        let client = mock_client!(aws_sdk_s3, RuleMode::Sequential, [&list]);
-        let listing = list_written(&store(client), PREFIX, &SequenceNumber::from(1u64))
-            .await
-            .unwrap();
-        assert_eq!(
-            listing.written,
-            [range(100, 200), range(300, 400)].into_iter().collect()
-        );
-        assert_eq!(listing.foreign_keys, 2);
-        assert_eq!(listing.requests, 1);
-    }
-
-    #[tokio::test]
-    async fn stops_after_the_page_that_reaches_older_ranges() {
-        let first_page = vec![key(900, 999), key(500, 599)];
-        let second_page = vec![key(100, 199)];
-        let list1 =
-            mock!(Client::list_objects_v2).then_output(move || page(&first_page, Some("t1")));
-        let list2 = mock!(Client::list_objects_v2).then_output(move || page(&second_page, None));
-        let client = mock_client!(aws_sdk_s3, RuleMode::Sequential, [&list1, &list2]);
-        // Everything from 600 on matters; the first page already reached 500-599.
-        let listing = list_written(&store(client), PREFIX, &SequenceNumber::from(600u64))
-            .await
-            .unwrap();
-        assert_eq!(listing.requests, 1, "second page is older, never fetched");
-        assert_eq!(list2.num_calls(), 0);
-    }
-
-    #[tokio::test]
-    async fn reads_every_page_when_listed_ranges_overlap() {
-        // 500-950 overlaps 900-999: something else wrote here, so a wider
-        // older range may hide on the next page.
-        let first_page = vec![key(900, 999), key(500, 950)];
-        let second_page = vec![key(100, 700)];
-        let list1 =
-            mock!(Client::list_objects_v2).then_output(move || page(&first_page, Some("t1")));
-        let list2 = mock!(Client::list_objects_v2).then_output(move || page(&second_page, None));
-        let client = mock_client!(aws_sdk_s3, RuleMode::Sequential, [&list1, &list2]);
-        let listing = list_written(&store(client), PREFIX, &SequenceNumber::from(960u64))
-            .await
-            .unwrap();
-        assert_eq!(listing.requests, 2);
-    }
-
-    #[tokio::test]
-    async fn reads_every_page_when_the_server_does_not_sort() {
-        // Oldest first: not S3's order, so no early stop.
-        let first_page = vec![key(100, 199), key(900, 999)];
-        let second_page = vec![key(500, 599)];
-        let list1 =
-            mock!(Client::list_objects_v2).then_output(move || page(&first_page, Some("t1")));
-        let list2 = mock!(Client::list_objects_v2)
-            .match_requests(|input| input.continuation_token() == Some("t1"))
-            .then_output(move || page(&second_page, None));
-        let client = mock_client!(aws_sdk_s3, RuleMode::Sequential, [&list1, &list2]);
-        let listing = list_written(&store(client), PREFIX, &SequenceNumber::from(600u64))
-            .await
-            .unwrap();
-        assert_eq!(listing.requests, 2);
-        assert!(listing.written.contains(&SequenceNumber::from(550u64)));
-    }
+    use crate::output::read_back::listing::test_support::{key, page, range, store};
 
     #[tokio::test]
     async fn turns_off_after_a_clean_batch_only() {
@@ -480,37 +271,38 @@ mod tests {
         let client = mock_client!(aws_sdk_s3, RuleMode::MatchAny, [&list]);
         let metrics = Arc::new(Metrics::new());
         let shard = "shardId-000000000000";
-        let mut dedup = Dedup::new(store(client), KeyLayout::plain("p"), shard, metrics);
+        let mut resume = ResumeSkip::new(store(client), KeyLayout::plain("p"), shard, metrics);
         let minute = Bucket::minute(1_795_238_823_045);
         let running = CancellationToken::new();
-        let is_written = async |dedup: &mut Dedup, sequence_number: u64| {
-            dedup
+        let is_written = async |resume: &mut ResumeSkip, sequence_number: u64| {
+            resume
                 .is_written(minute, &sequence_number.into(), &running)
                 .await
                 .unwrap()
         };
-        assert!(is_written(&mut dedup, 15).await);
-        assert!(!is_written(&mut dedup, 21).await);
+        assert!(is_written(&mut resume, 15).await);
+        assert!(!is_written(&mut resume, 21).await);
         assert_eq!(list.num_calls(), 1, "one listing per minute");
-        dedup.on_batch_written();
-        assert!(dedup.is_enabled(), "the group had an exclusion");
-        dedup.on_batch_written();
-        assert!(!dedup.is_enabled(), "a clean batch turns it off");
-        assert!(!is_written(&mut dedup, 15).await);
+        resume.on_batch_written();
+        assert!(resume.is_enabled(), "the group had an exclusion");
+        resume.on_batch_written();
+        assert!(!resume.is_enabled(), "a clean batch turns it off");
+        assert!(!is_written(&mut resume, 15).await);
         assert_eq!(list.num_calls(), 1, "no listing once off");
     }
 
     /// After a restart the shard re-reads from its checkpoint, just past
     /// the newest batches of an hour that holds 1,500 (two pages of keys
     /// under the main prefix and two under the error prefix, every batch
-    /// with an error object). Dedup lists each prefix once and stops after
+    /// with an error object). ResumeSkip lists each prefix once and stops after
     /// the newest page: two LIST requests for the bucket — and still finds
     /// the uncommitted batch at the top. Asked about an older record, it
     /// reads the second pages too.
     #[tokio::test]
     async fn an_hour_is_listed_in_two_requests_with_its_error_objects() {
-        use crate::config::{KeyStyle, TimeBucket};
         use crate::fake_aws::{self, FakeBucket};
+        use crate::output::bucket::TimeBucket;
+        use crate::output::key::KeyStyle;
 
         const BATCHES: u64 = 1_500;
         let shard = "shardId-000000000000";
@@ -538,14 +330,19 @@ mod tests {
         }
         let clients = fake_aws::clients(Default::default(), bucket.clone(), Default::default());
         let metrics = Arc::new(Metrics::new());
-        let mut dedup = Dedup::new(store(clients.s3), layout.clone(), shard, metrics.clone())
+        let mut resume = ResumeSkip::new(store(clients.s3), layout.clone(), shard, metrics.clone())
             .with_error_layout(error_layout.clone());
         let running = CancellationToken::new();
         let main_prefix = layout.shard_bucket_prefix(hour, shard);
         let error_prefix = error_layout.shard_bucket_prefix(hour, shard);
 
         let restart_at = batch(BATCHES - 5).first().clone();
-        assert!(dedup.is_written(hour, &restart_at, &running).await.unwrap());
+        assert!(
+            resume
+                .is_written(hour, &restart_at, &running)
+                .await
+                .unwrap()
+        );
         assert_eq!(
             *bucket.lists.lock().unwrap(),
             [main_prefix.clone(), error_prefix.clone()],
@@ -561,25 +358,25 @@ mod tests {
         );
         let newest = batch(BATCHES);
         assert!(
-            !dedup
+            !resume
                 .is_written(hour, newest.first(), &running)
                 .await
                 .unwrap()
         );
         assert_eq!(
-            dedup
+            resume
                 .uncommitted_at(newest.first())
                 .map(|batch| batch.range),
             Some(newest.clone())
         );
-        assert_eq!(dedup.uncommitted_at(&restart_at), None, "committed");
+        assert_eq!(resume.uncommitted_at(&restart_at), None, "committed");
         assert_eq!(bucket.lists.lock().unwrap().len(), 2, "listed once");
 
         // From an older record, on the second pages.
-        dedup.enable();
+        resume.enable();
         bucket.lists.lock().unwrap().clear();
         let older = batch(100).first().clone();
-        assert!(dedup.is_written(hour, &older, &running).await.unwrap());
+        assert!(resume.is_written(hour, &older, &running).await.unwrap());
         assert_eq!(
             *bucket.lists.lock().unwrap(),
             [
@@ -591,7 +388,7 @@ mod tests {
         );
         assert_eq!(metrics.dedup_list_requests.get(), 6);
         assert_eq!(
-            dedup
+            resume
                 .uncommitted_at(newest.first())
                 .map(|batch| batch.range),
             Some(newest)

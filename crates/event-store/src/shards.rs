@@ -2,15 +2,15 @@
 //! watermark, the ended mark, the horizon and when the shard was last
 //! written — and how shards not written for a long time are forgotten.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fjall::OwnedWriteBatch;
 use sequence_range::SequenceNumber;
 
-use super::codec::{self, Tag};
-use super::error::LocalStoreError;
-use super::store::{Inner, LocalStore};
-use super::tenants::FORGOTTEN;
+use crate::codec::{self, Tag};
+use crate::error::LocalStoreError;
+use crate::store::{Inner, LocalStore};
+use crate::tenants::FORGOTTEN;
 
 /// How far a shard has been decided here, and with which settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,11 +151,11 @@ impl Inner {
     /// forgotten shard back (its horizon removed, so that compaction keeps
     /// its new copies; copies from before it was forgotten that compaction
     /// has not dropped yet come back too, and are true facts).
-    pub(super) fn touch(&self, batch: &mut OwnedWriteBatch, shard_id: &str) {
+    pub(crate) fn touch(&self, batch: &mut OwnedWriteBatch, shard_id: &str) {
         batch.insert(
             &self.shards,
             codec::shard_key(Tag::Touched, shard_id),
-            codec::encode_time(chrono::Utc::now().timestamp_millis()),
+            codec::encode_time(now_millis()),
         );
         let mut map = self.tenants.write();
         let Some(tenant) = map.by_shard.get(shard_id).copied() else {
@@ -172,11 +172,9 @@ impl Inner {
     /// Loads the tenants and horizons, and forgets the shards not written for
     /// `forget_after`: watermark, ended mark and written time removed,
     /// horizon set to [`FORGOTTEN`] so compaction drops their copies.
-    pub(super) fn load_shards(&self, forget_after: Duration) -> Result<(), LocalStoreError> {
+    pub(crate) fn load_shards(&self, forget_after: Duration) -> Result<(), LocalStoreError> {
         let forget_after = i64::try_from(forget_after.as_millis()).unwrap_or(i64::MAX);
-        let forget_through = chrono::Utc::now()
-            .timestamp_millis()
-            .saturating_sub(forget_after);
+        let forget_through = now_millis().saturating_sub(forget_after);
         let mut stale = Vec::new();
         let mut horizons = Vec::new();
         let mut map = self.tenants.write();
@@ -239,4 +237,13 @@ impl Inner {
         );
         Ok(())
     }
+}
+
+/// The wall clock, ms since the Unix epoch (0 before it).
+fn now_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| {
+            i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+        })
 }

@@ -23,33 +23,37 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::events::rule::AcceptedCopy;
+use crate::rule::AcceptedCopy;
 
-use super::tenants::Tenants;
+use crate::tenants::Tenants;
 
 /// Entries of one generation of one shard: 4,096.
-pub const RECENT_KEYS: usize = 4096;
+pub(crate) const RECENT_KEYS: usize = 4096;
 
 /// A shard whose keys no call decided for this long loses its entries: a
 /// minute.
-pub const IDLE: Duration = Duration::from_secs(60);
+pub(crate) const IDLE: Duration = Duration::from_secs(60);
 
 /// What the store holds for one key.
 #[derive(Debug, Clone)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// Copies stored in epochs before `epoch`, oldest first.
-    pub older: Vec<AcceptedCopy>,
+    pub(crate) older: Vec<AcceptedCopy>,
     /// Copies stored in epoch `epoch`.
-    pub in_epoch: Vec<AcceptedCopy>,
+    pub(crate) in_epoch: Vec<AcceptedCopy>,
     /// The epoch the key was last written in (or read while it was the
     /// write epoch).
-    pub epoch: u32,
+    pub(crate) epoch: u32,
 }
 
 impl Entry {
     /// The copies not below `horizon`, oldest first, and how many of them
     /// (the last) are in `write_epoch` — the shape of a read.
-    pub fn read(&self, write_epoch: u32, horizon: Option<i64>) -> (Vec<AcceptedCopy>, usize) {
+    pub(crate) fn read(
+        &self,
+        write_epoch: u32,
+        horizon: Option<i64>,
+    ) -> (Vec<AcceptedCopy>, usize) {
         let kept = |copies: &[AcceptedCopy]| -> Vec<AcceptedCopy> {
             copies
                 .iter()
@@ -71,7 +75,7 @@ impl Entry {
 
 /// The recent keys of every shard, by tenant.
 #[derive(Debug, Default)]
-pub struct Recent {
+pub(crate) struct Recent {
     tenants: HashMap<u32, Generations>,
 }
 
@@ -86,7 +90,7 @@ struct Generations {
 impl Recent {
     /// Starts a call deciding keys of `tenant` at `now`: the tenant is in
     /// use, and the others not in use for [`IDLE`] lose their entries.
-    pub fn start(&mut self, tenant: u32, now: Instant) {
+    pub(crate) fn start(&mut self, tenant: u32, now: Instant) {
         self.tenants.retain(|other, generations| {
             *other == tenant || now.saturating_duration_since(generations.used) < IDLE
         });
@@ -101,7 +105,7 @@ impl Recent {
     }
 
     /// The entry of `id` under `tenant`, if recent.
-    pub fn get(&self, tenant: u32, id: u128) -> Option<&Entry> {
+    pub(crate) fn get(&self, tenant: u32, id: u128) -> Option<&Entry> {
         let generations = self.tenants.get(&tenant)?;
         generations
             .newer
@@ -111,7 +115,7 @@ impl Recent {
 
     /// Records what the store now holds for `id` under `tenant`, a tenant
     /// [`start`](Self::start)ed (else nothing is recorded).
-    pub fn put(&mut self, tenant: u32, id: u128, entry: Entry) {
+    pub(crate) fn put(&mut self, tenant: u32, id: u128, entry: Entry) {
         let Some(generations) = self.tenants.get_mut(&tenant) else {
             return;
         };
@@ -124,7 +128,7 @@ impl Recent {
     }
 
     /// Forgets `id` under `tenant` (written by other means).
-    pub fn remove(&mut self, tenant: u32, id: u128) {
+    pub(crate) fn remove(&mut self, tenant: u32, id: u128) {
         if let Some(generations) = self.tenants.get_mut(&tenant) {
             generations.newer.remove(&id);
             generations.older.remove(&id);
@@ -133,7 +137,7 @@ impl Recent {
 
     /// Entries held, all shards.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.tenants
             .values()
             .map(|g| g.newer.len() + g.older.len())
@@ -148,7 +152,7 @@ mod tests {
     use sequence_range::SequenceNumber;
 
     use super::*;
-    use crate::events::rule::CopyRef;
+    use crate::rule::CopyRef;
 
     fn copy(sequence: u64, arrival_millis: i64) -> AcceptedCopy {
         AcceptedCopy {

@@ -30,10 +30,10 @@
 
 use std::collections::hash_map::Entry;
 
-use super::codec::COPIES_KEY_LEN;
+use crate::codec::COPIES_KEY_LEN;
 
 /// The first byte of every run value: the layout above.
-pub const RUN_FORMAT: u8 = 1;
+pub(crate) const RUN_FORMAT: u8 = 1;
 
 /// The length that marks a removal.
 const REMOVED: u32 = u32::MAX;
@@ -42,15 +42,15 @@ const REMOVED: u32 = u32::MAX;
 const CHUNK_BYTES: usize = 1024 * 1024;
 
 /// A `copies` key: tenant and id (`codec::copies_key`).
-pub type Key = [u8; COPIES_KEY_LEN];
+pub(crate) type Key = [u8; COPIES_KEY_LEN];
 
 /// A run value that does not decode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CorruptRun;
+pub(crate) struct CorruptRun;
 
 /// The keys one call writes, encoded as a run value.
 #[derive(Debug, Clone)]
-pub struct Run {
+pub(crate) struct Run {
     bytes: Vec<u8>,
     keys: usize,
     value_bytes: u64,
@@ -64,7 +64,7 @@ impl Default for Run {
 
 impl Run {
     /// A run with room for `keys` keys of one copy each.
-    pub fn with_capacity(keys: usize) -> Self {
+    pub(crate) fn with_capacity(keys: usize) -> Self {
         let mut bytes = Vec::with_capacity(1 + keys * (COPIES_KEY_LEN + 4 + 48));
         bytes.push(RUN_FORMAT);
         Self {
@@ -75,7 +75,7 @@ impl Run {
     }
 
     /// Writes `value` under `key`.
-    pub fn put(&mut self, key: &Key, value: &[u8]) {
+    pub(crate) fn put(&mut self, key: &Key, value: &[u8]) {
         // Invariant: a `copies` value is a few copies of under 100 bytes
         // each, far below 4 GiB.
         debug_assert!(value.len() < REMOVED as usize);
@@ -88,29 +88,29 @@ impl Run {
     }
 
     /// Removes `key`.
-    pub fn remove(&mut self, key: &Key) {
+    pub(crate) fn remove(&mut self, key: &Key) {
         self.bytes.extend_from_slice(key);
         self.bytes.extend_from_slice(&REMOVED.to_le_bytes());
         self.keys += 1;
     }
 
     /// Whether it writes no key.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.keys == 0
     }
 
     /// Bytes of the values it writes.
-    pub fn value_bytes(&self) -> u64 {
+    pub(crate) fn value_bytes(&self) -> u64 {
         self.value_bytes
     }
 
     /// The run value.
-    pub fn as_bytes(&self) -> &[u8] {
+    pub(crate) fn as_bytes(&self) -> &[u8] {
         &self.bytes
     }
 
     /// Each key written, in order, with its value (`None` for a removal).
-    pub fn entries(&self) -> impl Iterator<Item = (&Key, Option<&[u8]>)> {
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (&Key, Option<&[u8]>)> {
         // Invariant: built by `put` and `remove`, so it decodes.
         entries(&self.bytes).map_while(Result::ok)
     }
@@ -119,7 +119,9 @@ impl Run {
 /// Each key of run value `bytes`, in order, with its value (`None` for a
 /// removal); an item is `Err` (and the last) where the bytes stop
 /// following the layout.
-pub fn entries(bytes: &[u8]) -> impl Iterator<Item = Result<(&Key, Option<&[u8]>), CorruptRun>> {
+pub(crate) fn entries(
+    bytes: &[u8],
+) -> impl Iterator<Item = Result<(&Key, Option<&[u8]>), CorruptRun>> {
     let mut rest = match bytes.split_first() {
         Some((&RUN_FORMAT, rest)) => Ok(rest),
         _ => Err(CorruptRun),
@@ -158,12 +160,12 @@ pub fn entries(bytes: &[u8]) -> impl Iterator<Item = Result<(&Key, Option<&[u8]>
 }
 
 /// The key of run `number` in a runs keyspace.
-pub fn run_key(number: u64) -> [u8; 8] {
+pub(crate) fn run_key(number: u64) -> [u8; 8] {
     number.to_be_bytes()
 }
 
 /// The number of a run key; `None` when it is not one.
-pub fn run_number(key: &[u8]) -> Option<u64> {
+pub(crate) fn run_number(key: &[u8]) -> Option<u64> {
     key.try_into().ok().map(u64::from_be_bytes)
 }
 
@@ -174,7 +176,7 @@ pub fn run_number(key: &[u8]) -> Option<u64> {
 /// key of one copy) per key, about 90 bytes; values replaced or removed
 /// keep their bytes until the epoch is loaded into its keyspace.
 #[derive(Debug, Default)]
-pub struct Index {
+pub(crate) struct Index {
     map: foldhash::HashMap<IndexKey, Span>,
     chunks: Vec<Vec<u8>>,
     /// Bytes of the values stored, replaced ones included.
@@ -222,7 +224,7 @@ struct Span {
 
 impl Index {
     /// An empty index with room for `keys` keys before its map grows.
-    pub fn with_capacity(keys: u64) -> Self {
+    pub(crate) fn with_capacity(keys: u64) -> Self {
         Self {
             map: foldhash::HashMap::with_capacity_and_hasher(
                 usize::try_from(keys).unwrap_or(0),
@@ -233,13 +235,16 @@ impl Index {
     }
 
     /// Bytes of the values it stored, replaced and removed ones included.
-    pub fn value_bytes(&self) -> u64 {
+    pub(crate) fn value_bytes(&self) -> u64 {
         self.value_bytes
     }
 
     /// Applies run `entries` in order: a value replaces the key's, a
     /// removal removes it.
-    pub fn apply<'a>(&mut self, entries: impl IntoIterator<Item = (&'a Key, Option<&'a [u8]>)>) {
+    pub(crate) fn apply<'a>(
+        &mut self,
+        entries: impl IntoIterator<Item = (&'a Key, Option<&'a [u8]>)>,
+    ) {
         for (key, value) in entries {
             match value {
                 Some(value) => {
@@ -261,7 +266,7 @@ impl Index {
     }
 
     /// The value of `key`, if the epoch holds it.
-    pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
+    pub(crate) fn get(&self, key: &[u8]) -> Option<&[u8]> {
         let key: &Key = key.try_into().ok()?;
         self.map
             .get(&IndexKey::new(key))
@@ -269,12 +274,12 @@ impl Index {
     }
 
     /// Keys held.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.map.len()
     }
 
     /// Every key with its value, in no order.
-    pub fn iter(&self) -> impl Iterator<Item = (Key, &[u8])> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (Key, &[u8])> {
         self.map
             .iter()
             .map(|(key, span)| (key.bytes(), self.value(*span)))
@@ -282,7 +287,7 @@ impl Index {
 
     /// Every key with its value, in key order (the order of an ingestion).
     /// Sorts a copy of the map's entries: 40 bytes per key.
-    pub fn sorted(&self) -> impl Iterator<Item = (Key, &[u8])> {
+    pub(crate) fn sorted(&self) -> impl Iterator<Item = (Key, &[u8])> {
         let mut entries: Vec<(IndexKey, Span)> =
             self.map.iter().map(|(key, span)| (*key, *span)).collect();
         entries.sort_unstable_by_key(|(key, _)| *key);

@@ -15,11 +15,11 @@ use fjall::compaction::filter::{
     CompactionFilter, CompactionFilterResult, Context, Factory, ItemAccessor, Verdict,
 };
 
-use super::codec;
-use super::tenants::Tenants;
+use crate::codec;
+use crate::tenants::Tenants;
 
 /// The filter factory to install on each epoch's `copies` keyspace.
-pub fn factory(tenants: &Tenants) -> Arc<dyn Factory> {
+pub(crate) fn factory(tenants: &Tenants) -> Arc<dyn Factory> {
     Arc::new(ExpiryFactory {
         tenants: tenants.clone(),
     })

@@ -27,21 +27,21 @@ use std::sync::Arc;
 
 use sequence_range::SequenceNumber;
 
-use crate::events::rule::{AcceptedCopy, CopyRef};
+use crate::rule::{AcceptedCopy, CopyRef};
 
 /// The first byte of every `copies` value: the layout above.
-pub const COPIES_FORMAT: u8 = 1;
+pub(crate) const COPIES_FORMAT: u8 = 1;
 
 /// Length of a `copies` key: tenant and id.
-pub const COPIES_KEY_LEN: usize = 4 + 16;
+pub(crate) const COPIES_KEY_LEN: usize = 4 + 16;
 
 /// A value that does not decode: the store's files were changed by
 /// something else, or a later format was written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Corrupt;
+pub(crate) struct Corrupt;
 
 /// The `copies` key of `id` under `tenant`.
-pub fn copies_key(tenant: u32, id: u128) -> [u8; COPIES_KEY_LEN] {
+pub(crate) fn copies_key(tenant: u32, id: u128) -> [u8; COPIES_KEY_LEN] {
     let mut key = [0; COPIES_KEY_LEN];
     let (prefix, rest) = key.split_at_mut(4);
     prefix.copy_from_slice(&tenant.to_be_bytes());
@@ -50,7 +50,7 @@ pub fn copies_key(tenant: u32, id: u128) -> [u8; COPIES_KEY_LEN] {
 }
 
 /// The tenant of a `copies` key; `None` when it is not one.
-pub fn key_tenant(key: &[u8]) -> Option<u32> {
+pub(crate) fn key_tenant(key: &[u8]) -> Option<u32> {
     if key.len() != COPIES_KEY_LEN {
         return None;
     }
@@ -59,7 +59,7 @@ pub fn key_tenant(key: &[u8]) -> Option<u32> {
 }
 
 /// The id of a `copies` key; `None` when it is not one.
-pub fn key_id(key: &[u8]) -> Option<u128> {
+pub(crate) fn key_id(key: &[u8]) -> Option<u128> {
     if key.len() != COPIES_KEY_LEN {
         return None;
     }
@@ -68,14 +68,17 @@ pub fn key_id(key: &[u8]) -> Option<u128> {
 
 /// A readable rendering of a `copies` key of `shard_id` for error
 /// messages: `{shard id}/{id as 32 hex digits}`.
-pub fn describe_copies_key(key: &[u8], shard_id: &str) -> String {
+pub(crate) fn describe_copies_key(key: &[u8], shard_id: &str) -> String {
     let id = key.get(4..).unwrap_or_default();
     let hex: String = id.iter().map(|byte| format!("{byte:02x}")).collect();
     format!("{shard_id}/{hex}")
 }
 
 /// Encodes `copies` as a `copies` value into `out` (cleared first).
-pub fn encode_copies<'a>(copies: impl IntoIterator<Item = &'a AcceptedCopy>, out: &mut Vec<u8>) {
+pub(crate) fn encode_copies<'a>(
+    copies: impl IntoIterator<Item = &'a AcceptedCopy>,
+    out: &mut Vec<u8>,
+) {
     out.clear();
     out.push(COPIES_FORMAT);
     for copy in copies {
@@ -104,7 +107,10 @@ pub fn encode_copies<'a>(copies: impl IntoIterator<Item = &'a AcceptedCopy>, out
 /// # Errors
 /// [`Corrupt`] when the bytes do not follow the layout, or a sequence
 /// number is not canonical.
-pub fn decode_copies(value: &[u8], shard_id: &Arc<str>) -> Result<Vec<AcceptedCopy>, Corrupt> {
+pub(crate) fn decode_copies(
+    value: &[u8],
+    shard_id: &Arc<str>,
+) -> Result<Vec<AcceptedCopy>, Corrupt> {
     let mut reader = Reader::new(value)?;
     let mut copies = Vec::with_capacity(1);
     while let Some(raw) = reader.next_copy()? {
@@ -137,7 +143,7 @@ pub fn decode_copies(value: &[u8], shard_id: &Arc<str>) -> Result<Vec<AcceptedCo
 
 /// The latest arrival among the copies of a `copies` value, without
 /// decoding sequence numbers; `None` when it holds none or is corrupt.
-pub fn newest_arrival(value: &[u8]) -> Option<i64> {
+pub(crate) fn newest_arrival(value: &[u8]) -> Option<i64> {
     let mut reader = Reader::new(value).ok()?;
     let mut newest = None;
     while let Some(raw) = reader.next_copy().ok()? {
@@ -212,7 +218,7 @@ impl<'a> Reader<'a> {
 /// What a `shards` key holds about its shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-pub enum Tag {
+pub(crate) enum Tag {
     /// The watermark: settings and the last sequence number decided.
     Watermark = b'w',
     /// Read to `SHARD_END`: the settings it was read with.
@@ -229,7 +235,7 @@ pub enum Tag {
 
 impl Tag {
     /// The tag a key starts with.
-    pub fn of_key(key: &[u8]) -> Option<(Self, &[u8])> {
+    pub(crate) fn of_key(key: &[u8]) -> Option<(Self, &[u8])> {
         let (&tag, shard) = key.split_first()?;
         let tag = [
             Self::Watermark,
@@ -245,7 +251,7 @@ impl Tag {
 }
 
 /// The `shards` key of `tag` for `shard_id`.
-pub fn shard_key(tag: Tag, shard_id: &str) -> Vec<u8> {
+pub(crate) fn shard_key(tag: Tag, shard_id: &str) -> Vec<u8> {
     let mut key = Vec::with_capacity(1 + shard_id.len());
     key.push(tag as u8);
     key.extend_from_slice(shard_id.as_bytes());
@@ -253,7 +259,7 @@ pub fn shard_key(tag: Tag, shard_id: &str) -> Vec<u8> {
 }
 
 /// A watermark value: settings and sequence number.
-pub fn encode_watermark(settings: &str, through: &SequenceNumber) -> Vec<u8> {
+pub(crate) fn encode_watermark(settings: &str, through: &SequenceNumber) -> Vec<u8> {
     let through = through.as_str().as_bytes();
     let mut value = Vec::with_capacity(4 + settings.len() + through.len());
     // Settings are a short description, far below 4 GiB.
@@ -271,7 +277,7 @@ pub fn encode_watermark(settings: &str, through: &SequenceNumber) -> Vec<u8> {
 ///
 /// # Errors
 /// [`Corrupt`] when the layout or the sequence number is wrong.
-pub fn decode_watermark(value: &[u8]) -> Result<(String, SequenceNumber), Corrupt> {
+pub(crate) fn decode_watermark(value: &[u8]) -> Result<(String, SequenceNumber), Corrupt> {
     let (length, rest) = value.split_first_chunk::<4>().ok_or(Corrupt)?;
     let length = usize::try_from(u32::from_le_bytes(*length)).map_err(|_| Corrupt)?;
     if rest.len() < length {
@@ -285,12 +291,12 @@ pub fn decode_watermark(value: &[u8]) -> Result<(String, SequenceNumber), Corrup
 }
 
 /// An `i64` value (horizon, touched time).
-pub fn encode_time(millis: i64) -> [u8; 8] {
+pub(crate) fn encode_time(millis: i64) -> [u8; 8] {
     millis.to_be_bytes()
 }
 
 /// A tenant value.
-pub fn encode_tenant(tenant: u32) -> [u8; 4] {
+pub(crate) fn encode_tenant(tenant: u32) -> [u8; 4] {
     tenant.to_be_bytes()
 }
 
@@ -298,7 +304,7 @@ pub fn encode_tenant(tenant: u32) -> [u8; 4] {
 ///
 /// # Errors
 /// [`Corrupt`] unless it is 4 bytes.
-pub fn decode_tenant(value: &[u8]) -> Result<u32, Corrupt> {
+pub(crate) fn decode_tenant(value: &[u8]) -> Result<u32, Corrupt> {
     Ok(u32::from_be_bytes(value.try_into().map_err(|_| Corrupt)?))
 }
 
@@ -306,7 +312,7 @@ pub fn decode_tenant(value: &[u8]) -> Result<u32, Corrupt> {
 ///
 /// # Errors
 /// [`Corrupt`] unless it is 8 bytes.
-pub fn decode_time(value: &[u8]) -> Result<i64, Corrupt> {
+pub(crate) fn decode_time(value: &[u8]) -> Result<i64, Corrupt> {
     Ok(i64::from_be_bytes(value.try_into().map_err(|_| Corrupt)?))
 }
 

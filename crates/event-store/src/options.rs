@@ -3,40 +3,40 @@
 use std::time::Duration;
 
 /// Default size of the block cache: 40 MiB.
-pub const DEFAULT_CACHE_BYTES: u64 = 40 * 1024 * 1024;
+pub(crate) const DEFAULT_CACHE_BYTES: u64 = 40 * 1024 * 1024;
 
 /// Default memtable size of the epochs' keyspaces: 8 MiB.
-pub const DEFAULT_MEMTABLE_BYTES: u64 = 8 * 1024 * 1024;
+pub(crate) const DEFAULT_MEMTABLE_BYTES: u64 = 8 * 1024 * 1024;
 
 /// Default bound of the in-memory filters of the `copies` keys: 48 MiB
 /// (1.5 bytes per key, up to about twice the live keys while generations
 /// wait for the horizon: 16 to 32 million keys).
-pub const DEFAULT_FILTER_BYTES: u64 = 48 * 1024 * 1024;
+pub(crate) const DEFAULT_FILTER_BYTES: u64 = 48 * 1024 * 1024;
 
 /// Default number of key writes to one epoch of the `copies` keys before
 /// the next starts: 200,000 (its index's map then never outgrows the
 /// 262,144 slots it is made with; about 20 MiB in memory while the epoch
 /// is open, about 14 MB on disk once closed).
-pub const DEFAULT_EPOCH_KEYS: u64 = 200_000;
+pub(crate) const DEFAULT_EPOCH_KEYS: u64 = 200_000;
 
 /// Default bytes of values written to one epoch before the next starts:
 /// 16 MiB (200,000 keys of one copy are about 9.4 MB; keys written again
 /// and again, as when one id keeps being accepted with new payloads, end
 /// the epoch sooner).
-pub const DEFAULT_EPOCH_VALUE_BYTES: u64 = 16 * 1024 * 1024;
+pub(crate) const DEFAULT_EPOCH_VALUE_BYTES: u64 = 16 * 1024 * 1024;
 
 /// A shard not written for this long, by the wall clock, is forgotten when
 /// the store opens: 7 days.
-pub const FORGET_AFTER: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+pub(crate) const FORGET_AFTER: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
 /// Default number of fjall's background threads: 3. fjall keeps its first
 /// worker for flushes and has it hand compaction requests back to the queue
 /// while another worker compacts, which turns it into a busy loop when
 /// there is no third worker to take them (fjall 3.1, `worker_pool.rs`); a
 /// single worker can block on its own full queue. Three avoid both.
-pub const DEFAULT_WORKER_THREADS: usize = 3;
+pub(crate) const DEFAULT_WORKER_THREADS: usize = 3;
 
-/// Settings of a [`LocalStore`](super::LocalStore).
+/// Settings of a [`LocalStore`](crate::LocalStore).
 ///
 /// # Memory
 /// The store's memory is bounded by

@@ -14,36 +14,36 @@ use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// The horizon of a forgotten shard: every copy is older.
-pub const FORGOTTEN: i64 = i64::MAX;
+pub(crate) const FORGOTTEN: i64 = i64::MAX;
 
 /// Tenant numbers and horizons, shared by the store and the compaction
 /// filter.
 #[derive(Debug, Clone, Default)]
-pub struct Tenants {
+pub(crate) struct Tenants {
     map: Arc<RwLock<TenantMap>>,
 }
 
 /// What [`Tenants`] guards.
 #[derive(Debug, Default)]
-pub struct TenantMap {
+pub(crate) struct TenantMap {
     /// Each known shard's tenant.
-    pub by_shard: HashMap<Box<str>, u32>,
+    pub(crate) by_shard: HashMap<Box<str>, u32>,
     /// The horizon of each tenant that has one: its copies that arrived
     /// earlier (ms since the epoch) are no longer needed.
-    pub horizons: HashMap<u32, i64>,
+    pub(crate) horizons: HashMap<u32, i64>,
     /// The next tenant to give out.
-    pub next: u32,
+    pub(crate) next: u32,
 }
 
 impl Tenants {
     /// The tenant of `shard_id`, if it has one.
-    pub fn get(&self, shard_id: &str) -> Option<u32> {
+    pub(crate) fn get(&self, shard_id: &str) -> Option<u32> {
         self.read().by_shard.get(shard_id).copied()
     }
 
     /// The horizon of `shard_id`, if it has one.
     #[cfg(test)]
-    pub fn horizon(&self, shard_id: &str) -> Option<i64> {
+    pub(crate) fn horizon(&self, shard_id: &str) -> Option<i64> {
         let map = self.read();
         map.by_shard
             .get(shard_id)
@@ -52,25 +52,25 @@ impl Tenants {
     }
 
     /// The horizons by tenant.
-    pub fn horizons(&self) -> HashMap<u32, i64> {
+    pub(crate) fn horizons(&self) -> HashMap<u32, i64> {
         self.read().horizons.clone()
     }
 
     /// Shared access.
-    pub fn read(&self) -> RwLockReadGuard<'_, TenantMap> {
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, TenantMap> {
         // Every update is a single insert or remove, so a panic while the
         // lock is held cannot leave the maps half-updated.
         self.map.read().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Exclusive access.
-    pub fn write(&self) -> RwLockWriteGuard<'_, TenantMap> {
+    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, TenantMap> {
         self.map.write().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Whether a copy that arrived at `arrival_millis` is kept under
     /// `horizon`.
-    pub fn keeps(horizon: Option<i64>, arrival_millis: i64) -> bool {
+    pub(crate) fn keeps(horizon: Option<i64>, arrival_millis: i64) -> bool {
         horizon.is_none_or(|horizon| arrival_millis >= horizon)
     }
 }
