@@ -33,8 +33,6 @@
 //! `SHARDSINK_E2E_SEED=<seed>` (timing still varies, so a repeat is close,
 //! not identical).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};

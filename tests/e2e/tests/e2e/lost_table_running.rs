@@ -4,8 +4,6 @@
 //! recreate the table (or the leases) by itself, restart each shard from the
 //! oldest record with dedup on, and keep S3 exact — no restart, no operator.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-
 use std::time::Duration;
 
 use shardsink_e2e::fixtures::{clear_lease_table, delete_lease_table};

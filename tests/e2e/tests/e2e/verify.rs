@@ -11,8 +11,6 @@
 //!   (Kinesis sequence numbers are not consecutive, so a hole between two
 //!   key ranges proves nothing).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-
 use std::collections::BTreeSet;
 use std::sync::Arc;
 

@@ -8,8 +8,6 @@
 //! the listing (not `If-None-Match` on identical keys) can keep the output
 //! exact.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-
 use shardsink_e2e::fixtures::{clear_lease_table, delete_lease_table};
 use shardsink_e2e::producer::small_record_specs;
 use shardsink_e2e::{Daemon, Finish, Scenario, TestEnv, Versioning, require_env};

@@ -3,8 +3,6 @@
 //! for dedup must neither hide records (a parser that reads `9-1-99999999`
 //! as the range 1..99999999 would skip everything) nor be touched.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-
 use std::collections::BTreeSet;
 
 use shardsink_e2e::archive::{get_object, put_object, truncate_to_minute};
