@@ -508,7 +508,7 @@ async fn run_case(case: &Case) {
 
 /// `--format` and `--compression` change between two runs on one prefix;
 /// the lease table is emptied in between, so the second run reads the whole
-/// stream again and only dedup — which must read keys of every extension —
+/// stream again and only the resume skip — which must read keys of every extension —
 /// keeps the first run's records from being written twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn format_and_compression_change_between_runs() {

@@ -4,7 +4,7 @@
 //! more, restart: nothing lost, nothing duplicated.
 //!
 //! The restart uses a different `--buffer-max-records`, so the replayed
-//! batches do not line up with the first run's objects: only dedup against
+//! batches do not line up with the first run's objects: only the resume skip against
 //! the listing (not `If-None-Match` on identical keys) can keep the output
 //! exact.
 
