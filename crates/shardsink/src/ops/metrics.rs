@@ -40,7 +40,7 @@ pub struct Metrics {
     /// could not represent, written to the error prefix.
     pub records_errored: Family<ReasonLabel, Counter>,
     /// `shardsink_events_total{outcome}`: user records in written batches
-    /// by event decision (with `--event-id`). The DynamoDB manifest never
+    /// by event decision (with `--event-id`). The DynamoDB store never
     /// says `id_reused`: it sees only the copies with the record's payload,
     /// so such a record is `unique` there.
     pub events: Family<EventOutcomeLabel, Counter>,
@@ -59,16 +59,16 @@ pub struct Metrics {
     /// `shardsink_dedup_list_requests_total`.
     pub dedup_list_requests: Counter,
     /// `shardsink_event_manifest_requests_total{operation}`: requests sent
-    /// to the event manifest table, retries included.
+    /// to the DynamoDB event table, retries included.
     pub event_manifest_requests: Family<OperationLabel, Counter>,
     /// `shardsink_event_manifest_capacity_units_total{operation}`: capacity
     /// units DynamoDB reported consumed (`ReturnConsumedCapacity` `TOTAL`)
-    /// by the manifest's successful requests — read units for
+    /// by the DynamoDB store's successful requests — read units for
     /// `BatchGetItem` and `GetItem`, write units for `PutItem`.
     pub event_manifest_capacity_units: Family<OperationLabel, Counter<f64, AtomicU64>>,
     /// `shardsink_event_manifest_evictions_total`: accepted copies dropped
-    /// from a manifest item only to keep it within its bound, though a
-    /// late decision (a shard read behind, a replay) might still have
+    /// from an item of the DynamoDB event table only to keep it within its
+    /// bound, though a late decision (a shard read behind, a replay) might still have
     /// consulted them.
     pub event_manifest_evictions: Counter,
     /// `shardsink_event_manifest_rejected_total{operation}`: manifest
@@ -145,7 +145,7 @@ impl Metrics {
         );
         registry.register(
             "events",
-            "User records in written batches by event decision: unique, duplicate (written to the duplicates prefix), expired, id_reused (local store only; unique under the DynamoDB manifest), id_missing",
+            "User records in written batches by event decision: unique, duplicate (written to the duplicates prefix), expired, id_reused (local store only; unique under the DynamoDB store), id_missing",
             metrics.events.clone(),
         );
         registry.register(
@@ -183,24 +183,26 @@ impl Metrics {
             "ListObjectsV2 requests made by the resume skip",
             metrics.dedup_list_requests.clone(),
         );
+        // The DynamoDB event table's metrics keep their older names
+        // (`event_manifest_*`, docs/OPERATIONS.md): dashboards use them.
         registry.register(
             "event_manifest_requests",
-            "Requests sent to the event manifest table (DynamoDB), retries included, by operation",
+            "Requests sent to the DynamoDB event table, retries included, by operation",
             metrics.event_manifest_requests.clone(),
         );
         registry.register(
             "event_manifest_capacity_units",
-            "Capacity units DynamoDB reported consumed by successful event manifest requests, by operation (read units for BatchGetItem and GetItem, write units for PutItem)",
+            "Capacity units DynamoDB reported consumed by successful DynamoDB event table requests, by operation (read units for BatchGetItem and GetItem, write units for PutItem)",
             metrics.event_manifest_capacity_units.clone(),
         );
         registry.register(
             "event_manifest_evictions",
-            "Accepted copies dropped from an event manifest item only to keep the item within its bound of copies",
+            "Accepted copies dropped from an item of the DynamoDB event table only to keep the item within its bound of copies",
             metrics.event_manifest_evictions.clone(),
         );
         registry.register(
             "event_manifest_rejected",
-            "Event manifest requests DynamoDB refused as ones that can never succeed (ValidationException), by operation; the records were kept, their copies not recorded",
+            "Requests to the DynamoDB event table that DynamoDB refused as ones that can never succeed (ValidationException), by operation; the records were kept, their copies not recorded",
             metrics.event_manifest_rejected.clone(),
         );
         registry.register(
@@ -240,14 +242,14 @@ impl Metrics {
         self.retries.get_or_create(&CauseLabel { cause }).inc();
     }
 
-    /// Counts one request to the event manifest table.
+    /// Counts one request to the DynamoDB event table.
     pub fn event_manifest_request(&self, operation: &'static str) {
         self.event_manifest_requests
             .get_or_create(&OperationLabel { operation })
             .inc();
     }
 
-    /// Requests to the event manifest table with `operation` so far.
+    /// Requests to the DynamoDB event table with `operation` so far.
     #[cfg(any(test, feature = "bench"))]
     pub fn event_manifest_requests(&self, operation: &'static str) -> u64 {
         self.event_manifest_requests
@@ -255,7 +257,7 @@ impl Metrics {
             .get()
     }
 
-    /// Counts `units` capacity units an event manifest request with
+    /// Counts `units` capacity units a DynamoDB event table request with
     /// `operation` consumed.
     pub fn event_manifest_capacity(&self, operation: &'static str, units: f64) {
         self.event_manifest_capacity_units
@@ -263,8 +265,8 @@ impl Metrics {
             .inc_by(units);
     }
 
-    /// Capacity units event manifest requests with `operation` consumed so
-    /// far.
+    /// Capacity units DynamoDB event table requests with `operation`
+    /// consumed so far.
     #[cfg(any(test, feature = "bench"))]
     pub fn event_manifest_capacity_units(&self, operation: &'static str) -> f64 {
         self.event_manifest_capacity_units
@@ -272,7 +274,7 @@ impl Metrics {
             .get()
     }
 
-    /// Counts an event manifest request with `operation` that DynamoDB
+    /// Counts a DynamoDB event table request with `operation` that DynamoDB
     /// refused for good.
     pub fn event_manifest_rejected(&self, operation: &'static str) {
         self.event_manifest_rejected
