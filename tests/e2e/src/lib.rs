@@ -73,7 +73,10 @@
 //! source "$(scripts/local-servers env moto)"
 //! cargo build -p shardsink --features failpoints
 //! SHARDSINK_E2E_REQUIRED=1 cargo test -p shardsink-e2e
+//! SHARDSINK_E2E_REQUIRED=1 cargo test -p shardsink-e2e -- formats::   # one family
 //! ```
+//! The tests are one binary, `tests/e2e/main.rs` in this crate, with one
+//! module per scenario family beside it; a test's name is `family::test`.
 //! Without endpoint variables every test prints
 //! `skipping: no local servers (set AWS_ENDPOINT_URL_*)` and passes, so a
 //! plain `cargo test --workspace` needs no servers; `scripts/test` shows

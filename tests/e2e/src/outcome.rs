@@ -12,9 +12,12 @@
 //! {binary}\t{test}\tskipped\t{profile it needs, or -}\t{reason}
 //! ```
 //!
-//! `binary` is the test binary (`reshard` for `tests/reshard.rs`), `test`
-//! the test's name as the test runner lists it (the name of the thread it
-//! runs the test on). A later line for the same test wins: a test that
+//! `binary` is the test binary (`e2e`: the suite is one binary,
+//! `tests/e2e/tests/e2e/main.rs`), `test` the test's name as the test
+//! runner lists it (the name of the thread it runs the test on):
+//! `module::test`, the module being the scenario family
+//! (`reshard::split_and_merge_while_producing`, from `reshard.rs` beside
+//! `main.rs`). A later line for the same test wins: a test that
 //! has its servers and then finds it cannot run on this profile records
 //! `ran`, then `skipped`. `scripts/test` sets the variable per profile and
 //! joins the files with the list of tests (`cargo test -p shardsink-e2e --
@@ -86,7 +89,7 @@ fn record(outcome: &str, needs: Option<&str>, reason: Option<&str>) {
 }
 
 /// The test binary's name: its file name without the 16 hex digits cargo
-/// adds (`reshard-0123456789abcdef` → `reshard`).
+/// adds (`e2e-0123456789abcdef` → `e2e`).
 fn binary_name() -> String {
     let exe = std::env::current_exe().unwrap_or_default();
     let stem = exe
@@ -125,10 +128,10 @@ mod tests {
 
     #[test]
     fn the_hash_cargo_adds_is_dropped() {
-        assert_eq!(strip_hash("reshard-0123abcdef456789"), "reshard");
+        assert_eq!(strip_hash("e2e-0123abcdef456789"), "e2e");
         assert_eq!(strip_hash("kill_restart-0123abcdef456789"), "kill_restart");
-        assert_eq!(strip_hash("memory-cafe"), "memory-cafe", "not a hash");
-        assert_eq!(strip_hash("reshard"), "reshard");
+        assert_eq!(strip_hash("e2e-cafe"), "e2e-cafe", "not a hash");
+        assert_eq!(strip_hash("e2e"), "e2e");
     }
 
     #[test]

@@ -1,9 +1,7 @@
 //! Keys in the bucket that do not parse are logged and ignored, never read
 //! as ranges: objects planted in the very minute prefixes the daemon lists
-//! for dedup must neither hide records (a parser that reads `9-1-99999999`
+//! for the resume skip must neither hide records (a parser that reads `9-1-99999999`
 //! as the range 1..99999999 would skip everything) nor be touched.
-
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
 use std::collections::BTreeSet;
 

@@ -9,8 +9,6 @@
 //! moto keeps routing records to a closed parent, so the test is skipped
 //! there.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
 

@@ -4,8 +4,6 @@
 //! encoder and catch every planted fault, lease rows and object versions
 //! read back as written.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 

@@ -18,8 +18,12 @@
 //! B joins and takes one lease from A; A is killed and B takes its shard
 //! over after the failover time; B is stopped gracefully. S3 is then read
 //! record by record in the run's layout and format ([`Scenario::finish`]).
-
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+//!
+//! The formats are one table, [`format_cases!`], a row per format: its
+//! settings, payloads, key extensions, rejections and objects. One body,
+//! [`run_case`], runs each row as a test of its own. The change of format
+//! and compression, and the refused change of layout, are tests of their
+//! own below it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -277,25 +281,176 @@ fn assert_keys(
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn json_with_minute_keys_and_rejected_payloads() {
+/// Records put in each of a run's three phases.
+const PHASE_RECORDS: [usize; 3] = [150, 100, 100];
+
+/// The fewest records a case that rejects payloads rejects.
+const REJECTED_AT_LEAST: usize = 40;
+
+/// One output format case: its settings, its payloads and what its archive
+/// must show. [`run_case`] runs every case the same way.
+struct Case {
+    /// Names the stream and bucket (`fmt-{name}`), the payload labels
+    /// (`{name}-1`…`{name}-3`), the printed seed and the printed key
+    /// layout.
+    name: &'static str,
+    /// Settings on top of [`base`], `--format` first.
+    settings: &'static [(&'static str, &'static str)],
+    /// `--parquet-schema` naming a file with [`SCHEMA_FILE`].
+    schema_file: bool,
+    /// `--key-layout` on moto (and without a profile), and on LocalStack
+    /// ([`per_profile`]).
+    key_layout: (&'static str, &'static str),
+    /// The payloads of the three phases.
+    payloads: PayloadKind,
+    /// The key extension of main objects, and of error objects.
+    extensions: (&'static str, &'static str),
+    /// Empty: the format represents every payload and the error prefix
+    /// stays empty. Otherwise at least [`REJECTED_AT_LEAST`] records are
+    /// rejected, and their `errorMessage`s mention each of these (each kind
+    /// of rejection, with its reason).
+    rejections: &'static [&'static str],
+    /// What every main object is.
+    objects: Objects,
+}
+
+/// The payloads a case puts.
+#[derive(Clone, Copy)]
+enum PayloadKind {
+    /// [`json_payloads`]: JSON objects, and payloads the `json` format
+    /// rejects.
+    Json,
+    /// [`raw_payloads`] ending in this delimiter.
+    Raw(u8),
+    /// [`schema_payloads`]: rows of [`SCHEMA_FILE`], and rows it rejects.
+    Schema,
+    /// JSON objects, then any bytes, then JSON objects, all accepted: any
+    /// bytes fit Parquet's data column, so payloads the `json` format
+    /// would reject are plain rows.
+    AnyBytes,
+}
+
+impl PayloadKind {
+    /// Phase `phase` (0, 1 or 2) of a case named `name`.
+    fn phase(self, name: &str, seed: u64, phase: usize) -> Payloads {
+        let (count, seed) = (PHASE_RECORDS[phase], seed + phase as u64);
+        let label = format!("{name}-{}", phase + 1);
+        match self {
+            Self::Json => json_payloads(count, seed, &label),
+            Self::Raw(delimiter) => raw_payloads(count, seed, &label, delimiter),
+            Self::Schema => schema_payloads(count, seed, &label),
+            Self::AnyBytes => {
+                let payloads = if phase == 1 {
+                    raw_payloads(count, seed, &label, 0)
+                } else {
+                    json_payloads(count, seed, &label)
+                };
+                Payloads {
+                    rejected: vec![false; payloads.specs.len()],
+                    specs: payloads.specs,
+                }
+            }
+        }
+    }
+}
+
+/// What every main object of a case is.
+enum Objects {
+    /// Checked by [`assert_keys`] only.
+    Any,
+    /// Of this shape.
+    Shaped(Shape),
+    /// With an `x-amz-meta-shardsink-format` starting with this.
+    FormatStartingWith(&'static str),
+}
+
+/// The table of cases: one test per row, named by it, each running
+/// [`run_case`].
+macro_rules! format_cases {
+    ($($(#[$doc:meta])* $test:ident: $case:expr,)+) => {
+        $(
+            $(#[$doc])*
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $test() {
+                run_case(&$case).await;
+            }
+        )+
+    };
+}
+
+format_cases! {
+    json_with_minute_keys_and_rejected_payloads: Case {
+        name: "json",
+        settings: &[("format", "json"), ("time-bucket", "minute")],
+        schema_file: false,
+        key_layout: ("hive", "plain"),
+        payloads: PayloadKind::Json,
+        extensions: (".jsonl.zst", ".jsonl.zst"),
+        rejections: &["not UTF-8", "not a JSON object", "metadata field"],
+        objects: Objects::Any,
+    },
+    raw_with_a_record_separator_and_hour_keys: Case {
+        name: "raw",
+        settings: &[
+            ("format", "raw"),
+            ("record-delimiter", "\\x1e"),
+            ("compression", "gzip"),
+            ("time-bucket", "hour"),
+        ],
+        schema_file: false,
+        key_layout: ("plain", "hive"),
+        payloads: PayloadKind::Raw(0x1e),
+        extensions: (".raw.gz", ".jsonl.gz"),
+        rejections: &[],
+        objects: Objects::Shaped(Shape::Raw),
+    },
+    parquet_with_hour_keys: Case {
+        name: "parquet",
+        settings: &[("format", "parquet"), ("time-bucket", "hour")],
+        schema_file: false,
+        key_layout: ("hive", "plain"),
+        payloads: PayloadKind::AnyBytes,
+        extensions: (".parquet", ".jsonl.zst"),
+        rejections: &[],
+        objects: Objects::Any,
+    },
+    // Parquet keys name no codec; their error objects are zstd.
+    parquet_with_a_schema_and_minute_keys: Case {
+        name: "schema",
+        settings: &[("format", "parquet"), ("compression", "gzip")],
+        schema_file: true,
+        key_layout: ("plain", "hive"),
+        payloads: PayloadKind::Schema,
+        extensions: (".parquet", ".jsonl.zst"),
+        rejections: &["user_id", "event", "ok", "at"],
+        objects: Objects::FormatStartingWith("parquet;schema="),
+    },
+}
+
+/// One case: its three phases of payloads through
+/// [`run_with_kills_and_lease_moves`], then [`finish`] and the checks of
+/// its keys, error objects and main objects.
+async fn run_case(case: &Case) {
     let env = require_env!();
-    let mut scenario = Scenario::create(&env, "fmt-json", 2, Versioning::Enabled)
+    let name = case.name;
+    let mut scenario = Scenario::create(&env, &format!("fmt-{name}"), 2, Versioning::Enabled)
         .await
         .unwrap();
-    scenario.settings = base(&scenario)
-        .set("format", "json")
-        .set(
-            "key-layout",
-            per_profile("json key layout", "hive", "plain"),
-        )
-        .set("time-bucket", "minute");
-    let seed = shardsink_e2e::env::seed("formats json payloads", None);
-    let phases = [
-        json_payloads(150, seed, "json-1"),
-        json_payloads(100, seed + 1, "json-2"),
-        json_payloads(100, seed + 2, "json-3"),
-    ];
+    let mut settings = base(&scenario);
+    if case.schema_file {
+        let schema_path = shardsink_e2e::daemon::log_dir(&scenario.stream).join("schema.json");
+        std::fs::create_dir_all(schema_path.parent().unwrap()).unwrap();
+        std::fs::write(&schema_path, SCHEMA_FILE).unwrap();
+        settings = settings.set("parquet-schema", schema_path.to_str().unwrap());
+    }
+    for &(flag, value) in case.settings {
+        settings = settings.set(flag, value);
+    }
+    let (otherwise, on_localstack) = case.key_layout;
+    let key_layout = per_profile(&format!("{name} key layout"), otherwise, on_localstack);
+    scenario.settings = settings.set("key-layout", key_layout);
+    let seed = shardsink_e2e::env::seed(&format!("formats {name} payloads"), None);
+    let phases = [0, 1, 2].map(|phase| case.payloads.phase(name, seed, phase));
     let mut reader = scenario.archive_reader();
     let run = run_with_kills_and_lease_moves(
         &scenario,
@@ -303,155 +458,57 @@ async fn json_with_minute_keys_and_rejected_payloads() {
         [&phases[0], &phases[1], &phases[2]],
     )
     .await;
-    assert!(run.rejected.len() >= 40, "{} rejected", run.rejected.len());
+    if !case.rejections.is_empty() {
+        assert!(
+            run.rejected.len() >= REJECTED_AT_LEAST,
+            "{} rejected",
+            run.rejected.len()
+        );
+    }
     let archive = finish(&scenario, &mut reader, run).await;
 
-    assert_keys(&archive, &scenario.settings, ".jsonl.zst", ".jsonl.zst");
-    // Each kind of rejection, with its reason.
+    let (main_extension, error_extension) = case.extensions;
+    assert_keys(
+        &archive,
+        &scenario.settings,
+        main_extension,
+        error_extension,
+    );
+    assert_eq!(
+        archive.error_objects.is_empty(),
+        case.rejections.is_empty(),
+        "error objects exactly when the format rejects payloads"
+    );
     let messages: BTreeSet<&str> = archive
         .records()
         .filter_map(|r| r.error_message.as_deref())
         .collect();
-    for reason in ["not UTF-8", "not a JSON object", "metadata field"] {
+    for reason in case.rejections {
         assert!(
             messages.iter().any(|m| m.contains(reason)),
             "no errorMessage mentions {reason:?}: {messages:#?}"
         );
     }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn raw_with_a_record_separator_and_hour_keys() {
-    let env = require_env!();
-    let mut scenario = Scenario::create(&env, "fmt-raw", 2, Versioning::Enabled)
-        .await
-        .unwrap();
-    scenario.settings = base(&scenario)
-        .set("format", "raw")
-        .set("record-delimiter", "\\x1e")
-        .set("compression", "gzip")
-        .set("key-layout", per_profile("raw key layout", "plain", "hive"))
-        .set("time-bucket", "hour");
-    let seed = shardsink_e2e::env::seed("formats raw payloads", None);
-    let phases = [
-        raw_payloads(150, seed, "raw-1", 0x1e),
-        raw_payloads(100, seed + 1, "raw-2", 0x1e),
-        raw_payloads(100, seed + 2, "raw-3", 0x1e),
-    ];
-    let mut reader = scenario.archive_reader();
-    let run = run_with_kills_and_lease_moves(
-        &scenario,
-        &mut reader,
-        [&phases[0], &phases[1], &phases[2]],
-    )
-    .await;
-    let archive = finish(&scenario, &mut reader, run).await;
-    assert_keys(&archive, &scenario.settings, ".raw.gz", ".jsonl.gz");
-    assert!(archive.error_objects.is_empty());
     for object in &archive.objects {
-        assert_eq!(object.key.shape, Shape::Raw);
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn parquet_with_hour_keys() {
-    let env = require_env!();
-    let mut scenario = Scenario::create(&env, "fmt-parquet", 2, Versioning::Enabled)
-        .await
-        .unwrap();
-    scenario.settings = base(&scenario)
-        .set("format", "parquet")
-        .set(
-            "key-layout",
-            per_profile("parquet key layout", "hive", "plain"),
-        )
-        .set("time-bucket", "hour");
-    let seed = shardsink_e2e::env::seed("formats parquet payloads", None);
-    // Any bytes fit the data column: payloads the json format would reject
-    // are plain rows here.
-    let phases = [
-        json_payloads(150, seed, "parquet-1"),
-        raw_payloads(100, seed + 1, "parquet-2", 0),
-        json_payloads(100, seed + 2, "parquet-3"),
-    ];
-    let accept_all = |p: &Payloads| Payloads {
-        specs: p.specs.clone(),
-        rejected: vec![false; p.specs.len()],
-    };
-    let phases = phases.map(|p| accept_all(&p));
-    let mut reader = scenario.archive_reader();
-    let run = run_with_kills_and_lease_moves(
-        &scenario,
-        &mut reader,
-        [&phases[0], &phases[1], &phases[2]],
-    )
-    .await;
-    let archive = finish(&scenario, &mut reader, run).await;
-    assert_keys(&archive, &scenario.settings, ".parquet", ".jsonl.zst");
-    assert!(archive.error_objects.is_empty());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn parquet_with_a_schema_and_minute_keys() {
-    let env = require_env!();
-    let mut scenario = Scenario::create(&env, "fmt-schema", 2, Versioning::Enabled)
-        .await
-        .unwrap();
-    let schema_path = shardsink_e2e::daemon::log_dir(&scenario.stream).join("schema.json");
-    std::fs::create_dir_all(schema_path.parent().unwrap()).unwrap();
-    std::fs::write(&schema_path, SCHEMA_FILE).unwrap();
-    scenario.settings = base(&scenario)
-        .set("format", "parquet")
-        .set("parquet-schema", schema_path.to_str().unwrap())
-        .set("compression", "gzip")
-        .set(
-            "key-layout",
-            per_profile("schema key layout", "plain", "hive"),
-        );
-    let seed = shardsink_e2e::env::seed("formats schema payloads", None);
-    let phases = [
-        schema_payloads(150, seed, "schema-1"),
-        schema_payloads(100, seed + 1, "schema-2"),
-        schema_payloads(100, seed + 2, "schema-3"),
-    ];
-    let mut reader = scenario.archive_reader();
-    let run = run_with_kills_and_lease_moves(
-        &scenario,
-        &mut reader,
-        [&phases[0], &phases[1], &phases[2]],
-    )
-    .await;
-    assert!(run.rejected.len() >= 40, "{} rejected", run.rejected.len());
-    let archive = finish(&scenario, &mut reader, run).await;
-    // Parquet keys name no codec; their error objects are zstd.
-    assert_keys(&archive, &scenario.settings, ".parquet", ".jsonl.zst");
-    assert!(!archive.error_objects.is_empty());
-    let messages: BTreeSet<&str> = archive
-        .records()
-        .filter_map(|r| r.error_message.as_deref())
-        .collect();
-    for field in ["user_id", "event", "ok", "at"] {
-        assert!(
-            messages.iter().any(|m| m.contains(field)),
-            "no errorMessage names {field:?}: {messages:#?}"
-        );
-    }
-    for object in &archive.objects {
-        assert!(
-            object
-                .format
-                .as_deref()
-                .is_some_and(|f| f.starts_with("parquet;schema=")),
-            "{}: {:?}",
-            object.key.key,
-            object.format
-        );
+        match case.objects {
+            Objects::Any => {}
+            Objects::Shaped(shape) => assert_eq!(object.key.shape, shape),
+            Objects::FormatStartingWith(start) => assert!(
+                object
+                    .format
+                    .as_deref()
+                    .is_some_and(|f| f.starts_with(start)),
+                "{}: {:?}",
+                object.key.key,
+                object.format
+            ),
+        }
     }
 }
 
 /// `--format` and `--compression` change between two runs on one prefix;
 /// the lease table is emptied in between, so the second run reads the whole
-/// stream again and only dedup — which must read keys of every extension —
+/// stream again and only the resume skip — which must read keys of every extension —
 /// keeps the first run's records from being written twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn format_and_compression_change_between_runs() {

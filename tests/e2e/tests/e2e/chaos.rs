@@ -33,8 +33,6 @@
 //! `SHARDSINK_E2E_SEED=<seed>` (timing still varies, so a repeat is close,
 //! not identical).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
@@ -63,7 +61,7 @@ const CHAOS: Duration = Duration::from_secs(75);
 /// The workers' ids.
 const WORKERS: [&str; 3] = ["chaos-a", "chaos-b", "chaos-c"];
 /// At most this many lease table losses per run: each one makes every shard
-/// be read again from `TRIM_HORIZON` with dedup.
+/// be read again from `TRIM_HORIZON` with the resume skip.
 const MAX_TABLE_LOSSES: usize = 3;
 /// At most this many splits and merges per run.
 const MAX_RESHARDS: usize = 3;

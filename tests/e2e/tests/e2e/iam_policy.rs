@@ -10,8 +10,6 @@
 //! created, Time to Live turned on, items read and written). The test fails if an operation needs an IAM action the policy
 //! lacks, or if the policy grants an action nothing used.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 

@@ -2,8 +2,6 @@
 //! and `/readyz` from the running daemon, and check that the counters match
 //! the records actually produced and the objects actually in S3.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-
 use std::time::Duration;
 
 use shardsink_e2e::http::{free_address, get};

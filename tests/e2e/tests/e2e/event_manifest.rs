@@ -15,8 +15,6 @@
 //!   then 10,000 with one payload, without stalling: each decided as the
 //!   rule says, every manifest item within one write unit.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

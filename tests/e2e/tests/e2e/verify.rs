@@ -11,8 +11,6 @@
 //!   (Kinesis sequence numbers are not consecutive, so a hole between two
 //!   key ranges proves nothing).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -157,7 +155,7 @@ async fn a_duplicated_object_overlaps() {
         "the daemon's default"
     );
     // The same records under the same name with another extension: a key
-    // the daemon's dedup would also read as the same range.
+    // the daemon's resume skip would also read as the same range.
     let body = get_object(&env, &scenario.bucket, &original.key)
         .await
         .unwrap()

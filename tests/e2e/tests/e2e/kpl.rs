@@ -4,8 +4,6 @@
 //! `subSequenceNumber`. The aggregates are built by the harness's own
 //! encoder, not the daemon's.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-
 use shardsink_e2e::producer::{kpl_record_specs, put_kpl_records, small_record_specs};
 use shardsink_e2e::{Daemon, Finish, Scenario, Versioning, require_env};
 

@@ -4,11 +4,9 @@
 //! more, restart: nothing lost, nothing duplicated.
 //!
 //! The restart uses a different `--buffer-max-records`, so the replayed
-//! batches do not line up with the first run's objects: only dedup against
+//! batches do not line up with the first run's objects: only the resume skip against
 //! the listing (not `If-None-Match` on identical keys) can keep the output
 //! exact.
-
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
 use shardsink_e2e::fixtures::{clear_lease_table, delete_lease_table};
 use shardsink_e2e::producer::small_record_specs;

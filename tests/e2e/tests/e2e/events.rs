@@ -21,8 +21,6 @@
 //! The seed is printed; `SHARDSINK_E2E_SEED=<seed>` repeats a run's events,
 //! copies and choices (timing still varies).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::Duration;

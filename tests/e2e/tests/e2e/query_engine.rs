@@ -27,8 +27,6 @@
 //! `.local/duckdb/`). Unset, the tests skip, or fail with
 //! `SHARDSINK_E2E_REQUIRED=1`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -24,8 +24,6 @@
 //! Except for `after-put` (which deletes an object on purpose) the bucket is
 //! versioned and every key must have exactly one version (line 2).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-
 use std::time::Duration;
 
 use shardsink_e2e::archive::{delete_object, get_object};

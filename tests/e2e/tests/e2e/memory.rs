@@ -44,8 +44,6 @@
 //! reasonable time (putting it alone takes minutes, and 10 MiB reads time
 //! out), so on that profile the test says so and stops.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 

@@ -6,8 +6,6 @@
 //! arrival time, each line inside its key's shard, range and minute; the
 //! shutdown must leave every checkpoint at its shard's last record.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-
 use shardsink_e2e::producer::{kpl_record_specs, mixed_record_specs, put_kpl_records};
 use shardsink_e2e::{Daemon, Finish, Scenario, Versioning, require_env};
 

@@ -6,8 +6,6 @@
 //! object (line 1), and in a versioned bucket every key has exactly one
 //! version: nothing was ever overwritten (line 2).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-
 use std::time::Duration;
 
 use rand::rngs::StdRng;

@@ -4,8 +4,6 @@
 //! all the same (the binary is only guaranteed to be built when the
 //! end-to-end suite is run on purpose).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-
 use std::time::Duration;
 
 use shardsink_e2e::daemon::run_to_exit;

@@ -9,8 +9,6 @@
 //! be longer. Once Kinesis answers, the daemon must be ready and archive
 //! every record produced before and during the outage, exactly once.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-
 use std::time::{Duration, Instant};
 
 use shardsink_e2e::blackhole::Blackhole;

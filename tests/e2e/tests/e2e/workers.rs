@@ -4,8 +4,6 @@
 //! worker (a zombie) cannot add a duplicate when it wakes up. S3 is read
 //! record by record at the end of each test.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 

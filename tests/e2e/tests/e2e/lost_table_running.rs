@@ -2,9 +2,7 @@
 //! with a producer writing, the lease table is deleted (or
 //! emptied) under the running daemon. Its lease writes then fail; it must
 //! recreate the table (or the leases) by itself, restart each shard from the
-//! oldest record with dedup on, and keep S3 exact — no restart, no operator.
-
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+//! oldest record with the resume skip on, and keep S3 exact — no restart, no operator.
 
 use std::time::Duration;
 
@@ -55,7 +53,7 @@ async fn lose_the_table_while_running(env: &TestEnv, loss: Loss) {
     let mut reader = scenario.archive_reader();
     let mut daemon = Daemon::spawn(&settings).unwrap();
 
-    // Let it write a good part first, so the restart has something to dedup.
+    // Let it write a good part first, so the restart has records to skip.
     let scenario_ref = &scenario;
     wait_until(
         scaled(Duration::from_secs(60)),
