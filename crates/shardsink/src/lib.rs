@@ -101,12 +101,6 @@ pub mod bench {
     pub use crate::events::rule::{AcceptedCopy, CopyRef, Decision, EventKey, Outcome, Rule};
     pub use crate::events::store::{Candidate, Lineage};
     pub use crate::memory::MemoryBudget;
-
-    /// The DynamoDB store under its older name, for the end-to-end tests
-    /// that still use it.
-    pub type Manifest = DynamoDbStore;
-    /// The DynamoDB store's error under its older name.
-    pub type ManifestError = DynamoDbStoreError;
     pub use crate::ops::metrics::Metrics;
     pub use crate::output::batch::Batch;
     pub use crate::output::bucket::Bucket;
