@@ -300,17 +300,12 @@ mod tests {
     use clap::{CommandFactory as _, FromArgMatches as _};
 
     use super::*;
-    use crate::config::{Config, Settings, parse_flags_only};
+    use crate::config::tests::valid;
+    use crate::config::{Config, Settings};
 
     /// The daemon's settings with the DynamoDB store and `args`.
     fn dynamodb(args: &[&str]) -> Result<Settings, ConfigError> {
         let mut all = vec![
-            "--stream",
-            "orders",
-            "--bucket",
-            "archive",
-            "--worker-id",
-            "w1",
             "--lease-table",
             "leases",
             "--event-id",
@@ -319,7 +314,7 @@ mod tests {
             "dynamodb",
         ];
         all.extend_from_slice(args);
-        parse_flags_only(&all).unwrap().validate()
+        valid(&all)
     }
 
     fn table(settings: Settings) -> String {
@@ -417,29 +412,14 @@ mod tests {
     #[test]
     fn table_flags_belong_to_the_dynamodb_store() {
         for flag in ["--event-dedup-table", "--event-manifest-table"] {
-            let mut args = vec![
-                "--stream",
-                "orders",
-                "--bucket",
-                "archive",
-                "--worker-id",
-                "w1",
-                "--event-id",
-                "partition-key",
-            ];
-            args.extend_from_slice(&[flag, "seen"]);
-            let err = parse_flags_only(&args).unwrap().validate().unwrap_err();
+            let err = valid(&["--event-id", "partition-key", flag, "seen"]).unwrap_err();
             assert_eq!(err.flag, flag);
             assert!(
                 err.to_string().contains("--event-dedup-store dynamodb"),
                 "{err}"
             );
 
-            let err =
-                parse_flags_only(&["--stream", "orders", "--bucket", "archive", flag, "seen"])
-                    .unwrap()
-                    .validate()
-                    .unwrap_err();
+            let err = valid(&[flag, "seen"]).unwrap_err();
             assert_eq!(err.flag, flag);
             assert!(
                 err.to_string().contains("only used with --event-id"),
