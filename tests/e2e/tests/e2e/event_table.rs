@@ -111,7 +111,7 @@ async fn two_workers_decide_every_copy_exactly() {
     );
     let elapsed = started.elapsed();
     let ((decisions_a, busy_a), (decisions_b, busy_b)) = (decided_a, decided_b);
-    let puts = metrics.event_manifest_requests("PutItem");
+    let puts = metrics.event_table_requests("PutItem");
 
     // Exactly one accepted copy per event; every other copy its duplicate.
     let mut by_event: HashMap<usize, Vec<(&CopyRef, &Decision)>> = HashMap::new();
@@ -166,7 +166,7 @@ async fn two_workers_decide_every_copy_exactly() {
         let (again, _) = decide_shard(worker, shard, &records[..take]).await;
         assert_eq!(again, decisions[..take], "rerun of {shard}");
     }
-    assert_eq!(metrics.event_manifest_requests("PutItem"), puts);
+    assert_eq!(metrics.event_table_requests("PutItem"), puts);
 
     // The table holds each event's accepted copy, once.
     let items = scan(&env.dynamodb, &table).await;
@@ -202,7 +202,7 @@ async fn two_workers_decide_every_copy_exactly() {
     for operation in ["BatchGetItem", "PutItem", "GetItem"] {
         println!(
             "DynamoDB event table: {operation} requests: {}",
-            metrics.event_manifest_requests(operation)
+            metrics.event_table_requests(operation)
         );
     }
     for line in metrics.encode().lines() {
@@ -322,9 +322,9 @@ struct Units {
 /// The units the DynamoDB store's requests consumed so far.
 fn units(metrics: &Metrics) -> Units {
     Units {
-        write: metrics.event_manifest_capacity_units("PutItem"),
-        read: metrics.event_manifest_capacity_units("BatchGetItem")
-            + metrics.event_manifest_capacity_units("GetItem"),
+        write: metrics.event_table_capacity_units("PutItem"),
+        read: metrics.event_table_capacity_units("BatchGetItem")
+            + metrics.event_table_capacity_units("GetItem"),
     }
 }
 

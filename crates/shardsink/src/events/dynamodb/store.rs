@@ -383,7 +383,7 @@ impl DynamoDbStore {
         match batch {
             Err(err @ DynamoDbStoreError::Rejected { .. }) => {
                 let refused = lock(remaining).clone();
-                self.table.metrics().event_manifest_rejected("BatchGetItem");
+                self.table.metrics().event_table_rejected("BatchGetItem");
                 warn!(
                     table = %self.table.name(),
                     keys = refused.len(),
@@ -427,7 +427,7 @@ impl DynamoDbStore {
     /// as an error naming the item, counted; its records go on as decided.
     fn rejected(&self, key: &EventKey, err: &DynamoDbStoreError) {
         if let DynamoDbStoreError::Rejected { operation, .. } = err {
-            self.table.metrics().event_manifest_rejected(operation);
+            self.table.metrics().event_table_rejected(operation);
         }
         error!(
             table = %self.table.name(),
@@ -441,7 +441,7 @@ impl DynamoDbStore {
     /// might still have consulted them: each logged and counted.
     fn evicted(&self, key: &EventKey, evicted: &[HeldCopy]) {
         for held in evicted {
-            self.table.metrics().event_manifest_evictions.inc();
+            self.table.metrics().event_table_evictions.inc();
             warn!(
                 table = %self.table.name(),
                 event_id = %event_id(key),

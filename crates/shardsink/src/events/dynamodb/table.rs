@@ -439,13 +439,13 @@ impl EventTable {
     }
 
     fn count(&self, operation: &'static str) {
-        self.metrics.event_manifest_request(operation);
+        self.metrics.event_table_request(operation);
     }
 
     /// Counts the capacity units a successful request reported.
     fn consumed(&self, operation: &'static str, capacity: Option<&ConsumedCapacity>) {
         if let Some(units) = capacity.and_then(ConsumedCapacity::capacity_units) {
-            self.metrics.event_manifest_capacity(operation, units);
+            self.metrics.event_table_capacity(operation, units);
         }
     }
 

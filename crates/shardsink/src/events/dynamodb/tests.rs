@@ -76,7 +76,7 @@ impl Harness {
     }
 
     fn requests(&self, operation: &'static str) -> u64 {
-        self.metrics.event_manifest_requests(operation)
+        self.metrics.event_table_requests(operation)
     }
 
     /// The copies held for the event `(id, fingerprint)`.
@@ -452,9 +452,9 @@ async fn ten_thousand_copies_of_one_id_stay_small() {
     h.assert_items_bounded();
     assert_eq!(h.items().len(), 10_001);
     let unique = 10_001.0;
-    let writes = h.metrics.event_manifest_capacity_units("PutItem");
-    let reads = h.metrics.event_manifest_capacity_units("BatchGetItem")
-        + h.metrics.event_manifest_capacity_units("GetItem");
+    let writes = h.metrics.event_table_capacity_units("PutItem");
+    let reads = h.metrics.event_table_capacity_units("BatchGetItem")
+        + h.metrics.event_table_capacity_units("GetItem");
     assert!(writes > 0.0 && writes <= unique, "{writes} write units");
     assert!(reads > 0.0 && reads <= unique, "{reads} read units");
 }
@@ -483,7 +483,7 @@ async fn an_event_accepted_again_and_again_evicts_its_oldest_copies() {
     }
     let kept: Vec<AcceptedCopy> = copies[3..].iter().map(Candidate::accepted).collect();
     assert_eq!(h.copies(4, 5), kept);
-    assert_eq!(h.metrics.event_manifest_evictions.get(), 3);
+    assert_eq!(h.metrics.event_table_evictions.get(), 3);
     h.assert_items_bounded();
 }
 
@@ -531,7 +531,7 @@ fn refused<E>(generic: fn(ErrorMetadata) -> E) -> impl Fn() -> E {
 
 fn rejected(metrics: &Metrics, operation: &'static str) -> u64 {
     metrics
-        .event_manifest_rejected
+        .event_table_rejected
         .get_or_create(&crate::ops::metrics::OperationLabel { operation })
         .get()
 }
@@ -662,7 +662,7 @@ async fn ensure_table_creates_waits_and_turns_ttl_on() {
         ("UpdateTimeToLive", 1),
     ] {
         assert_eq!(
-            metrics.event_manifest_requests(operation),
+            metrics.event_table_requests(operation),
             count,
             "{operation}"
         );
@@ -821,7 +821,7 @@ proptest! {
                 }
             }
             prop_assert_eq!(h.requests("PutItem"), puts, "reruns write nothing");
-            prop_assert_eq!(h.metrics.event_manifest_evictions.get(), 0, "no item reached its cap");
+            prop_assert_eq!(h.metrics.event_table_evictions.get(), 0, "no item reached its cap");
             for (_, state, _) in h.items() {
                 let copies: Vec<&AcceptedCopy> = state.accepted().collect();
                 for (i, a) in copies.iter().enumerate() {
