@@ -1,7 +1,7 @@
 //! The event decision rule: whether a user record is the accepted copy of
 //! its event or a duplicate of an earlier accepted copy — a pure function of
 //! the record's [`EventKey`], its arrival time and the accepted copies that
-//! precede it. Both stores (the local store and the DynamoDB manifest) only
+//! precede it. Both stores (the local store and the DynamoDB store) only
 //! find those copies; this module decides.
 //!
 //! For a record `r` with key `(id, fingerprint)` arriving at `t`, and the
@@ -110,7 +110,7 @@ pub enum Outcome {
     Expired,
     /// Accepted copies of the id within the window, all with other payloads:
     /// kept and accepted. Only the local store tells it from [`Self::Unique`]:
-    /// the DynamoDB manifest keeps each payload's copies in an item of their
+    /// the DynamoDB store keeps each payload's copies in an item of their
     /// own and reports such a record as unique.
     IdReused,
     /// No id could be read from the record: kept, not accepted.

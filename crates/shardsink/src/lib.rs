@@ -34,7 +34,7 @@
 //! - `events`: with `--event-id`, each user record decided — kept, or a
 //!   duplicate of an earlier accepted copy of its event — by the rule, in
 //!   the local store (the `event-store` crate, which also holds the rule) or
-//!   the DynamoDB manifest; rebuilding a local store from the archive.
+//!   the DynamoDB store; rebuilding a local store from the archive.
 //! - `commit`: record the batch in the lease row → PUT with
 //!   `If-None-Match: *` (decisions, error and duplicates objects, each when
 //!   the batch has one, then the main object) → checkpoint; the check of an
@@ -87,7 +87,7 @@ mod worker;
 pub use config::{Config, ConfigError, Settings};
 pub use worker::{Summary, run};
 
-/// What the benchmarks in `benches/` and the end-to-end manifest test
+/// What the benchmarks in `benches/` and the end-to-end DynamoDB store test
 /// drive: the batch, its time bucket, format and compression, the record,
 /// the memory budget, and the DynamoDB event store with its rule (the local
 /// store's benchmarks are in the `event-store` crate). Built only with
@@ -96,8 +96,8 @@ pub use worker::{Summary, run};
 pub mod bench {
     pub use sequence_range::SequenceNumber;
 
+    pub use crate::events::dynamodb::{DynamoDbStore, DynamoDbStoreError};
     pub use crate::events::id::EventIdSource;
-    pub use crate::events::manifest::{Manifest, ManifestError};
     pub use crate::events::rule::{AcceptedCopy, CopyRef, Decision, EventKey, Outcome, Rule};
     pub use crate::events::store::{Candidate, Lineage};
     pub use crate::memory::MemoryBudget;

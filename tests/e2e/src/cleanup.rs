@@ -1,7 +1,8 @@
 //! Deleting what a [`Scenario`](crate::Scenario) created — its stream, its
 //! bucket with every object, version and delete marker, its lease table and
-//! the event manifest table a daemon may have created — explicitly ([`ResourceGuard::cleanup`]) or when the guard is dropped,
-//! which also happens when a test panics. Daemon logs are files under
+//! the DynamoDB event table a daemon may have created — explicitly
+//! ([`ResourceGuard::cleanup`]) or when the guard is dropped, which also
+//! happens when a test panics. Daemon logs are files under
 //! `<target>/e2e-logs` and are never touched.
 //!
 //! # Cleaning up in `Drop`
@@ -53,15 +54,15 @@ pub struct Resources {
     pub bucket: String,
     /// The DynamoDB lease table.
     pub lease_table: String,
-    /// The DynamoDB event manifest table, which a daemon with
+    /// The DynamoDB event table, which a daemon with
     /// `--event-dedup-store dynamodb` creates.
-    pub manifest_table: String,
+    pub event_table: String,
 }
 
 impl Resources {
     /// Deletes the stream, the bucket (every version first), the lease
-    /// table and the manifest table; what does not exist is skipped. Every deletion is tried;
-    /// returns what was deleted, as text.
+    /// table and the DynamoDB event table; what does not exist is skipped.
+    /// Every deletion is tried; returns what was deleted, as text.
     ///
     /// # Errors
     /// The failed deletions, all of them in one message.
@@ -80,7 +81,7 @@ impl Resources {
             Ok(None) => {}
             Err(error) => failed.push(format!("{error:#}")),
         }
-        for table in [&self.lease_table, &self.manifest_table] {
+        for table in [&self.lease_table, &self.event_table] {
             match delete_lease_table(env, table).await {
                 Ok(true) => deleted.push(format!("table {table}")),
                 Ok(false) => {}
@@ -110,10 +111,10 @@ impl Resources {
             .table_name(&self.lease_table)
             .send()
             .await;
-        let manifest = env
+        let event_table = env
             .dynamodb
             .describe_table()
-            .table_name(&self.manifest_table)
+            .table_name(&self.event_table)
             .send()
             .await;
         let found = [
@@ -134,10 +135,10 @@ impl Resources {
             ),
             (
                 exists(
-                    manifest,
+                    event_table,
                     DescribeTableError::is_resource_not_found_exception,
                 )?,
-                format!("table {}", self.manifest_table),
+                format!("table {}", self.event_table),
             ),
         ];
         Ok(found

@@ -133,10 +133,10 @@ impl Settings {
             .map_or_else(|| format!("shardsink-{}", self.stream()), str::to_owned)
     }
 
-    /// The event manifest table (`--event-dedup-store dynamodb`):
-    /// `--event-manifest-table`, default `<lease table>-events`.
-    pub fn manifest_table(&self) -> String {
-        self.get("event-manifest-table")
+    /// The DynamoDB event table (`--event-dedup-store dynamodb`):
+    /// `--event-dedup-table`, default `<lease table>-events`.
+    pub fn event_table(&self) -> String {
+        self.get("event-dedup-table")
             .map_or_else(|| format!("{}-events", self.lease_table()), str::to_owned)
     }
 
@@ -761,16 +761,13 @@ mod tests {
         let settings = Settings::new("orders", "archive");
         assert_eq!(settings.prefix(), "orders");
         assert_eq!(settings.lease_table(), "shardsink-orders");
-        assert_eq!(settings.manifest_table(), "shardsink-orders-events");
+        assert_eq!(settings.event_table(), "shardsink-orders-events");
         let settings = settings.set("--prefix", "p").set("lease-table", "t");
         assert_eq!(settings.prefix(), "p");
         assert_eq!(settings.lease_table(), "t");
-        assert_eq!(settings.manifest_table(), "t-events");
+        assert_eq!(settings.event_table(), "t-events");
         assert_eq!(
-            settings
-                .clone()
-                .set("event-manifest-table", "m")
-                .manifest_table(),
+            settings.clone().set("event-dedup-table", "m").event_table(),
             "m"
         );
         assert!(settings.env_vars().contains(&(

@@ -31,7 +31,7 @@ use crate::wait::wait_for;
 /// A stream, a bucket and the daemon settings for them.
 ///
 /// The stream, the bucket (with every object and version), the lease
-/// table and the event manifest table are deleted when the scenario is
+/// table and the DynamoDB event table are deleted when the scenario is
 /// dropped — also when the test panics — or earlier by
 /// [`Scenario::cleanup`]; daemon logs stay. The tables deleted are those
 /// [`Scenario::settings`] names at creation (`shardsink-{stream}` and
@@ -77,7 +77,7 @@ impl Scenario {
             stream: stream.clone(),
             bucket: bucket.clone(),
             lease_table: settings.lease_table(),
-            manifest_table: settings.manifest_table(),
+            event_table: settings.event_table(),
         });
         let shards = create_stream(env, &stream, shard_count).await?;
         create_bucket(env, &bucket, versioning).await?;

@@ -19,10 +19,14 @@ pub const DEFAULT_EVENT_DEDUP_WINDOW: Duration = Duration::from_secs(3_600);
 /// millisecond resolution; a shorter window would catch almost nothing).
 pub const MIN_EVENT_DEDUP_WINDOW: Duration = Duration::from_secs(1);
 
-/// The longest `--event-dedup-window`: 365 days (DynamoDB manifest). The
+/// The longest `--event-dedup-window`: 365 days (DynamoDB store). The
 /// local store is further bounded by the stream's retention, checked at
 /// start-up.
 pub const MAX_EVENT_DEDUP_WINDOW: Duration = Duration::from_secs(365 * 24 * 3_600);
+
+/// The flag `--event-dedup-table` had before, kept as an alias (without
+/// its dashes).
+const OLD_TABLE_FLAG: &str = "event-manifest-table";
 
 /// Which records are the same event: shared by the daemon and
 /// `shardsink verify --deep`.
@@ -76,7 +80,7 @@ pub struct EventStoreArgs {
     /// Where accepted copies are kept: local (an embedded store on this
     /// host's disk, per shard: a producer's retry has the same partition
     /// key, so it lands on the same shard; rebuilt from the archive when
-    /// missing or behind) or dynamodb (a manifest table shared by all
+    /// missing or behind) or dynamodb (a DynamoDB event table shared by all
     /// workers: also catches copies on different shards). [default: local]
     #[arg(
         long,
@@ -93,10 +97,21 @@ pub struct EventStoreArgs {
     #[arg(long, env = "SHARDSINK_EVENT_DEDUP_DIR", value_name = "DIR")]
     pub event_dedup_dir: Option<PathBuf>,
 
-    /// With the dynamodb store: the manifest table, created if missing
-    /// (on-demand billing, time to live on `ttl`).
+    /// With the dynamodb store: the DynamoDB event table, created if
+    /// missing (on-demand billing, time to live on `ttl`).
     /// [default: {lease table}-events]
-    #[arg(long, env = "SHARDSINK_EVENT_MANIFEST_TABLE", value_name = "TABLE")]
+    #[arg(long, env = "SHARDSINK_EVENT_DEDUP_TABLE", value_name = "TABLE")]
+    pub event_dedup_table: Option<String>,
+
+    /// The older name of `--event-dedup-table` (and
+    /// `SHARDSINK_EVENT_DEDUP_TABLE`), still accepted; hidden from `--help`.
+    /// Set to another value than `--event-dedup-table`, it is refused.
+    #[arg(
+        long = OLD_TABLE_FLAG,
+        env = "SHARDSINK_EVENT_MANIFEST_TABLE",
+        value_name = "TABLE",
+        hide = true
+    )]
     pub event_manifest_table: Option<String>,
 }
 
@@ -105,7 +120,7 @@ pub struct EventStoreArgs {
 pub enum EventStoreKind {
     /// An embedded store on local disk, per shard.
     Local,
-    /// A DynamoDB manifest table, per stream.
+    /// A DynamoDB event table, per stream.
     Dynamodb,
 }
 
@@ -117,9 +132,9 @@ pub enum EventStoreSetting {
         /// `--event-dedup-dir`.
         dir: PathBuf,
     },
-    /// The DynamoDB manifest table.
-    Manifest {
-        /// `--event-manifest-table`.
+    /// The DynamoDB event table.
+    DynamoDb {
+        /// `--event-dedup-table`.
         table: String,
     },
 }
@@ -164,11 +179,12 @@ impl EventArgs {
 
 impl EventStoreArgs {
     /// The store, for event deduplication `on`; `lease_table` gives the
-    /// default manifest table.
+    /// default DynamoDB event table.
     ///
     /// # Errors
     /// [`ConfigError`] for a setting of the other store, a store setting
-    /// without `--event-id`, or a bad table name.
+    /// without `--event-id`, a bad table name, or `--event-dedup-table` and
+    /// its older name set to different tables.
     pub fn validate(
         &self,
         on: bool,
@@ -178,7 +194,8 @@ impl EventStoreArgs {
             for (set, flag) in [
                 (self.event_dedup_store.is_some(), "event-dedup-store"),
                 (self.event_dedup_dir.is_some(), "event-dedup-dir"),
-                (self.event_manifest_table.is_some(), "event-manifest-table"),
+                (self.event_dedup_table.is_some(), "event-dedup-table"),
+                (self.event_manifest_table.is_some(), OLD_TABLE_FLAG),
             ] {
                 if set {
                     return Err(only_with_event_id(flag));
@@ -192,8 +209,8 @@ impl EventStoreArgs {
         };
         Ok(Some(match kind {
             EventStoreKind::Local => {
-                if self.event_manifest_table.is_some() {
-                    return Err(other("event-manifest-table", "dynamodb"));
+                if let Some((flag, _)) = self.dedup_table()? {
+                    return Err(other(flag, "dynamodb"));
                 }
                 EventStoreSetting::Local {
                     dir: self
@@ -206,20 +223,41 @@ impl EventStoreArgs {
                 if self.event_dedup_dir.is_some() {
                     return Err(other("event-dedup-dir", "local"));
                 }
-                let table = self
-                    .event_manifest_table
-                    .clone()
-                    .unwrap_or_else(|| format!("{lease_table}-events"));
-                super::archive::validate_table_name("event-manifest-table", &table)?;
+                let (flag, table) = match self.dedup_table()? {
+                    Some((flag, table)) => (flag, table.to_owned()),
+                    None => ("event-dedup-table", format!("{lease_table}-events")),
+                };
+                super::archive::validate_table_name(flag, &table)?;
                 if table == lease_table {
                     return Err(ConfigError::new(
-                        "event-manifest-table",
+                        flag,
                         format!("{table:?} is the lease table; use a table of its own"),
                     ));
                 }
-                EventStoreSetting::Manifest { table }
+                EventStoreSetting::DynamoDb { table }
             }
         }))
+    }
+
+    /// `--event-dedup-table`, or its older name: the flag that was set
+    /// (without its dashes) and its table; `None` when neither is set.
+    /// Both set to one table is that table.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming both flags when they name different tables.
+    fn dedup_table(&self) -> Result<Option<(&'static str, &str)>, ConfigError> {
+        match (&self.event_dedup_table, &self.event_manifest_table) {
+            (Some(new), Some(old)) if new != old => Err(ConfigError::new(
+                "event-dedup-table",
+                format!(
+                    "{new:?} conflicts with --{OLD_TABLE_FLAG} (SHARDSINK_EVENT_MANIFEST_TABLE) \
+                     {old:?}, its older name; set only --event-dedup-table"
+                ),
+            )),
+            (Some(new), _) => Ok(Some(("event-dedup-table", new))),
+            (None, Some(old)) => Ok(Some((OLD_TABLE_FLAG, old))),
+            (None, None) => Ok(None),
+        }
     }
 }
 
@@ -255,4 +293,138 @@ impl EventDedup {
 /// (`flag` without its dashes).
 pub(crate) fn only_with_event_id(flag: &str) -> ConfigError {
     ConfigError::new(flag, "only used with --event-id")
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory as _, FromArgMatches as _};
+
+    use super::*;
+    use crate::config::tests::valid;
+    use crate::config::{Config, Settings};
+
+    /// The daemon's settings with the DynamoDB store and `args`.
+    fn dynamodb(args: &[&str]) -> Result<Settings, ConfigError> {
+        let mut all = vec![
+            "--lease-table",
+            "leases",
+            "--event-id",
+            "partition-key",
+            "--event-dedup-store",
+            "dynamodb",
+        ];
+        all.extend_from_slice(args);
+        valid(&all)
+    }
+
+    fn table(settings: Settings) -> String {
+        match settings.events.map(|events| events.store) {
+            Some(EventStoreSetting::DynamoDb { table }) => table,
+            other => panic!("expected the DynamoDB store, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn dedup_table_names_the_table_and_defaults_to_the_lease_tables() {
+        assert_eq!(table(dynamodb(&[]).unwrap()), "leases-events");
+        assert_eq!(
+            table(dynamodb(&["--event-dedup-table", "seen"]).unwrap()),
+            "seen"
+        );
+    }
+
+    #[test]
+    fn the_older_table_flag_still_works() {
+        assert_eq!(
+            table(dynamodb(&["--event-manifest-table", "seen"]).unwrap()),
+            "seen"
+        );
+        // Its errors name it, as the flag the user set.
+        let err = dynamodb(&["--event-manifest-table", "leases"]).unwrap_err();
+        assert_eq!(err.flag, "--event-manifest-table");
+        assert_eq!(err.env, "SHARDSINK_EVENT_MANIFEST_TABLE");
+    }
+
+    #[test]
+    fn the_older_table_variable_still_works() {
+        let command = Config::command();
+        let old = command
+            .get_arguments()
+            .find(|arg| arg.get_long() == Some("event-manifest-table"))
+            .expect("the older flag is an argument");
+        assert_eq!(
+            old.get_env().and_then(|env| env.to_str()),
+            Some("SHARDSINK_EVENT_MANIFEST_TABLE")
+        );
+        assert!(old.is_hide_set(), "the older flag is hidden from --help");
+
+        // The argument reads its variable: pointed at HOME (set in any test
+        // environment), with every other variable switched off.
+        let home = std::env::var("HOME").expect("HOME is set");
+        let command = command
+            .mut_args(|arg| arg.env(None::<&str>))
+            .mut_arg("event_manifest_table", |arg| arg.env("HOME"));
+        let matches = command.try_get_matches_from(["shardsink"]).unwrap();
+        let config = Config::from_arg_matches(&matches).unwrap();
+        assert_eq!(config.event_store.event_manifest_table, Some(home));
+        assert_eq!(config.event_store.event_dedup_table, None);
+    }
+
+    #[test]
+    fn the_new_table_flag_wins_and_conflicting_names_are_refused() {
+        // Both names for one table: that table.
+        let both = [
+            "--event-dedup-table",
+            "seen",
+            "--event-manifest-table",
+            "seen",
+        ];
+        assert_eq!(table(dynamodb(&both).unwrap()), "seen");
+        // A bad table named by both: the new flag is the one named.
+        let both = [
+            "--event-dedup-table",
+            "leases",
+            "--event-manifest-table",
+            "leases",
+        ];
+        assert_eq!(dynamodb(&both).unwrap_err().flag, "--event-dedup-table");
+
+        let err = dynamodb(&[
+            "--event-dedup-table",
+            "a-new",
+            "--event-manifest-table",
+            "an-old",
+        ])
+        .unwrap_err();
+        assert_eq!(err.flag, "--event-dedup-table");
+        let message = err.to_string();
+        for part in [
+            "SHARDSINK_EVENT_DEDUP_TABLE",
+            "--event-manifest-table",
+            "SHARDSINK_EVENT_MANIFEST_TABLE",
+            "\"a-new\"",
+            "\"an-old\"",
+        ] {
+            assert!(message.contains(part), "{message} lacks {part}");
+        }
+    }
+
+    #[test]
+    fn table_flags_belong_to_the_dynamodb_store() {
+        for flag in ["--event-dedup-table", "--event-manifest-table"] {
+            let err = valid(&["--event-id", "partition-key", flag, "seen"]).unwrap_err();
+            assert_eq!(err.flag, flag);
+            assert!(
+                err.to_string().contains("--event-dedup-store dynamodb"),
+                "{err}"
+            );
+
+            let err = valid(&[flag, "seen"]).unwrap_err();
+            assert_eq!(err.flag, flag);
+            assert!(
+                err.to_string().contains("only used with --event-id"),
+                "{err}"
+            );
+        }
+    }
 }

@@ -47,7 +47,7 @@ pub(crate) fn parse_flags_only(args: &[&str]) -> Result<Config, clap::Error> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::time::Duration;
 
     use super::values::parse_byte_size;
@@ -57,7 +57,9 @@ mod tests {
         parse_flags_only(args)
     }
 
-    fn valid(args: &[&str]) -> Result<Settings, ConfigError> {
+    /// The daemon's settings from `args` after a stream, a bucket and a
+    /// worker id.
+    pub(crate) fn valid(args: &[&str]) -> Result<Settings, ConfigError> {
         let mut all = vec![
             "--stream",
             "orders",

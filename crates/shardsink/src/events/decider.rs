@@ -14,8 +14,8 @@ use sequence_range::SequenceNumber;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::dynamodb::{DynamoDbStore, DynamoDbStoreError};
 use super::id::settings_description;
-use super::manifest::{Manifest, ManifestError};
 #[cfg(test)]
 use super::memory::MemoryStore;
 pub use super::rebuild::RebuildSource;
@@ -62,8 +62,8 @@ impl EventRuntime {
 pub enum EventStore {
     /// The local store (`--event-dedup-store local`).
     Local(LocalStore),
-    /// The DynamoDB manifest (`--event-dedup-store dynamodb`).
-    Manifest(Manifest),
+    /// The DynamoDB store (`--event-dedup-store dynamodb`).
+    DynamoDb(DynamoDbStore),
     /// In memory (tests).
     #[cfg(test)]
     Memory(MemoryStore),
@@ -80,10 +80,10 @@ pub enum EventError {
     /// into its S3 error, or the lease's loss).
     #[error("rebuilding the event window from S3 stopped: {0:?}")]
     Rebuild(Stopped<S3Error>),
-    /// The manifest's retries stopped (the shard task turns a cancelled
+    /// The DynamoDB store's retries stopped (the shard task turns a cancelled
     /// retry into the lease's loss).
-    #[error("event manifest call stopped: {0:?}")]
-    Manifest(Stopped<ManifestError>),
+    #[error("DynamoDB store call stopped: {0:?}")]
+    DynamoDb(Stopped<DynamoDbStoreError>),
     /// A blocking store call panicked or was cancelled.
     #[error("an event store call did not complete")]
     Join(#[source] tokio::task::JoinError),
@@ -202,10 +202,10 @@ impl ShardEvents {
         let runtime = self.runtime.clone();
         let lineage = self.lineage.clone();
         match &self.runtime.store {
-            EventStore::Manifest(manifest) => {
+            EventStore::DynamoDb(store) => {
                 let rule = &self.runtime.settings.rule;
-                with_manifest(manifest, &self.source.metrics, stop, || {
-                    manifest.decide(&lineage, rule, &candidates)
+                with_dynamodb(store, &self.source.metrics, stop, || {
+                    store.decide(&lineage, rule, &candidates)
                 })
                 .await
             }
@@ -335,10 +335,10 @@ impl ShardEvents {
                 let store = store.clone();
                 blocking(move || store.insert(&copies)).await
             }
-            EventStore::Manifest(manifest) => {
+            EventStore::DynamoDb(store) => {
                 let rule = &self.runtime.settings.rule;
-                with_manifest(manifest, &self.source.metrics, stop, || {
-                    manifest.insert(rule, &copies)
+                with_dynamodb(store, &self.source.metrics, stop, || {
+                    store.insert(rule, &copies)
                 })
                 .await
             }
@@ -396,42 +396,42 @@ impl ShardEvents {
 /// few), the run's value of an accepted copy, and the recent keys' entry.
 pub const STORE_BYTES_PER_CANDIDATE: u64 = 256;
 
-/// Runs a manifest call, retrying it as its errors say until `stop` is
+/// Runs a DynamoDB store call, retrying it as its errors say until `stop` is
 /// cancelled; a table found missing (deleted while running) is created
 /// again — empty: the window starts over — and the call made again.
-async fn with_manifest<T, F, Fut>(
-    manifest: &Manifest,
+async fn with_dynamodb<T, F, Fut>(
+    store: &DynamoDbStore,
     metrics: &Metrics,
     stop: &CancellationToken,
     call: F,
 ) -> Result<T, EventError>
 where
     F: Fn() -> Fut + Send + Sync,
-    Fut: std::future::Future<Output = Result<T, ManifestError>> + Send,
+    Fut: std::future::Future<Output = Result<T, DynamoDbStoreError>> + Send,
     T: Send,
 {
     loop {
-        let result = Retry::new("event manifest")
+        let result = Retry::new("DynamoDB store")
             .metrics(metrics)
             .until(stop)
             .run(&call)
             .await;
         match result {
             Ok(value) => return Ok(value),
-            Err(Stopped::Final(ManifestError::TableMissing { table })) => {
+            Err(Stopped::Final(DynamoDbStoreError::TableMissing { table })) => {
                 warn!(
                     table,
-                    "event manifest table missing; creating it again (accepted copies recorded before are forgotten)"
+                    "DynamoDB event table missing; creating it again (accepted copies recorded before are forgotten)"
                 );
-                Retry::new("create the event manifest table")
+                Retry::new("create the DynamoDB event table")
                     .metrics(metrics)
                     .until(stop)
                     .retry_final()
-                    .run(|| manifest.ensure_table())
+                    .run(|| store.ensure_table())
                     .await
-                    .map_err(EventError::Manifest)?;
+                    .map_err(EventError::DynamoDb)?;
             }
-            Err(stopped) => return Err(EventError::Manifest(stopped)),
+            Err(stopped) => return Err(EventError::DynamoDb(stopped)),
         }
     }
 }

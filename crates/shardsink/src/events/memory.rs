@@ -1,6 +1,6 @@
 //! An event store in memory, for tests: the same contract as the local
-//! store and the manifest ([`store`](super::store)), written as plainly as
-//! possible — every accepted copy in one list.
+//! store and the DynamoDB store ([`store`](super::store)), written as
+//! plainly as possible — every accepted copy in one list.
 
 use std::sync::Mutex;
 

@@ -14,7 +14,7 @@
 //!   `event-store` crate ([`event_store::LocalStore`]);
 //! - `decider`: [`ShardEvents`](decider::ShardEvents), a shard task's
 //!   decisions, and the store the process shares;
-//! - `manifest`: [`Manifest`](manifest::Manifest), the DynamoDB store
+//! - `dynamodb`: [`DynamoDbStore`](dynamodb::DynamoDbStore), the DynamoDB store
 //!   (stream scope);
 //! - `memory`: a store in memory, for tests;
 //! - `rebuild`: a shard's window of accepted copies read back from the
@@ -27,8 +27,8 @@
 //! them back.
 
 pub(crate) mod decider;
+pub(crate) mod dynamodb;
 pub(crate) mod id;
-pub(crate) mod manifest;
 #[cfg(test)]
 pub(crate) mod memory;
 pub(crate) mod rebuild;

@@ -3,7 +3,7 @@
 //! the record's [`EventKey`], its arrival time and the accepted copies that
 //! precede it (the window, the fingerprint and the outcomes are documented
 //! in `event_store::rule`). Both stores (the local store and the DynamoDB
-//! manifest) only find those copies; the rule decides. It lives in the
+//! store) only find those copies; the rule decides. It lives in the
 //! `event-store` crate, beside the local store that applies it inside its
 //! writes; the DynamoDB store, `verify` and the decisions objects use it
 //! from here.

@@ -7,7 +7,7 @@
 //! sub-sequence number) — so a replay of a batch sees exactly what the
 //! first attempt saw, whatever that attempt stored about later records —
 //! or a copy of an ancestor shard (a parent is read to its end before its
-//! children); with the DynamoDB manifest also any copy of another shard
+//! children); with the DynamoDB store also any copy of another shard
 //! already recorded.
 
 pub use event_store::lineage::{Candidate, Lineage, precedes_in_shard};

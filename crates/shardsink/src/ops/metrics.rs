@@ -40,7 +40,7 @@ pub struct Metrics {
     /// could not represent, written to the error prefix.
     pub records_errored: Family<ReasonLabel, Counter>,
     /// `shardsink_events_total{outcome}`: user records in written batches
-    /// by event decision (with `--event-id`). The DynamoDB manifest never
+    /// by event decision (with `--event-id`). The DynamoDB store never
     /// says `id_reused`: it sees only the copies with the record's payload,
     /// so such a record is `unique` there.
     pub events: Family<EventOutcomeLabel, Counter>,
@@ -59,23 +59,23 @@ pub struct Metrics {
     /// `shardsink_dedup_list_requests_total`.
     pub dedup_list_requests: Counter,
     /// `shardsink_event_manifest_requests_total{operation}`: requests sent
-    /// to the event manifest table, retries included.
-    pub event_manifest_requests: Family<OperationLabel, Counter>,
+    /// to the DynamoDB event table, retries included.
+    pub event_table_requests: Family<OperationLabel, Counter>,
     /// `shardsink_event_manifest_capacity_units_total{operation}`: capacity
     /// units DynamoDB reported consumed (`ReturnConsumedCapacity` `TOTAL`)
-    /// by the manifest's successful requests — read units for
+    /// by the DynamoDB store's successful requests — read units for
     /// `BatchGetItem` and `GetItem`, write units for `PutItem`.
-    pub event_manifest_capacity_units: Family<OperationLabel, Counter<f64, AtomicU64>>,
+    pub event_table_capacity_units: Family<OperationLabel, Counter<f64, AtomicU64>>,
     /// `shardsink_event_manifest_evictions_total`: accepted copies dropped
-    /// from a manifest item only to keep it within its bound, though a
-    /// late decision (a shard read behind, a replay) might still have
+    /// from an item of the DynamoDB event table only to keep it within its
+    /// bound, though a late decision (a shard read behind, a replay) might still have
     /// consulted them.
-    pub event_manifest_evictions: Counter,
+    pub event_table_evictions: Counter,
     /// `shardsink_event_manifest_rejected_total{operation}`: manifest
     /// requests DynamoDB refused as ones that can never succeed
     /// (`ValidationException`); the records concerned were kept and their
     /// copies not recorded.
-    pub event_manifest_rejected: Family<OperationLabel, Counter>,
+    pub event_table_rejected: Family<OperationLabel, Counter>,
     /// `shardsink_millis_behind_latest{shard_id}`: GetRecords `MillisBehindLatest`.
     pub millis_behind_latest: Family<ShardLabel, Gauge>,
     /// `shardsink_leases_held`.
@@ -107,10 +107,10 @@ impl Metrics {
             checkpoints: Family::default(),
             retries: Family::default(),
             dedup_list_requests: Counter::default(),
-            event_manifest_requests: Family::default(),
-            event_manifest_capacity_units: Family::default(),
-            event_manifest_evictions: Counter::default(),
-            event_manifest_rejected: Family::default(),
+            event_table_requests: Family::default(),
+            event_table_capacity_units: Family::default(),
+            event_table_evictions: Counter::default(),
+            event_table_rejected: Family::default(),
             millis_behind_latest: Family::default(),
             leases_held: Gauge::default(),
             retention_gaps: Counter::default(),
@@ -145,7 +145,7 @@ impl Metrics {
         );
         registry.register(
             "events",
-            "User records in written batches by event decision: unique, duplicate (written to the duplicates prefix), expired, id_reused (local store only; unique under the DynamoDB manifest), id_missing",
+            "User records in written batches by event decision: unique, duplicate (written to the duplicates prefix), expired, id_reused (local store only; unique under the DynamoDB store), id_missing",
             metrics.events.clone(),
         );
         registry.register(
@@ -183,25 +183,27 @@ impl Metrics {
             "ListObjectsV2 requests made by the resume skip",
             metrics.dedup_list_requests.clone(),
         );
+        // The DynamoDB event table's metrics keep their older names
+        // (`event_manifest_*`, docs/OPERATIONS.md): dashboards use them.
         registry.register(
             "event_manifest_requests",
-            "Requests sent to the event manifest table (DynamoDB), retries included, by operation",
-            metrics.event_manifest_requests.clone(),
+            "Requests sent to the DynamoDB event table, retries included, by operation",
+            metrics.event_table_requests.clone(),
         );
         registry.register(
             "event_manifest_capacity_units",
-            "Capacity units DynamoDB reported consumed by successful event manifest requests, by operation (read units for BatchGetItem and GetItem, write units for PutItem)",
-            metrics.event_manifest_capacity_units.clone(),
+            "Capacity units DynamoDB reported consumed by successful DynamoDB event table requests, by operation (read units for BatchGetItem and GetItem, write units for PutItem)",
+            metrics.event_table_capacity_units.clone(),
         );
         registry.register(
             "event_manifest_evictions",
-            "Accepted copies dropped from an event manifest item only to keep the item within its bound of copies",
-            metrics.event_manifest_evictions.clone(),
+            "Accepted copies dropped from an item of the DynamoDB event table only to keep the item within its bound of copies",
+            metrics.event_table_evictions.clone(),
         );
         registry.register(
             "event_manifest_rejected",
-            "Event manifest requests DynamoDB refused as ones that can never succeed (ValidationException), by operation; the records were kept, their copies not recorded",
-            metrics.event_manifest_rejected.clone(),
+            "Requests to the DynamoDB event table that DynamoDB refused as ones that can never succeed (ValidationException), by operation; the records were kept, their copies not recorded",
+            metrics.event_table_rejected.clone(),
         );
         registry.register(
             "millis_behind_latest",
@@ -240,42 +242,42 @@ impl Metrics {
         self.retries.get_or_create(&CauseLabel { cause }).inc();
     }
 
-    /// Counts one request to the event manifest table.
-    pub fn event_manifest_request(&self, operation: &'static str) {
-        self.event_manifest_requests
+    /// Counts one request to the DynamoDB event table.
+    pub fn event_table_request(&self, operation: &'static str) {
+        self.event_table_requests
             .get_or_create(&OperationLabel { operation })
             .inc();
     }
 
-    /// Requests to the event manifest table with `operation` so far.
+    /// Requests to the DynamoDB event table with `operation` so far.
     #[cfg(any(test, feature = "bench"))]
-    pub fn event_manifest_requests(&self, operation: &'static str) -> u64 {
-        self.event_manifest_requests
+    pub fn event_table_requests(&self, operation: &'static str) -> u64 {
+        self.event_table_requests
             .get_or_create(&OperationLabel { operation })
             .get()
     }
 
-    /// Counts `units` capacity units an event manifest request with
+    /// Counts `units` capacity units a DynamoDB event table request with
     /// `operation` consumed.
-    pub fn event_manifest_capacity(&self, operation: &'static str, units: f64) {
-        self.event_manifest_capacity_units
+    pub fn event_table_capacity(&self, operation: &'static str, units: f64) {
+        self.event_table_capacity_units
             .get_or_create(&OperationLabel { operation })
             .inc_by(units);
     }
 
-    /// Capacity units event manifest requests with `operation` consumed so
-    /// far.
+    /// Capacity units DynamoDB event table requests with `operation`
+    /// consumed so far.
     #[cfg(any(test, feature = "bench"))]
-    pub fn event_manifest_capacity_units(&self, operation: &'static str) -> f64 {
-        self.event_manifest_capacity_units
+    pub fn event_table_capacity_units(&self, operation: &'static str) -> f64 {
+        self.event_table_capacity_units
             .get_or_create(&OperationLabel { operation })
             .get()
     }
 
-    /// Counts an event manifest request with `operation` that DynamoDB
+    /// Counts a DynamoDB event table request with `operation` that DynamoDB
     /// refused for good.
-    pub fn event_manifest_rejected(&self, operation: &'static str) {
-        self.event_manifest_rejected
+    pub fn event_table_rejected(&self, operation: &'static str) {
+        self.event_table_rejected
             .get_or_create(&OperationLabel { operation })
             .inc();
     }
@@ -403,10 +405,10 @@ mod tests {
         metrics.checkpoint("shardId-000000000001", true);
         metrics.leases_held.set(3);
         metrics.retention_gaps.inc();
-        metrics.event_manifest_capacity("BatchGetItem", 0.5);
-        metrics.event_manifest_capacity("BatchGetItem", 1.0);
-        metrics.event_manifest_evictions.inc();
-        metrics.event_manifest_rejected("PutItem");
+        metrics.event_table_capacity("BatchGetItem", 0.5);
+        metrics.event_table_capacity("BatchGetItem", 1.0);
+        metrics.event_table_evictions.inc();
+        metrics.event_table_rejected("PutItem");
         metrics.set_stream_retention(Duration::from_secs(24 * 3_600));
         // Half a day old: half the retention used.
         metrics.unarchived_since(

@@ -452,7 +452,7 @@ impl ShardTask {
 fn events_failed(shard_id: &str, source: EventError) -> ShardError {
     match source {
         EventError::Rebuild(stopped) => ShardError::from_s3_stop(shard_id, stopped),
-        EventError::Manifest(Stopped::Cancelled) => ShardError::lease_lost(shard_id),
+        EventError::DynamoDb(Stopped::Cancelled) => ShardError::lease_lost(shard_id),
         source => ShardError::Events {
             shard_id: shard_id.to_owned(),
             source,

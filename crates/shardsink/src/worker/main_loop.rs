@@ -39,7 +39,7 @@ pub(super) struct Worker {
     pub(super) kinesis: Kinesis,
     pub(super) store: ObjectStore,
     pub(super) table: LeaseTable,
-    /// DynamoDB, for the event manifest.
+    /// DynamoDB, for the DynamoDB store.
     pub(super) dynamodb: aws_sdk_dynamodb::Client,
     pub(super) ctx: Arc<ShardContext>,
     pub(super) metrics: Arc<Metrics>,

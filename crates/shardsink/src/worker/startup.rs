@@ -17,8 +17,8 @@ use crate::aws::retry::{Classify, Retry, Stopped};
 use crate::aws::{KinesisError, S3Error};
 use crate::config::{ConfigError, EventDedup, EventStoreSetting};
 use crate::events::decider::{EventRuntime, EventStore};
-use crate::events::manifest::Manifest;
-use crate::events::manifest::cache::APPROXIMATE_BYTES_PER_ENTRY;
+use crate::events::dynamodb::DynamoDbStore;
+use crate::events::dynamodb::cache::APPROXIMATE_BYTES_PER_ENTRY;
 use crate::ops::health::Health;
 use crate::ops::log::error_chain;
 use crate::ops::systemd;
@@ -187,36 +187,36 @@ impl Worker {
                 info!(path = %store.path().display(), "event store opened");
                 EventStore::Local(store)
             }
-            EventStoreSetting::Manifest { table } => {
-                let manifest = Manifest::new(
+            EventStoreSetting::DynamoDb { table } => {
+                let store = DynamoDbStore::new(
                     self.dynamodb.clone(),
                     table.clone(),
                     self.metrics.clone(),
-                    MANIFEST_CACHE_ENTRIES,
+                    DYNAMODB_CACHE_ENTRIES,
                 );
                 match retry_until(
                     token,
                     &self.health,
                     StartUpStep {
-                        what: "find or create the event manifest table",
+                        what: "find or create the DynamoDB event table",
                         bound: TABLE_ACTIVE_TIMEOUT + START_UP_CALL_BOUND,
                     },
-                    || manifest.ensure_table(),
+                    || store.ensure_table(),
                     |_| false,
                 )
                 .await
                 {
                     None => return Ok(None),
                     Some(result) => result.with_context(|| {
-                        format!("failed to create or find event manifest table {table}")
+                        format!("failed to create or find DynamoDB event table {table}")
                     })?,
                 }
                 info!(
                     table,
-                    cache_bytes = MANIFEST_CACHE_ENTRIES * APPROXIMATE_BYTES_PER_ENTRY,
-                    "event manifest table ready"
+                    cache_bytes = DYNAMODB_CACHE_ENTRIES * APPROXIMATE_BYTES_PER_ENTRY,
+                    "DynamoDB event table ready"
                 );
-                EventStore::Manifest(manifest)
+                EventStore::DynamoDb(store)
             }
         };
         Ok(Some(EventRuntime::new(events.settings, store)))
@@ -241,9 +241,9 @@ fn layout_differs(bucket: &str, layout: &KeyLayout, recorded: RecordedLayout) ->
     )
 }
 
-/// Items the event manifest's cache holds (about
+/// Items the DynamoDB store's cache holds (about
 /// `APPROXIMATE_BYTES_PER_ENTRY`, 300 bytes, each: some 30 MiB).
-const MANIFEST_CACHE_ENTRIES: usize = 100_000;
+const DYNAMODB_CACHE_ENTRIES: usize = 100_000;
 
 /// The longest one start-up call may take: the SDK's attempts of up to 30 s
 /// each, and its backoff between them.

@@ -12,7 +12,7 @@
 //!   arrives within the default one-hour window, so exactly once), and
 //!   every duplicate's `duplicateOf` names a kept record of the same event
 //!   and payload — in its own shard, before it, with the local store;
-//!   anywhere in the stream with the DynamoDB manifest;
+//!   anywhere in the stream with the DynamoDB store;
 //! - every batch has its decisions object, which agrees with where the
 //!   batch put each record; nothing in the versioned bucket was ever
 //!   overwritten; after the last graceful stop every checkpoint is at its
@@ -397,22 +397,22 @@ async fn table_exists(scenario: &Scenario, table: &str) -> bool {
     }
 }
 
-/// DynamoDB manifest (stream scope): some retries are put under another
+/// DynamoDB store (stream scope): some retries are put under another
 /// partition key and land on the other shard. Workers A and B take a
 /// lease each; A is killed as more records come and B takes its shard over;
 /// A restarts and takes one back. Each event is kept once in the whole
 /// stream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn dynamodb_manifest_each_event_once_across_shards() {
+async fn dynamodb_store_each_event_once_across_shards() {
     let env = require_env!();
-    let seed = shardsink_e2e::env::seed("events with the DynamoDB manifest", None);
+    let seed = shardsink_e2e::env::seed("events with the DynamoDB store", None);
     let mut scenario = Scenario::create(&env, "ev-ddb", SHARDS, Versioning::Enabled)
         .await
         .unwrap();
     scenario.settings = base(&scenario).set("event-dedup-store", "dynamodb");
     // The daemon's default name, unique per run; the scenario deletes it.
-    let manifest = scenario.settings.manifest_table();
-    assert_eq!(manifest, scenario.resources().manifest_table);
+    let event_table = scenario.settings.event_table();
+    assert_eq!(event_table, scenario.resources().event_table);
     let settings_a = scenario.settings.clone().set("worker-id", "ev-a");
     let settings_b = scenario.settings.clone().set("worker-id", "ev-b");
 
@@ -440,8 +440,8 @@ async fn dynamodb_manifest_each_event_once_across_shards() {
     let mut b = Daemon::spawn(&settings_b).unwrap();
     owners(&scenario, &[("ev-a", 1), ("ev-b", 1)]).await;
     assert!(
-        table_exists(&scenario, &manifest).await,
-        "{manifest} created"
+        table_exists(&scenario, &event_table).await,
+        "{event_table} created"
     );
     growth(&mut reader, &mut a).await;
 
@@ -510,7 +510,7 @@ fn key_on(scenario: &Scenario, shard_id: &str) -> String {
 }
 
 /// The window is a distance, whichever copy arrived first. With the
-/// manifest (stream scope) a lagging shard can decide a copy that arrived
+/// DynamoDB store (stream scope) a lagging shard can decide a copy that arrived
 /// *before* one another shard already kept: worker B is frozen (SIGSTOP)
 /// while one copy of an event goes to its shard, and a second copy goes to
 /// worker A's shard more than a window (5 s) later and is archived; then B
@@ -518,7 +518,7 @@ fn key_on(scenario: &Scenario, shard_id: &str) -> String {
 /// earlier one is not a duplicate of a copy that arrived outside its window
 /// — and `verify --deep` and the independent check agree.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn dynamodb_manifest_measures_the_window_both_ways_for_a_lagging_shard() {
+async fn dynamodb_store_measures_the_window_both_ways_for_a_lagging_shard() {
     let env = require_env!();
     let mut scenario = Scenario::create(&env, "ev-lag", SHARDS, Versioning::Enabled)
         .await

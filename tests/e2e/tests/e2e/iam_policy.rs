@@ -6,9 +6,10 @@
 //! and its replay (the object is read back after 412), a second worker that
 //! steals a lease (the loser re-reads its row after a failed condition),
 //! clean stops (heartbeat rows deleted), and a restart after the lease table
-//! was deleted — with event deduplication in a DynamoDB manifest (the table
-//! created, Time to Live turned on, items read and written). The test fails if an operation needs an IAM action the policy
-//! lacks, or if the policy grants an action nothing used.
+//! was deleted — with event deduplication in a DynamoDB event table (the
+//! table created, Time to Live turned on, items read and written). The test
+//! fails if an operation needs an IAM action the policy lacks, or if the
+//! policy grants an action nothing used.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -75,7 +76,7 @@ async fn the_iam_policy_grants_exactly_the_operations_used() {
         .clone()
         .set("buffer-max-records", "30")
         .set("record-aws-operations", operations.display().to_string())
-        // Event deduplication in the manifest table: its calls too.
+        // Event deduplication in the DynamoDB event table: its calls too.
         .set("event-id", "payload")
         .set("event-dedup-store", "dynamodb");
     let worker_a = base.clone().set("worker-id", "iam-a");

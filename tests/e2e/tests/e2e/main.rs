@@ -13,8 +13,8 @@
 //!
 //! - [`bad_config`]: invalid settings exit with code 2 and one line.
 //! - [`chaos`]: kills, freezes, lost tables and resharding at random moments.
-//! - [`event_manifest`]: the DynamoDB event manifest, its throughput and
-//!   capacity units.
+//! - [`event_table`]: the DynamoDB store and its event table, its
+//!   throughput and capacity units.
 //! - [`events`]: each event once, through retries, kills and lease moves.
 //! - [`failpoints`]: a crash at each step of a batch's life.
 //! - [`foreign_keys`]: keys the daemon did not write are ignored.
@@ -39,7 +39,7 @@
 
 mod bad_config;
 mod chaos;
-mod event_manifest;
+mod event_table;
 mod events;
 mod failpoints;
 mod foreign_keys;

@@ -45,11 +45,12 @@ pub enum RetryCause {
     dynamodb_throttled,
     /// Any other DynamoDB failure.
     dynamodb_error,
-    /// Event manifest table throttling (`ProvisionedThroughputExceededException`,
-    /// `ThrottlingException`, `RequestLimitExceeded`, BatchGetItem keys left
-    /// unprocessed).
+    /// DynamoDB event table throttling
+    /// (`ProvisionedThroughputExceededException`, `ThrottlingException`,
+    /// `RequestLimitExceeded`, BatchGetItem keys left unprocessed). This
+    /// label and the next keep the table's older name, as its metrics do.
     event_manifest_throttled,
-    /// Any other event manifest table failure.
+    /// Any other DynamoDB event table failure.
     event_manifest_error,
 }
 

@@ -1,5 +1,5 @@
-//! [`Manifest`]: the DynamoDB event store (`--event-dedup-store dynamodb`),
-//! stream scope — the accepted copies of every shard, seen by every worker,
+//! [`DynamoDbStore`]: the DynamoDB event store (`--event-dedup-store
+//! dynamodb`), stream scope — the accepted copies of every shard, seen by every worker,
 //! so that a producer's retry that landed on another shard is found too.
 //!
 //! # The table
@@ -8,11 +8,11 @@
 //! id's hash, then 16 of the payload's fingerprint, 0 without
 //! fingerprints), the event's accepted copies (arrival, write time, shard,
 //! sequence and sub-sequence number), a `version` raised by every write,
-//! and `ttl` for DynamoDB Time to Live. [`Manifest::ensure_table`] creates
+//! and `ttl` for DynamoDB Time to Live. [`DynamoDbStore::ensure_table`] creates
 //! it (on-demand billing) and turns TTL on.
 //!
 //! # Deciding a run
-//! [`Manifest::decide`] takes a run of one shard's candidates:
+//! [`DynamoDbStore::decide`] takes a run of one shard's candidates:
 //! 1. **Cache.** A candidate whose cached item ([`cache`]) already shows a
 //!    duplicate of it, or shows the candidate itself (accepted by an earlier
 //!    attempt), is decided without a request — unless an earlier candidate
@@ -34,7 +34,7 @@
 //!
 //! Every accepted copy is in the table when `decide` returns — but for an
 //! item DynamoDB refuses for good (a `ValidationException`, which no retry
-//! can change: [`ManifestError::Rejected`]). Its records are then decided
+//! can change: [`DynamoDbStoreError::Rejected`]). Its records are then decided
 //! against what was read of the item, kept as decided; their copies are
 //! not recorded, the refusal is logged with the item's `eventId` and
 //! counted (`shardsink_event_manifest_rejected_total`), and the shard goes
@@ -67,10 +67,10 @@
 //!   its original; anything that accepts is settled by the conditional
 //!   write.
 //!
-//! What the manifest cannot see: copies of the id with *other* payloads
+//! What the DynamoDB store cannot see: copies of the id with *other* payloads
 //! are in other items, so it cannot tell `id_reused` from `unique` (the
 //! local store can). Both are kept and accepted, so E1–E3 are the same;
-//! under the manifest such a record's outcome is `unique`.
+//! under the DynamoDB store such a record's outcome is `unique`.
 //!
 //! # Limits, stated
 //! - *Lag allowance.* A copy is kept while it is within 2 × window of its
@@ -98,7 +98,7 @@
 //!
 //! # Throughput and cost
 //! A new event needs one conditional write, and DynamoDB batches
-//! conditional writes only in transactions; so the manifest sends one
+//! conditional writes only in transactions; so the DynamoDB store sends one
 //! conditional PutItem per item with new copies, [`WRITES_IN_FLIGHT`](store::WRITES_IN_FLIGHT) at
 //! once, and reads with BatchGetItem (100 keys a request, eventually
 //! consistent). Measured against the local server (moto 5.2.5 on two
@@ -134,13 +134,13 @@
 //! window + a day.
 //!
 //! # Layout
-//! - [`store`]: [`Manifest`] — the table made sure of, runs decided, copies
-//!   adopted: the steps above;
+//! - [`store`]: [`DynamoDbStore`] — the table made sure of, runs decided,
+//!   copies adopted: the steps above;
 //! - [`item`]: an item's key and attributes;
 //! - [`verdict`]: decisions against an item's copies;
 //! - [`retention`]: which copies a rewrite keeps, and the cap;
 //! - [`cache`]: the items read or written recently;
-//! - [`table`]: one function per DynamoDB call, and [`ManifestError`].
+//! - [`table`]: one function per DynamoDB call, and [`DynamoDbStoreError`].
 
 pub mod cache;
 pub mod item;
@@ -151,5 +151,5 @@ pub mod table;
 mod tests;
 pub mod verdict;
 
-pub use self::store::Manifest;
-pub use self::table::ManifestError;
+pub use self::store::DynamoDbStore;
+pub use self::table::DynamoDbStoreError;

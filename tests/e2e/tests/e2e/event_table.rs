@@ -1,4 +1,4 @@
-//! The DynamoDB event manifest against the local DynamoDB server:
+//! The DynamoDB store against the local DynamoDB server:
 //! - two workers decide 5,000 user records (or more, see [`thousands`]) of
 //!   two shards concurrently — 4,500 events, 10% of the records duplicates
 //!   (400 producer retries later in the same shard, 100 copies on the other
@@ -13,7 +13,7 @@
 //! - the daemon (`--event-id partition-key --event-dedup-store dynamodb`)
 //!   archives 10,000 copies of one partition key with distinct payloads,
 //!   then 10,000 with one payload, without stalling: each decided as the
-//!   rule says, every manifest item within one write unit.
+//!   rule says, every item of the DynamoDB event table within one write unit.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,8 +23,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use rand::rngs::StdRng;
 use rand::{RngExt as _, SeedableRng as _};
 use shardsink::bench::{
-    Candidate, CopyRef, Decision, EventIdSource, EventKey, Lineage, Manifest, Metrics, Outcome,
-    Rule, SequenceNumber, UserRecordView,
+    Candidate, CopyRef, Decision, DynamoDbStore, EventIdSource, EventKey, Lineage, Metrics,
+    Outcome, Rule, SequenceNumber, UserRecordView,
 };
 use shardsink_e2e::archive::{CopyRef as ArchivedCopy, Outcome as ArchivedOutcome};
 use shardsink_e2e::check::RecordId;
@@ -40,12 +40,12 @@ const SHARD_B: &str = "shardId-000000000001";
 /// Records per `decide` call, as one GetRecords response might bring.
 const RUN: usize = 500;
 /// User records decided, in thousands: 5 by default (what CI runs), more
-/// with `SHARDSINK_E2E_MANIFEST_THOUSANDS` (50 for the figure in
+/// with `SHARDSINK_E2E_EVENT_TABLE_THOUSANDS` (50 for the figure in
 /// docs/OPERATIONS.md). Of each thousand: 800 events on shard A, 100 on
 /// shard B, 80 producer retries in the same shard, 20 copies on the other
 /// shard.
 fn thousands() -> usize {
-    std::env::var("SHARDSINK_E2E_MANIFEST_THOUSANDS")
+    std::env::var("SHARDSINK_E2E_EVENT_TABLE_THOUSANDS")
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(5)
@@ -84,12 +84,12 @@ struct Record {
 async fn two_workers_decide_every_copy_exactly() {
     let env = require_env!();
     let sizes = sizes();
-    let seed = env::seed("event manifest", None);
+    let seed = env::seed("DynamoDB event table", None);
     let mut rng = StdRng::seed_from_u64(seed);
-    let table = unique_name("manifest");
+    let table = unique_name("events");
     let metrics = Arc::new(Metrics::new());
-    let worker_a = Manifest::new(env.dynamodb.clone(), &table, metrics.clone(), 100_000);
-    let worker_b = Manifest::new(env.dynamodb.clone(), &table, metrics.clone(), 100_000);
+    let worker_a = DynamoDbStore::new(env.dynamodb.clone(), &table, metrics.clone(), 100_000);
+    let worker_b = DynamoDbStore::new(env.dynamodb.clone(), &table, metrics.clone(), 100_000);
     let (a, b) = tokio::join!(worker_a.ensure_table(), worker_b.ensure_table());
     a.unwrap();
     b.unwrap();
@@ -111,7 +111,7 @@ async fn two_workers_decide_every_copy_exactly() {
     );
     let elapsed = started.elapsed();
     let ((decisions_a, busy_a), (decisions_b, busy_b)) = (decided_a, decided_b);
-    let puts = metrics.event_manifest_requests("PutItem");
+    let puts = metrics.event_table_requests("PutItem");
 
     // Exactly one accepted copy per event; every other copy its duplicate.
     let mut by_event: HashMap<usize, Vec<(&CopyRef, &Decision)>> = HashMap::new();
@@ -156,7 +156,7 @@ async fn two_workers_decide_every_copy_exactly() {
 
     // Reruns (a crash before the batches were written) decide as before
     // and write nothing, with and without a cache.
-    let cold = Manifest::new(env.dynamodb.clone(), &table, metrics.clone(), 0);
+    let cold = DynamoDbStore::new(env.dynamodb.clone(), &table, metrics.clone(), 0);
     for (worker, shard, records, decisions) in [
         (&worker_a, SHARD_A, &shard_a[..], &decisions_a[..]),
         (&cold, SHARD_A, &shard_a[..], &decisions_a[..]),
@@ -166,7 +166,7 @@ async fn two_workers_decide_every_copy_exactly() {
         let (again, _) = decide_shard(worker, shard, &records[..take]).await;
         assert_eq!(again, decisions[..take], "rerun of {shard}");
     }
-    assert_eq!(metrics.event_manifest_requests("PutItem"), puts);
+    assert_eq!(metrics.event_table_requests("PutItem"), puts);
 
     // The table holds each event's accepted copy, once.
     let items = scan(&env.dynamodb, &table).await;
@@ -188,7 +188,7 @@ async fn two_workers_decide_every_copy_exactly() {
 
     let total = shard_a.len() + shard_b.len();
     println!(
-        "event manifest: {total} records ({} duplicates) by 2 workers in {:.2} s: {:.0} events/s \
+        "DynamoDB event table: {total} records ({} duplicates) by 2 workers in {:.2} s: {:.0} events/s \
          together; worker A {:.0} events/s ({} records), worker B {:.0} events/s ({} records)",
         duplicates,
         elapsed.as_secs_f64(),
@@ -201,13 +201,13 @@ async fn two_workers_decide_every_copy_exactly() {
     // GetItem: reads again after a lost race.
     for operation in ["BatchGetItem", "PutItem", "GetItem"] {
         println!(
-            "event manifest: {operation} requests: {}",
-            metrics.event_manifest_requests(operation)
+            "DynamoDB event table: {operation} requests: {}",
+            metrics.event_table_requests(operation)
         );
     }
     for line in metrics.encode().lines() {
         if line.starts_with("shardsink_retries_total{") {
-            println!("event manifest: {line}");
+            println!("DynamoDB event table: {line}");
         }
     }
     delete_lease_table(&env, &table).await.unwrap();
@@ -270,7 +270,7 @@ fn records(events: &[EventKey], rng: &mut StdRng) -> (Vec<Record>, Vec<Record>) 
 /// Decides a shard's records in runs of [`RUN`]: the decisions, and the
 /// time spent deciding.
 async fn decide_shard(
-    worker: &Manifest,
+    worker: &DynamoDbStore,
     shard_id: &str,
     records: &[Record],
 ) -> (Vec<Decision>, Duration) {
@@ -319,12 +319,12 @@ struct Units {
     read: f64,
 }
 
-/// The units the manifest's requests consumed so far.
+/// The units the DynamoDB store's requests consumed so far.
 fn units(metrics: &Metrics) -> Units {
     Units {
-        write: metrics.event_manifest_capacity_units("PutItem"),
-        read: metrics.event_manifest_capacity_units("BatchGetItem")
-            + metrics.event_manifest_capacity_units("GetItem"),
+        write: metrics.event_table_capacity_units("PutItem"),
+        read: metrics.event_table_capacity_units("BatchGetItem")
+            + metrics.event_table_capacity_units("GetItem"),
     }
 }
 
@@ -354,9 +354,9 @@ struct Copy {
     place: usize,
 }
 
-/// Decides `copies` with `manifest`, in runs of [`RUN`], keyed as
+/// Decides `copies` with `store`, in runs of [`RUN`], keyed as
 /// `--event-id partition-key` keys them.
-async fn decide_copies(manifest: &Manifest, copies: &[Copy]) -> Vec<Decision> {
+async fn decide_copies(store: &DynamoDbStore, copies: &[Copy]) -> Vec<Decision> {
     let source = EventIdSource::parse("partition-key").unwrap();
     let hour_ago = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -393,12 +393,7 @@ async fn decide_copies(manifest: &Manifest, copies: &[Copy]) -> Vec<Decision> {
     let mut decisions = Vec::with_capacity(candidates.len());
     let lineage = Lineage::root(SHARD_A);
     for run in candidates.chunks(RUN) {
-        decisions.extend(
-            manifest
-                .decide(&lineage, &CAPACITY_RULE, run)
-                .await
-                .unwrap(),
-        );
+        decisions.extend(store.decide(&lineage, &CAPACITY_RULE, run).await.unwrap());
     }
     decisions
 }
@@ -423,10 +418,10 @@ async fn capacity_per_unique_event_is_constant() {
     const PRIOR: usize = 10_000;
     const MEASURED: usize = 1_000;
     let env = require_env!();
-    let table = unique_name("manifest-cu");
+    let table = unique_name("events-cu");
     let metrics = Arc::new(Metrics::new());
-    let manifest = Manifest::new(env.dynamodb.clone(), &table, metrics.clone(), 100_000);
-    manifest.ensure_table().await.unwrap();
+    let store = DynamoDbStore::new(env.dynamodb.clone(), &table, metrics.clone(), 100_000);
+    store.ensure_table().await.unwrap();
     let hot = "6f1c2a9e-0b7d-4c5e-9a13-2f4b8d7e1c30";
     let copies = |ids: &dyn Fn(usize) -> String, payloads: std::ops::Range<usize>, from: usize| {
         payloads
@@ -443,26 +438,26 @@ async fn capacity_per_unique_event_is_constant() {
     let unique = vec![Decision::Keep(Outcome::Unique); MEASURED];
 
     let start = units(&metrics);
-    decide_copies(&manifest, &copies(&hot_id, 0..PRIOR, 0)).await;
+    decide_copies(&store, &copies(&hot_id, 0..PRIOR, 0)).await;
     let prior = per_event(start, units(&metrics), PRIOR);
     let start = units(&metrics);
     let fresh = copies(&fresh_id, PRIOR..PRIOR + MEASURED, PRIOR);
-    assert_eq!(decide_copies(&manifest, &fresh).await, unique);
+    assert_eq!(decide_copies(&store, &fresh).await, unique);
     let new_ids = per_event(start, units(&metrics), MEASURED);
     let start = units(&metrics);
     let more = copies(&hot_id, 2 * PRIOR..2 * PRIOR + MEASURED, PRIOR + MEASURED);
-    assert_eq!(decide_copies(&manifest, &more).await, unique);
+    assert_eq!(decide_copies(&store, &more).await, unique);
     let old_id = per_event(start, units(&metrics), MEASURED);
     // Copies of the hot id's first payloads again, decided by a worker
     // with no cache: duplicates, read from the table.
-    let cold = Manifest::new(env.dynamodb.clone(), &table, metrics.clone(), 0);
+    let cold = DynamoDbStore::new(env.dynamodb.clone(), &table, metrics.clone(), 0);
     let start = units(&metrics);
     let again = copies(&hot_id, 0..MEASURED, PRIOR + 2 * MEASURED);
     let decided = decide_copies(&cold, &again).await;
     assert!(decided.iter().all(|d| d.outcome() == Outcome::Duplicate));
     let duplicates = per_event(start, units(&metrics), MEASURED);
     println!(
-        "event manifest capacity units per event: unique, new ids {new_ids:?}; unique, an id \
+        "DynamoDB event table capacity units per event: unique, new ids {new_ids:?}; unique, an id \
          with {PRIOR} earlier copies {old_id:?}; its earlier copies {prior:?}; duplicates read \
          from the table {duplicates:?}"
     );
@@ -492,7 +487,7 @@ fn item_bytes(item: &HashMap<String, AttributeValue>) -> usize {
             AttributeValue::M(m) => {
                 3 + m.iter().map(|(k, e)| 1 + k.len() + value(e)).sum::<usize>()
             }
-            other => panic!("the manifest writes no {other:?}"),
+            other => panic!("the DynamoDB store writes no {other:?}"),
         }
     }
     item.iter().map(|(name, v)| name.len() + value(v)).sum()
@@ -504,7 +499,7 @@ fn item_bytes(item: &HashMap<String, AttributeValue>) -> usize {
 /// the archive is bounded: a stalled shard fails the test. Each record is
 /// decided as the rule says — computed here from the records: a payload
 /// not seen before is kept (`unique`), a repeated one (all within the
-/// window) is a duplicate of its first copy — and every manifest item is
+/// window) is a duplicate of its first copy — and every item of the DynamoDB event table is
 /// within one write unit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_partition_key_with_twenty_thousand_copies_does_not_stall() {
@@ -593,7 +588,7 @@ async fn one_partition_key_with_twenty_thousand_copies_does_not_stall() {
         },
     );
     report.assert_ok();
-    // Under the manifest the same id with another payload is `unique`.
+    // Under the DynamoDB store the same id with another payload is `unique`.
     assert_eq!(
         report.outcomes.get(&ArchivedOutcome::Unique),
         Some(&(COPIES + 1))
@@ -603,7 +598,7 @@ async fn one_partition_key_with_twenty_thousand_copies_does_not_stall() {
         Some(&(COPIES - 1))
     );
 
-    let items = scan(&env.dynamodb, &scenario.settings.manifest_table()).await;
+    let items = scan(&env.dynamodb, &scenario.settings.event_table()).await;
     assert_eq!(items.len(), COPIES + 1, "one item per payload");
     for item in &items {
         let copies = item["copies"].as_l().unwrap().len();

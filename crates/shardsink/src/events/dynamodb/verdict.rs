@@ -1,5 +1,5 @@
-//! How the manifest decides candidates against the copies an item holds —
-//! the accepted copies of the candidates' event (id and payload) — with
+//! How the DynamoDB store decides candidates against the copies an item
+//! holds — the accepted copies of the candidates' event (id and payload) — with
 //! the rule ([`Rule::decide`]). Pure: no request is made here.
 
 use crate::events::rule::{AcceptedCopy, Decision, Outcome, Rule};
@@ -7,7 +7,7 @@ use crate::events::store::{Candidate, precedes_in_shard};
 
 use super::item::ItemState;
 
-/// How the manifest decides one candidate against the copies its item
+/// How the DynamoDB store decides one candidate against the copies its item
 /// holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
@@ -81,7 +81,7 @@ mod tests {
     use sequence_range::SequenceNumber;
 
     use super::*;
-    use crate::events::manifest::item::HeldCopy;
+    use crate::events::dynamodb::item::HeldCopy;
     use crate::events::rule::{CopyRef, EventKey};
 
     const W: i64 = 1_000;

@@ -1,6 +1,6 @@
-//! One manifest item — the accepted copies of one event (an id and, with
-//! `--event-fingerprint payload`, a payload), its version and TTL — and its
-//! DynamoDB attributes. Pure: no request is made here.
+//! One item of the DynamoDB event table — the accepted copies of one event
+//! (an id and, with `--event-fingerprint payload`, a payload), its version
+//! and TTL — and its DynamoDB attributes. Pure: no request is made here.
 //!
 //! ```text
 //! eventId  S  "9f2c…41ab"       48 lowercase hex digits: 32 of EventKey::id,
@@ -100,7 +100,7 @@ pub struct HeldCopy {
     pub written_millis: i64,
 }
 
-/// What the manifest holds for one event, as last read or written.
+/// What the DynamoDB store holds for one event, as last read or written.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ItemState {
     /// The item's `version`; `None` when there is no item.
@@ -280,7 +280,7 @@ mod tests {
     use shard_lease::test_util::item_size;
 
     use super::*;
-    use crate::events::manifest::retention::MAX_COPIES;
+    use crate::events::dynamodb::retention::MAX_COPIES;
 
     const W: i64 = 1_000;
     const RULE: Rule = Rule {

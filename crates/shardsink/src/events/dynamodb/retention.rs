@@ -24,8 +24,8 @@
 use super::item::{HeldCopy, ItemState};
 use crate::events::rule::{AcceptedCopy, Rule};
 
-/// How long past a window's horizon the manifest keeps a copy after it was
-/// written, by the wall clock: a day. A shard read more than this behind
+/// How long past a window's horizon the DynamoDB store keeps a copy after
+/// it was written, by the wall clock: a day. A shard read more than this behind
 /// the stream's tip may find its events' earlier copies dropped (or their
 /// items deleted by TTL).
 pub const LAG_ALLOWANCE_MILLIS: i64 = 24 * 3_600 * 1_000;

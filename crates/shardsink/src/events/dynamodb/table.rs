@@ -1,9 +1,9 @@
-//! [`ManifestTable`]: one thin, documented function per DynamoDB call the
-//! manifest makes, each counted in
+//! [`EventTable`]: one thin, documented function per DynamoDB call the
+//! DynamoDB store makes, each counted in
 //! `shardsink_event_manifest_requests_total{operation}` and the item
 //! requests' consumed capacity in
 //! `shardsink_event_manifest_capacity_units_total{operation}`; and
-//! [`ManifestError`], with how a failure is retried ([`Classify`]).
+//! [`DynamoDbStoreError`], with how a failure is retried ([`Classify`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,21 +31,22 @@ use crate::ops::metrics::{Metrics, RetryCause};
 /// Keys per BatchGetItem request: DynamoDB's limit.
 pub const BATCH_GET_KEYS: usize = 100;
 
-/// Why a manifest call failed. [`Classify`] says how to retry: throttling
+/// Why a DynamoDB store call failed. [`Classify`] says how to retry: throttling
 /// and 5xx soon, what an operator must fix slowly; a missing table or a
 /// TTL on another attribute not at all.
 #[derive(Debug, thiserror::Error)]
-pub enum ManifestError {
+pub enum DynamoDbStoreError {
     /// The table does not exist (`ResourceNotFoundException`): deleted
-    /// while running. [`Manifest::ensure_table`](super::Manifest::ensure_table)
+    /// while running.
+    /// [`DynamoDbStore::ensure_table`](super::DynamoDbStore::ensure_table)
     /// creates it again, empty.
-    #[error("event manifest table {table} does not exist")]
+    #[error("DynamoDB event table {table} does not exist")]
     TableMissing {
         /// The table name.
         table: String,
     },
     /// A DynamoDB call failed.
-    #[error("dynamodb {operation} on event manifest table {table} failed")]
+    #[error("dynamodb {operation} on DynamoDB event table {table} failed")]
     Dynamo {
         /// The DynamoDB operation, e.g. `PutItem`.
         operation: &'static str,
@@ -62,9 +63,9 @@ pub enum ManifestError {
     },
     /// DynamoDB refused an item request as one that can never succeed
     /// ([`REFUSED_CODES`](shard_lease::retry::REFUSED_CODES)): not
-    /// retried. The manifest records nothing for the item and decides its
+    /// retried. The DynamoDB store records nothing for the item and decides its
     /// records as they are, kept.
-    #[error("dynamodb refused {operation} on event manifest table {table}: it can never succeed")]
+    #[error("dynamodb refused {operation} on DynamoDB event table {table}: it can never succeed")]
     Rejected {
         /// The DynamoDB operation, e.g. `PutItem`.
         operation: &'static str,
@@ -76,15 +77,15 @@ pub enum ManifestError {
     },
     /// BatchGetItem left keys unprocessed (DynamoDB out of capacity): like
     /// throttling.
-    #[error("dynamodb BatchGetItem on event manifest table {table} left {keys} keys unprocessed")]
+    #[error("dynamodb BatchGetItem on DynamoDB event table {table} left {keys} keys unprocessed")]
     Unprocessed {
         /// The table name.
         table: String,
         /// How many keys.
         keys: usize,
     },
-    /// An item the manifest did not write, or cannot read back.
-    #[error("event manifest item {event_id} in table {table} is malformed: {reason}")]
+    /// An item the DynamoDB store did not write, or cannot read back.
+    #[error("item {event_id} in DynamoDB event table {table} is malformed: {reason}")]
     Malformed {
         /// The table name.
         table: String,
@@ -96,7 +97,7 @@ pub enum ManifestError {
     /// Another writer changed one item between this worker's read and its
     /// conditional write too many times in a row.
     #[error(
-        "event manifest item {event_id} in table {table} changed under {attempts} writes in a row"
+        "item {event_id} in DynamoDB event table {table} changed under {attempts} writes in a row"
     )]
     Contended {
         /// The table name.
@@ -107,7 +108,7 @@ pub enum ManifestError {
         attempts: u32,
     },
     /// The table did not become `ACTIVE` in time.
-    #[error("event manifest table {table} not ACTIVE after {waited:?}")]
+    #[error("DynamoDB event table {table} not ACTIVE after {waited:?}")]
     NotActive {
         /// The table name.
         table: String,
@@ -118,7 +119,7 @@ pub enum ManifestError {
     /// a DynamoDB-compatible server such as dynalite; DynamoDB itself always
     /// has it). Items never expire there.
     #[error(
-        "the server of event manifest table {table} has no Time to Live; its items never expire"
+        "the server of DynamoDB event table {table} has no Time to Live; its items never expire"
     )]
     TtlUnsupported {
         /// The table name.
@@ -126,7 +127,7 @@ pub enum ManifestError {
     },
     /// Time to Live is on for another attribute than `ttl`: items would
     /// never expire. An operator must turn it off.
-    #[error("event manifest table {table} has Time to Live on attribute {attribute}, not ttl")]
+    #[error("DynamoDB event table {table} has Time to Live on attribute {attribute}, not ttl")]
     TtlOnOtherAttribute {
         /// The table name.
         table: String,
@@ -135,7 +136,7 @@ pub enum ManifestError {
     },
 }
 
-impl Classify for ManifestError {
+impl Classify for DynamoDbStoreError {
     fn classify(&self) -> Failure {
         match self {
             Self::Dynamo {
@@ -170,15 +171,15 @@ pub enum Written {
     ConditionFailed,
 }
 
-/// The manifest table: client, name, and the request counter.
+/// The DynamoDB event table: client, name, and the request counter.
 #[derive(Debug, Clone)]
-pub struct ManifestTable {
+pub struct EventTable {
     client: Client,
     name: Arc<str>,
     metrics: Arc<Metrics>,
 }
 
-impl ManifestTable {
+impl EventTable {
     /// The table `name` through `client`.
     pub fn new(client: Client, name: impl Into<String>, metrics: Arc<Metrics>) -> Self {
         Self {
@@ -209,9 +210,9 @@ impl ManifestTable {
     /// [CreateTable]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_CreateTable.html
     ///
     /// # Errors
-    /// [`ManifestError::Dynamo`]; [`ManifestError::NotActive`] after the
-    /// timeout.
-    pub async fn create_if_missing(&self) -> Result<TableCreation, ManifestError> {
+    /// [`DynamoDbStoreError::Dynamo`]; [`DynamoDbStoreError::NotActive`]
+    /// after the timeout.
+    pub async fn create_if_missing(&self) -> Result<TableCreation, DynamoDbStoreError> {
         let count = |operation| self.count(operation);
         shard_lease::create_table_if_missing(&self.client, &self.name, attr::EVENT_ID, &count)
             .await
@@ -222,7 +223,7 @@ impl ManifestTable {
                     source,
                     ..
                 } => self.classified(operation, class, source, false),
-                TableSetupError::NotActive { waited, .. } => ManifestError::NotActive {
+                TableSetupError::NotActive { waited, .. } => DynamoDbStoreError::NotActive {
                     table: self.name.to_string(),
                     waited,
                 },
@@ -235,8 +236,8 @@ impl ManifestTable {
     /// [DescribeTimeToLive]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_DescribeTimeToLive.html
     ///
     /// # Errors
-    /// [`ManifestError::TableMissing`], [`ManifestError::Dynamo`].
-    pub async fn describe_time_to_live(&self) -> Result<Option<String>, ManifestError> {
+    /// [`DynamoDbStoreError::TableMissing`], [`DynamoDbStoreError::Dynamo`].
+    pub async fn describe_time_to_live(&self) -> Result<Option<String>, DynamoDbStoreError> {
         self.count("DescribeTimeToLive");
         let output = match self
             .client
@@ -252,7 +253,7 @@ impl ManifestTable {
                 if err.as_service_error().and_then(ProvideErrorMetadata::code)
                     == Some("UnknownOperationException") =>
             {
-                return Err(ManifestError::TtlUnsupported {
+                return Err(DynamoDbStoreError::TtlUnsupported {
                     table: self.name.to_string(),
                 });
             }
@@ -283,8 +284,8 @@ impl ManifestTable {
     /// [UpdateTimeToLive]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_UpdateTimeToLive.html
     ///
     /// # Errors
-    /// [`ManifestError::TableMissing`], [`ManifestError::Dynamo`].
-    pub async fn update_time_to_live(&self) -> Result<(), ManifestError> {
+    /// [`DynamoDbStoreError::TableMissing`], [`DynamoDbStoreError::Dynamo`].
+    pub async fn update_time_to_live(&self) -> Result<(), DynamoDbStoreError> {
         let specification = TimeToLiveSpecification::builder()
             .enabled(true)
             .attribute_name(attr::TTL)
@@ -315,7 +316,7 @@ impl ManifestTable {
                 if err.as_service_error().and_then(ProvideErrorMetadata::code)
                     == Some("UnknownOperationException") =>
             {
-                Err(ManifestError::TtlUnsupported {
+                Err(DynamoDbStoreError::TtlUnsupported {
                     table: self.name.to_string(),
                 })
             }
@@ -333,13 +334,13 @@ impl ManifestTable {
     /// [BatchGetItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html
     ///
     /// # Errors
-    /// [`ManifestError::TableMissing`], [`ManifestError::Rejected`],
-    /// [`ManifestError::Dynamo`], [`ManifestError::Malformed`] for an
+    /// [`DynamoDbStoreError::TableMissing`], [`DynamoDbStoreError::Rejected`],
+    /// [`DynamoDbStoreError::Dynamo`], [`DynamoDbStoreError::Malformed`] for an
     /// unprocessed key that is not one.
     pub async fn batch_get_item(
         &self,
         keys: &[EventKey],
-    ) -> Result<(Vec<Item>, Vec<EventKey>), ManifestError> {
+    ) -> Result<(Vec<Item>, Vec<EventKey>), DynamoDbStoreError> {
         debug_assert!(keys.len() <= BATCH_GET_KEYS);
         let request = KeysAndAttributes::builder()
             .set_keys(Some(keys.iter().map(key).collect()))
@@ -379,9 +380,9 @@ impl ManifestTable {
     /// [GetItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_GetItem.html
     ///
     /// # Errors
-    /// [`ManifestError::TableMissing`], [`ManifestError::Rejected`],
-    /// [`ManifestError::Dynamo`].
-    pub async fn get_item(&self, key: &EventKey) -> Result<Option<Item>, ManifestError> {
+    /// [`DynamoDbStoreError::TableMissing`], [`DynamoDbStoreError::Rejected`],
+    /// [`DynamoDbStoreError::Dynamo`].
+    pub async fn get_item(&self, key: &EventKey) -> Result<Option<Item>, DynamoDbStoreError> {
         self.count("GetItem");
         let output = self
             .client
@@ -405,13 +406,13 @@ impl ManifestTable {
     /// [PutItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_PutItem.html
     ///
     /// # Errors
-    /// [`ManifestError::TableMissing`], [`ManifestError::Rejected`] (an
-    /// item DynamoDB will never take), [`ManifestError::Dynamo`].
+    /// [`DynamoDbStoreError::TableMissing`], [`DynamoDbStoreError::Rejected`]
+    /// (an item DynamoDB will never take), [`DynamoDbStoreError::Dynamo`].
     pub async fn put_item(
         &self,
         item: Item,
         read_version: Option<u64>,
-    ) -> Result<Written, ManifestError> {
+    ) -> Result<Written, DynamoDbStoreError> {
         let rendered = Expressions::new(&Update::new(), &condition(read_version));
         self.count("PutItem");
         let result = self
@@ -438,41 +439,41 @@ impl ManifestTable {
     }
 
     fn count(&self, operation: &'static str) {
-        self.metrics.event_manifest_request(operation);
+        self.metrics.event_table_request(operation);
     }
 
     /// Counts the capacity units a successful request reported.
     fn consumed(&self, operation: &'static str, capacity: Option<&ConsumedCapacity>) {
         if let Some(units) = capacity.and_then(ConsumedCapacity::capacity_units) {
-            self.metrics.event_manifest_capacity(operation, units);
+            self.metrics.event_table_capacity(operation, units);
         }
     }
 
     /// The key of a key DynamoDB handed back.
-    fn key_id(&self, key: &Item) -> Result<EventKey, ManifestError> {
+    fn key_id(&self, key: &Item) -> Result<EventKey, DynamoDbStoreError> {
         let text = match key.get(attr::EVENT_ID) {
             Some(AttributeValue::S(text)) => text.as_str(),
             _ => "",
         };
-        parse_event_id(text).ok_or_else(|| ManifestError::Malformed {
+        parse_event_id(text).ok_or_else(|| DynamoDbStoreError::Malformed {
             table: self.name.to_string(),
             event_id: text.to_owned(),
             reason: "not 48 hex digits".to_owned(),
         })
     }
 
-    /// The [`ManifestError`] of a failed item request:
-    /// [`ManifestError::Rejected`] for a request DynamoDB refuses for good
+    /// The [`DynamoDbStoreError`] of a failed item request:
+    /// [`DynamoDbStoreError::Rejected`] for a request DynamoDB refuses for good
     /// ([`ErrorClass::Refused`]), else as [`sdk_error`](Self::sdk_error).
     fn item_error<E: Modeled>(
         &self,
         operation: &'static str,
         err: SdkError<E, HttpResponse>,
-    ) -> ManifestError {
+    ) -> DynamoDbStoreError {
         self.classified(operation, classify(&err), Box::new(err), true)
     }
 
-    /// The [`ManifestError`] of a failed call, as
+    /// The [`DynamoDbStoreError`] of a failed call, as
     /// [`shard_lease::retry::classify`] says: `TableMissing` for
     /// `ResourceNotFoundException`, else `Dynamo` — throttled, or
     /// retriable when DynamoDB did not answer, answered 5xx or 429, or with
@@ -481,12 +482,12 @@ impl ManifestTable {
         &self,
         operation: &'static str,
         err: SdkError<E, HttpResponse>,
-    ) -> ManifestError {
+    ) -> DynamoDbStoreError {
         self.classified(operation, classify(&err), Box::new(err), false)
     }
 
-    /// The [`ManifestError`] of a failed call classified as `class`; a
-    /// refused request is [`ManifestError::Rejected`] for item requests
+    /// The [`DynamoDbStoreError`] of a failed call classified as `class`; a
+    /// refused request is [`DynamoDbStoreError::Rejected`] for item requests
     /// only.
     fn classified(
         &self,
@@ -494,17 +495,17 @@ impl ManifestTable {
         class: ErrorClass,
         source: BoxError,
         item_request: bool,
-    ) -> ManifestError {
+    ) -> DynamoDbStoreError {
         match class {
-            ErrorClass::Refused if item_request => ManifestError::Rejected {
+            ErrorClass::Refused if item_request => DynamoDbStoreError::Rejected {
                 operation,
                 table: self.name.to_string(),
                 source,
             },
-            ErrorClass::TableMissing => ManifestError::TableMissing {
+            ErrorClass::TableMissing => DynamoDbStoreError::TableMissing {
                 table: self.name.to_string(),
             },
-            class => ManifestError::Dynamo {
+            class => DynamoDbStoreError::Dynamo {
                 operation,
                 table: self.name.to_string(),
                 retriable: class.is_retriable(),
@@ -514,8 +515,8 @@ impl ManifestTable {
         }
     }
 
-    fn build_error(&self, operation: &'static str, err: BuildError) -> ManifestError {
-        ManifestError::Dynamo {
+    fn build_error(&self, operation: &'static str, err: BuildError) -> DynamoDbStoreError {
+        DynamoDbStoreError::Dynamo {
             operation,
             table: self.name.to_string(),
             retriable: false,

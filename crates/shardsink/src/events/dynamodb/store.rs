@@ -1,4 +1,4 @@
-//! [`Manifest`]: the DynamoDB event store's calls — make sure of the
+//! [`DynamoDbStore`]: the DynamoDB event store's calls — make sure of the
 //! table, decide a run, adopt copies — over the [`cache`](super::cache),
 //! the [`verdict`](super::verdict)s against an [`item`](super::item), its
 //! [`retention`](super::retention) and the [`table`](super::table)
@@ -16,7 +16,7 @@ use tracing::{error, info, warn};
 use super::cache::ItemCache;
 use super::item::{self, HeldCopy, ItemState, event_id, item_key, parse_event_id};
 use super::retention::{MAX_COPIES, Rewrite};
-use super::table::{BATCH_GET_KEYS, ManifestError, ManifestTable, Written};
+use super::table::{BATCH_GET_KEYS, DynamoDbStoreError, EventTable, Written};
 use super::verdict::{decide_in_order, verdict};
 use crate::aws::retry::{Classify, Failure, Retry, Stopped};
 use crate::events::rule::{AcceptedCopy, Decision, EventKey, Rule};
@@ -31,25 +31,25 @@ pub const WRITES_IN_FLIGHT: usize = 64;
 pub const READS_IN_FLIGHT: usize = 8;
 
 /// Failures in a row of one request that are retried with backoff before
-/// the call fails (throttling, 5xx; see [`ManifestError`]'s
+/// the call fails (throttling, 5xx; see [`DynamoDbStoreError`]'s
 /// [`Classify`]); other failures fail the call at once.
 pub const TRANSIENT_ATTEMPTS: u32 = 10;
 
 /// Conditional writes of one item that may fail in a row before the call
-/// fails with [`ManifestError::Contended`].
+/// fails with [`DynamoDbStoreError::Contended`].
 pub const CONFLICT_ATTEMPTS: u32 = 64;
 
-/// The DynamoDB event manifest of a stream. Cheap to clone; clones share
+/// The DynamoDB store of a stream. Cheap to clone; clones share
 /// the client, the cache and the metrics.
 #[derive(Debug, Clone)]
-pub struct Manifest {
-    table: ManifestTable,
+pub struct DynamoDbStore {
+    table: EventTable,
     cache: Arc<ItemCache>,
 }
 
-impl Manifest {
-    /// The manifest in table `table` through `client`, counting requests in
-    /// `metrics`, with a cache of at most `cache_entries` items (0 for
+impl DynamoDbStore {
+    /// The DynamoDB store in table `table` through `client`, counting
+    /// requests in `metrics`, with a cache of at most `cache_entries` items (0 for
     /// none), each about [`APPROXIMATE_BYTES_PER_ENTRY`] bytes.
     ///
     /// [`APPROXIMATE_BYTES_PER_ENTRY`]: super::cache::APPROXIMATE_BYTES_PER_ENTRY
@@ -60,7 +60,7 @@ impl Manifest {
         cache_entries: usize,
     ) -> Self {
         Self {
-            table: ManifestTable::new(client, table, metrics),
+            table: EventTable::new(client, table, metrics),
             cache: Arc::new(ItemCache::new(cache_entries)),
         }
     }
@@ -69,7 +69,7 @@ impl Manifest {
     /// on-demand billing ([CreateTable]) —, waits until it is `ACTIVE`
     /// ([DescribeTable], every second, up to
     /// [`shard_lease::TABLE_ACTIVE_TIMEOUT`]; see
-    /// [`ManifestTable::create_if_missing`]), then turns Time to Live on
+    /// [`EventTable::create_if_missing`]), then turns Time to Live on
     /// for attribute `ttl` unless it is ([DescribeTimeToLive],
     /// [UpdateTimeToLive]). Idempotent; workers racing each other all
     /// succeed.
@@ -80,17 +80,18 @@ impl Manifest {
     /// [UpdateTimeToLive]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_UpdateTimeToLive.html
     ///
     /// # Errors
-    /// [`ManifestError::NotActive`] after the timeout;
-    /// [`ManifestError::TtlOnOtherAttribute`]; [`ManifestError::Dynamo`].
-    pub async fn ensure_table(&self) -> Result<(), ManifestError> {
+    /// [`DynamoDbStoreError::NotActive`] after the timeout;
+    /// [`DynamoDbStoreError::TtlOnOtherAttribute`];
+    /// [`DynamoDbStoreError::Dynamo`].
+    pub async fn ensure_table(&self) -> Result<(), DynamoDbStoreError> {
         if self.table.create_if_missing().await? == TableCreation::Created {
-            info!(table = %self.table.name(), "event manifest table created");
+            info!(table = %self.table.name(), "DynamoDB event table created");
         }
         let ttl = match self.table.describe_time_to_live().await {
-            Err(ManifestError::TtlUnsupported { table }) => {
+            Err(DynamoDbStoreError::TtlUnsupported { table }) => {
                 warn!(
                     table,
-                    "this DynamoDB server has no Time to Live: manifest items never expire"
+                    "this DynamoDB server has no Time to Live: its items never expire"
                 );
                 return Ok(());
             }
@@ -98,15 +99,15 @@ impl Manifest {
         };
         match ttl {
             Some(attribute) if attribute == item::attr::TTL => Ok(()),
-            Some(attribute) => Err(ManifestError::TtlOnOtherAttribute {
+            Some(attribute) => Err(DynamoDbStoreError::TtlOnOtherAttribute {
                 table: self.table.name().to_owned(),
                 attribute,
             }),
             None => match self.table.update_time_to_live().await {
-                Err(ManifestError::TtlUnsupported { table }) => {
+                Err(DynamoDbStoreError::TtlUnsupported { table }) => {
                     warn!(
                         table,
-                        "this DynamoDB server has no Time to Live: manifest items never expire"
+                        "this DynamoDB server has no Time to Live: its items never expire"
                     );
                     Ok(())
                 }
@@ -119,8 +120,8 @@ impl Manifest {
     /// `lineage.shard_id`, in order — and records the accepted ones before
     /// returning: one [`Decision`] per candidate, in order. Safe to call
     /// again with the same candidates (see "Why it is exact" in
-    /// [`manifest`](super)). A candidate whose item DynamoDB refuses
-    /// ([`ManifestError::Rejected`]) is decided against what was read of
+    /// [`dynamodb`](super)). A candidate whose item DynamoDB refuses
+    /// ([`DynamoDbStoreError::Rejected`]) is decided against what was read of
     /// it, its copy not recorded (logged with its `eventId`, counted in
     /// `shardsink_event_manifest_rejected_total`).
     ///
@@ -133,7 +134,7 @@ impl Manifest {
     /// [GetItem]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_GetItem.html
     ///
     /// # Errors
-    /// [`ManifestError`] after [`TRANSIENT_ATTEMPTS`] throttled or failed
+    /// [`DynamoDbStoreError`] after [`TRANSIENT_ATTEMPTS`] throttled or failed
     /// requests in a row, or at once for other failures; copies written
     /// before it stay (a rerun finds them).
     pub async fn decide(
@@ -141,7 +142,7 @@ impl Manifest {
         lineage: &Lineage,
         rule: &Rule,
         candidates: &[Candidate],
-    ) -> Result<Vec<Decision>, ManifestError> {
+    ) -> Result<Vec<Decision>, DynamoDbStoreError> {
         let shard_id = &*lineage.shard_id;
         let shard_ids = [&lineage.shard_id];
         let mut decisions: Vec<Option<Decision>> = vec![None; candidates.len()];
@@ -185,7 +186,7 @@ impl Manifest {
                             decide_in_order(shard_id, rule, &run, state)
                         })
                         .await?;
-                    Ok::<_, ManifestError>((members, decided))
+                    Ok::<_, DynamoDbStoreError>((members, decided))
                 }
             })
             .buffer_unordered(WRITES_IN_FLIGHT)
@@ -213,7 +214,7 @@ impl Manifest {
         &self,
         rule: &Rule,
         copies: &[(EventKey, AcceptedCopy)],
-    ) -> Result<(), ManifestError> {
+    ) -> Result<(), DynamoDbStoreError> {
         let groups = by_item(copies.iter().map(|(key, _)| item_key(key, rule)));
         let unread: Vec<EventKey> = groups
             .iter()
@@ -259,7 +260,7 @@ impl Manifest {
         rule: &Rule,
         shard_ids: &[&Arc<str>],
         decide: impl Fn(&ItemState) -> (T, Vec<AcceptedCopy>),
-    ) -> Result<T, ManifestError> {
+    ) -> Result<T, DynamoDbStoreError> {
         for _ in 0..CONFLICT_ATTEMPTS {
             let (outcome, added) = decide(&state);
             if added.is_empty() {
@@ -288,14 +289,14 @@ impl Manifest {
                     Some(fresh) => state = Arc::new(fresh),
                     None => return Ok(outcome),
                 },
-                Err(err @ ManifestError::Rejected { .. }) => {
+                Err(err @ DynamoDbStoreError::Rejected { .. }) => {
                     self.rejected(&key, &err);
                     return Ok(outcome);
                 }
                 Err(err) => return Err(err),
             }
         }
-        Err(ManifestError::Contended {
+        Err(DynamoDbStoreError::Contended {
             table: self.table.name().to_owned(),
             event_id: event_id(&key),
             attempts: CONFLICT_ATTEMPTS,
@@ -308,10 +309,10 @@ impl Manifest {
         &self,
         key: &EventKey,
         shard_ids: &[&Arc<str>],
-    ) -> Result<Option<ItemState>, ManifestError> {
+    ) -> Result<Option<ItemState>, DynamoDbStoreError> {
         match self.retried("GetItem", || self.table.get_item(key)).await {
             Ok(item) => Ok(Some(self.state_of(key, item.as_ref(), shard_ids)?)),
-            Err(err @ ManifestError::Rejected { .. }) => {
+            Err(err @ DynamoDbStoreError::Rejected { .. }) => {
                 self.rejected(key, &err);
                 Ok(None)
             }
@@ -327,7 +328,7 @@ impl Manifest {
         &self,
         keys: &[EventKey],
         shard_ids: &[&Arc<str>],
-    ) -> Result<HashMap<EventKey, ItemState>, ManifestError> {
+    ) -> Result<HashMap<EventKey, ItemState>, DynamoDbStoreError> {
         let found: Mutex<HashMap<EventKey, ItemState>> =
             Mutex::new(HashMap::with_capacity(keys.len()));
         // Owned chunks: a closure over borrowed ones would make the future
@@ -353,7 +354,7 @@ impl Manifest {
         keys: &[EventKey],
         shard_ids: &[&Arc<str>],
         found: &Mutex<HashMap<EventKey, ItemState>>,
-    ) -> Result<(), ManifestError> {
+    ) -> Result<(), DynamoDbStoreError> {
         let remaining = &Mutex::new(keys.to_vec());
         let batch = self
             .retried("BatchGetItem", move || async move {
@@ -372,7 +373,7 @@ impl Manifest {
                 *lock(remaining) = unprocessed;
                 match left {
                     0 => Ok(()),
-                    keys => Err(ManifestError::Unprocessed {
+                    keys => Err(DynamoDbStoreError::Unprocessed {
                         table: self.table.name().to_owned(),
                         keys,
                     }),
@@ -380,14 +381,14 @@ impl Manifest {
             })
             .await;
         match batch {
-            Err(err @ ManifestError::Rejected { .. }) => {
+            Err(err @ DynamoDbStoreError::Rejected { .. }) => {
                 let refused = lock(remaining).clone();
-                self.table.metrics().event_manifest_rejected("BatchGetItem");
+                self.table.metrics().event_table_rejected("BatchGetItem");
                 warn!(
                     table = %self.table.name(),
                     keys = refused.len(),
                     error = %error_chain(&err),
-                    "dynamodb refused a BatchGetItem of the event manifest; reading its items one by one"
+                    "dynamodb refused a BatchGetItem of the DynamoDB event table; reading its items one by one"
                 );
                 for key in refused {
                     if let Some(state) = self.read_item(&key, shard_ids).await? {
@@ -406,7 +407,7 @@ impl Manifest {
         key: &EventKey,
         item: Option<&item::Item>,
         shard_ids: &[&Arc<str>],
-    ) -> Result<ItemState, ManifestError> {
+    ) -> Result<ItemState, DynamoDbStoreError> {
         match item {
             None => Ok(ItemState::default()),
             Some(item) => ItemState::from_item(item, key, shard_ids)
@@ -414,8 +415,8 @@ impl Manifest {
         }
     }
 
-    fn malformed(&self, event_id: &str, reason: &str) -> ManifestError {
-        ManifestError::Malformed {
+    fn malformed(&self, event_id: &str, reason: &str) -> DynamoDbStoreError {
+        DynamoDbStoreError::Malformed {
             table: self.table.name().to_owned(),
             event_id: event_id.to_owned(),
             reason: reason.to_owned(),
@@ -424,15 +425,15 @@ impl Manifest {
 
     /// A request for `key`'s item that DynamoDB refused for good: logged
     /// as an error naming the item, counted; its records go on as decided.
-    fn rejected(&self, key: &EventKey, err: &ManifestError) {
-        if let ManifestError::Rejected { operation, .. } = err {
-            self.table.metrics().event_manifest_rejected(operation);
+    fn rejected(&self, key: &EventKey, err: &DynamoDbStoreError) {
+        if let DynamoDbStoreError::Rejected { operation, .. } = err {
+            self.table.metrics().event_table_rejected(operation);
         }
         error!(
             table = %self.table.name(),
             event_id = %event_id(key),
             error = %error_chain(err),
-            "dynamodb refused a request for an event manifest item; the event's records are kept as decided, their copies not recorded"
+            "dynamodb refused a request for an item of the DynamoDB event table; the event's records are kept as decided, their copies not recorded"
         );
     }
 
@@ -440,7 +441,7 @@ impl Manifest {
     /// might still have consulted them: each logged and counted.
     fn evicted(&self, key: &EventKey, evicted: &[HeldCopy]) {
         for held in evicted {
-            self.table.metrics().event_manifest_evictions.inc();
+            self.table.metrics().event_table_evictions.inc();
             warn!(
                 table = %self.table.name(),
                 event_id = %event_id(key),
@@ -448,7 +449,7 @@ impl Manifest {
                 arrival_millis = held.accepted.arrival_millis,
                 written_millis = held.written_millis,
                 max_copies = MAX_COPIES,
-                "event manifest item full: the oldest accepted copy of an event accepted again and again was evicted; a shard read far behind, or a replay, may keep a copy of it once more"
+                "DynamoDB event table item full: the oldest accepted copy of an event accepted again and again was evicted; a shard read far behind, or a replay, may keep a copy of it once more"
             );
         }
     }
@@ -456,21 +457,21 @@ impl Manifest {
     /// Runs one request, retried with backoff while it fails transiently
     /// (at most [`TRANSIENT_ATTEMPTS`] times in a row), each retry counted
     /// in `shardsink_retries_total{cause}`.
-    async fn retried<T, F, Fut>(&self, what: &'static str, op: F) -> Result<T, ManifestError>
+    async fn retried<T, F, Fut>(&self, what: &'static str, op: F) -> Result<T, DynamoDbStoreError>
     where
         F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, ManifestError>>,
+        Fut: Future<Output = Result<T, DynamoDbStoreError>>,
     {
         Retry::new(what)
             .metrics(self.table.metrics())
-            .final_when(|err: &ManifestError| !matches!(err.classify(), Failure::Transient(_)))
+            .final_when(|err: &DynamoDbStoreError| !matches!(err.classify(), Failure::Transient(_)))
             .give_up_after(TRANSIENT_ATTEMPTS)
             .run(op)
             .await
             .map_err(|stopped| match stopped {
                 Stopped::Final(err) | Stopped::GaveUp(err) => err,
                 // No stop token is given to this loop.
-                Stopped::Cancelled => ManifestError::Dynamo {
+                Stopped::Cancelled => DynamoDbStoreError::Dynamo {
                     operation: what,
                     table: self.table.name().to_owned(),
                     retriable: true,

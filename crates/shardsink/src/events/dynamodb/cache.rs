@@ -1,5 +1,5 @@
-//! [`ItemCache`]: the manifest items a worker read or wrote recently, in
-//! front of DynamoDB, least recently used first out.
+//! [`ItemCache`]: the DynamoDB event table's items a worker read or wrote
+//! recently, in front of DynamoDB, least recently used first out.
 //!
 //! A cached item may be stale — another worker may have added copies since
 //! — but copies are only ever added to an item (and dropped only once no
@@ -100,7 +100,7 @@ mod tests {
     use sequence_range::SequenceNumber;
 
     use super::*;
-    use crate::events::manifest::item::HeldCopy;
+    use crate::events::dynamodb::item::HeldCopy;
     use crate::events::rule::{AcceptedCopy, CopyRef};
 
     fn state(version: u64) -> Arc<ItemState> {

@@ -1,6 +1,6 @@
-//! The manifest against a DynamoDB table in memory (`shard_lease`'s
+//! The DynamoDB store against a DynamoDB table in memory (`shard_lease`'s
 //! `FakeTable`, keyed by `eventId`, which evaluates the conditions the
-//! manifest writes) and against scripted responses.
+//! DynamoDB store writes) and against scripted responses.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -29,7 +29,7 @@ use shard_lease::test_util::{FakeTable, fake_client, item_size};
 use super::item::{Item, ItemState, attr, event_id, parse_event_id};
 use super::retention::MAX_COPIES;
 use super::store::now_millis;
-use super::{Manifest, ManifestError};
+use super::{DynamoDbStore, DynamoDbStoreError};
 use crate::aws::retry::{Classify, Failure};
 use crate::events::memory::MemoryStore;
 use crate::events::rule::{AcceptedCopy, CopyRef, Decision, EventKey, Outcome, Rule};
@@ -66,17 +66,17 @@ impl Harness {
     }
 
     /// A worker: its own client and cache, the shared table and metrics.
-    fn worker(&self, cache_entries: usize) -> Manifest {
-        Manifest::new(
+    fn worker(&self, cache_entries: usize) -> DynamoDbStore {
+        DynamoDbStore::new(
             fake_client(self.fake.clone()),
-            "manifest",
+            "events",
             self.metrics.clone(),
             cache_entries,
         )
     }
 
     fn requests(&self, operation: &'static str) -> u64 {
-        self.metrics.event_manifest_requests(operation)
+        self.metrics.event_table_requests(operation)
     }
 
     /// The copies held for the event `(id, fingerprint)`.
@@ -150,7 +150,7 @@ async fn a_rerun_decides_as_before_and_writes_nothing() {
         .decide(&lineage, &rule(true), &run)
         .await
         .unwrap();
-    // The same id with another payload is another item: the manifest
+    // The same id with another payload is another item: the DynamoDB store
     // never sees it beside the first, so it is unique (not id_reused).
     assert_eq!(
         first,
@@ -393,7 +393,10 @@ async fn malformed_items_are_reported() {
         )
         .await
         .unwrap_err();
-    assert!(matches!(err, ManifestError::Malformed { .. }), "{err:?}");
+    assert!(
+        matches!(err, DynamoDbStoreError::Malformed { .. }),
+        "{err:?}"
+    );
     assert_eq!(
         err.classify(),
         Failure::Persistent(RetryCause::event_manifest_error)
@@ -449,9 +452,9 @@ async fn ten_thousand_copies_of_one_id_stay_small() {
     h.assert_items_bounded();
     assert_eq!(h.items().len(), 10_001);
     let unique = 10_001.0;
-    let writes = h.metrics.event_manifest_capacity_units("PutItem");
-    let reads = h.metrics.event_manifest_capacity_units("BatchGetItem")
-        + h.metrics.event_manifest_capacity_units("GetItem");
+    let writes = h.metrics.event_table_capacity_units("PutItem");
+    let reads = h.metrics.event_table_capacity_units("BatchGetItem")
+        + h.metrics.event_table_capacity_units("GetItem");
     assert!(writes > 0.0 && writes <= unique, "{writes} write units");
     assert!(reads > 0.0 && reads <= unique, "{reads} read units");
 }
@@ -480,7 +483,7 @@ async fn an_event_accepted_again_and_again_evicts_its_oldest_copies() {
     }
     let kept: Vec<AcceptedCopy> = copies[3..].iter().map(Candidate::accepted).collect();
     assert_eq!(h.copies(4, 5), kept);
-    assert_eq!(h.metrics.event_manifest_evictions.get(), 3);
+    assert_eq!(h.metrics.event_table_evictions.get(), 3);
     h.assert_items_bounded();
 }
 
@@ -513,8 +516,8 @@ fn ttl(status: TimeToLiveStatus, attribute: &'static str) -> impl Fn() -> Descri
     }
 }
 
-fn manifest(client: Client) -> Manifest {
-    Manifest::new(client, "manifest", Arc::new(Metrics::new()), 0)
+fn store(client: Client) -> DynamoDbStore {
+    DynamoDbStore::new(client, "events", Arc::new(Metrics::new()), 0)
 }
 
 fn refused<E>(generic: fn(ErrorMetadata) -> E) -> impl Fn() -> E {
@@ -528,7 +531,7 @@ fn refused<E>(generic: fn(ErrorMetadata) -> E) -> impl Fn() -> E {
 
 fn rejected(metrics: &Metrics, operation: &'static str) -> u64 {
     metrics
-        .event_manifest_rejected
+        .event_table_rejected
         .get_or_create(&crate::ops::metrics::OperationLabel { operation })
         .get()
 }
@@ -543,7 +546,7 @@ async fn a_refused_write_keeps_the_records_without_retrying() {
     let put = mock!(Client::put_item).then_error(refused(PutItemError::generic));
     let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&read, &put]);
     let metrics = Arc::new(Metrics::new());
-    let worker = Manifest::new(client, "manifest", metrics.clone(), 100);
+    let worker = DynamoDbStore::new(client, "events", metrics.clone(), 100);
     let t = base();
     let run = [candidate(A, 1, 3, 5, t), candidate(A, 2, 3, 5, t + 10)];
     let expected = vec![Decision::Keep(Outcome::Unique), duplicate_of(&run[0])];
@@ -596,7 +599,7 @@ async fn a_refused_read_is_asked_again_per_item() {
         [&batch, &get, &found, &put, &written]
     );
     let metrics = Arc::new(Metrics::new());
-    let worker = Manifest::new(client, "manifest", metrics.clone(), 0);
+    let worker = DynamoDbStore::new(client, "events", metrics.clone(), 0);
     let t = base();
     let run = [candidate(A, 1, 1, 5, t), candidate(A, 2, 2, 5, t)];
     assert_eq!(
@@ -646,7 +649,7 @@ async fn ensure_table_creates_waits_and_turns_ttl_on() {
         [&missing, &create, &creating, &active, &ttl_off, &ttl_on]
     );
     let metrics = Arc::new(Metrics::new());
-    Manifest::new(client, "manifest", metrics.clone(), 0)
+    DynamoDbStore::new(client, "events", metrics.clone(), 0)
         .ensure_table()
         .await
         .unwrap();
@@ -659,7 +662,7 @@ async fn ensure_table_creates_waits_and_turns_ttl_on() {
         ("UpdateTimeToLive", 1),
     ] {
         assert_eq!(
-            metrics.event_manifest_requests(operation),
+            metrics.event_table_requests(operation),
             count,
             "{operation}"
         );
@@ -695,7 +698,7 @@ async fn ensure_table_lets_racing_workers_all_succeed() {
         RuleMode::Sequential,
         [&missing, &in_use, &active, &ttl_off, &already]
     );
-    manifest(client).ensure_table().await.unwrap();
+    store(client).ensure_table().await.unwrap();
     assert_eq!(already.num_calls(), 1);
 
     // TTL already on for `ttl`: nothing to do. On another attribute: an
@@ -704,7 +707,7 @@ async fn ensure_table_lets_racing_workers_all_succeed() {
     let ttl_ours =
         mock!(Client::describe_time_to_live).then_output(ttl(TimeToLiveStatus::Enabled, attr::TTL));
     let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&active, &ttl_ours]);
-    manifest(client).ensure_table().await.unwrap();
+    store(client).ensure_table().await.unwrap();
     let active = mock!(Client::describe_table).then_output(table_status(TableStatus::Active));
     let ttl_other = mock!(Client::describe_time_to_live)
         .then_output(ttl(TimeToLiveStatus::Enabled, "expiresAt"));
@@ -713,9 +716,9 @@ async fn ensure_table_lets_racing_workers_all_succeed() {
         RuleMode::Sequential,
         [&active, &ttl_other]
     );
-    let err = manifest(client).ensure_table().await.unwrap_err();
+    let err = store(client).ensure_table().await.unwrap_err();
     assert!(
-        matches!(err, ManifestError::TtlOnOtherAttribute { .. }),
+        matches!(err, DynamoDbStoreError::TtlOnOtherAttribute { .. }),
         "{err:?}"
     );
 }
@@ -736,9 +739,9 @@ fn events() -> impl Strategy<Value = (usize, Vec<(usize, u8, u8, i64)>)> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
-    /// The manifest decides as the store in memory does (every other shard
-    /// in the lineage: the manifest's stream scope) — but for `id_reused`,
-    /// which it cannot tell from `unique`: an item holds the copies of one
+    /// The DynamoDB store decides as the store in memory does (every other
+    /// shard in the lineage: the DynamoDB store's stream scope) — but for
+    /// `id_reused`, which it cannot tell from `unique`: an item holds the copies of one
     /// payload — in runs of up to `run` records of one shard, whatever its
     /// cache; reruns decide as before; the accepted copies in the table
     /// never have a matching copy within the window of each other, and no
@@ -754,7 +757,7 @@ proptest! {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         runtime.block_on(async {
             let h = Harness::new();
-            let manifest = h.worker(cache_entries);
+            let warm = h.worker(cache_entries);
             let memory = MemoryStore::default();
             let rule = rule(match_fingerprint);
             let names: Vec<String> = (0..shards).map(|s| format!("shardId-{s:012}")).collect();
@@ -796,7 +799,7 @@ proptest! {
                         decision => decision,
                     })
                     .collect();
-                let actual = manifest.decide(&lineages[*shard], &rule, records).await.unwrap();
+                let actual = warm.decide(&lineages[*shard], &rule, records).await.unwrap();
                 prop_assert_eq!(&actual, &expected);
                 decided.push(actual);
             }
@@ -808,7 +811,7 @@ proptest! {
                 }
                 let at = index.index(runs.len());
                 let (shard, records) = &runs[at];
-                for worker in [&manifest, &cold] {
+                for worker in [&warm, &cold] {
                     let again = worker.decide(&lineages[*shard], &rule, records).await.unwrap();
                     if shards == 1 {
                         prop_assert_eq!(&again, &decided[at]);
@@ -818,7 +821,7 @@ proptest! {
                 }
             }
             prop_assert_eq!(h.requests("PutItem"), puts, "reruns write nothing");
-            prop_assert_eq!(h.metrics.event_manifest_evictions.get(), 0, "no item reached its cap");
+            prop_assert_eq!(h.metrics.event_table_evictions.get(), 0, "no item reached its cap");
             for (_, state, _) in h.items() {
                 let copies: Vec<&AcceptedCopy> = state.accepted().collect();
                 for (i, a) in copies.iter().enumerate() {
