@@ -1,5 +1,5 @@
 //! Benchmarks for the targets in `benches/README.md`: parsing a 56-digit sequence number
-//! (~0.1 µs), `contains` on a set of written ranges, and dedup of a
+//! (~0.1 µs), `contains` on a set of written ranges, and the resume skip of a
 //! 10,000-record group against 1,000 written ranges (≤ 2 ms).
 #![allow(missing_docs, clippy::unwrap_used)]
 

@@ -2,7 +2,7 @@
 //! records with 56-digit sequence numbers, single thread:
 //! - `serde_json baseline`: plain `serde_json` + base64 encoding of the same
 //!   records — the bar the pipeline must not fall below;
-//! - `pipeline`: group by minute and encode into a batch, dedup off (the
+//! - `pipeline`: group by minute and encode into a batch, resume skip off (the
 //!   steady state) and on (after a restart: range-set lookup), in the
 //!   `envelope` format;
 //! - `pipeline, json`: the same with 1 KiB JSON object payloads in the
@@ -112,7 +112,7 @@ fn plain_serde_json(records: &[ShardRecord], out: &mut Vec<u8>) {
     }
 }
 
-/// What a shard task does per record: skip what dedup finds written, group
+/// What a shard task does per record: skip what the resume skip finds written, group
 /// by minute, append in `format`.
 fn pipeline(records: &[ShardRecord], written: Option<&RangeSet>, format: &Format) -> Option<Batch> {
     let budget = MemoryBudget::new(u64::MAX, 64 << 20);
@@ -163,7 +163,7 @@ fn bench(c: &mut Criterion) {
             BatchSize::LargeInput,
         )
     });
-    group.bench_function("pipeline, dedup off", |b| {
+    group.bench_function("pipeline, resume skip off", |b| {
         b.iter(|| pipeline(black_box(&records), None, &Format::Envelope))
     });
     let json = json_records(&records);
@@ -217,7 +217,7 @@ fn bench(c: &mut Criterion) {
             SequenceRange::new(first, last).unwrap()
         })
         .collect();
-    group.bench_function("pipeline, dedup on against 1,000 ranges", |b| {
+    group.bench_function("pipeline, resume skip on against 1,000 ranges", |b| {
         b.iter(|| pipeline(black_box(&records), Some(&written), &Format::Envelope))
     });
 
