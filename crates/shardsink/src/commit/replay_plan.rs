@@ -18,7 +18,7 @@ use crate::memory::{MemoryBudget, Reservation};
 use crate::output::bucket::Bucket;
 use crate::output::decisions::{self, RecordedDecision, UserDecision, decisions_key};
 use crate::output::format::{BodyKind, Format};
-use crate::output::key::parse_object_name;
+use crate::output::key::{body_kind_of_key, parse_object_name};
 use crate::output::read_back::decisions::parse as parse_decisions;
 use crate::output::read_back::metadata::{
     DECISIONS_COMPRESSION, MAIN_EXTENSION_METADATA, MAIN_FORMAT_METADATA,
@@ -158,7 +158,7 @@ impl BatchWriter {
         events_on: bool,
         budget: &Arc<MemoryBudget>,
     ) -> Result<ReplayPlan, CommitError> {
-        let kind = recorded_kind(&pending.key).unwrap_or_else(|| self.output.body_kind());
+        let kind = body_kind_of_key(&pending.key).unwrap_or_else(|| self.output.body_kind());
         let format = self.output.format.for_shape(kind.shape);
         let Ok(parsed) = self.output.layout.parse_key(&pending.key) else {
             return Ok(ReplayPlan::without_decisions(format));
@@ -350,10 +350,4 @@ impl BatchWriter {
             .await
             .map_err(|stopped| CommitError::from_s3_stop(self.shard_id(), stopped))
     }
-}
-
-/// The body kind a recorded key names, if it is a key shardsink writes.
-pub(crate) fn recorded_kind(key: &str) -> Option<BodyKind> {
-    let name = key.rsplit('/').next()?;
-    parse_object_name(name).ok().map(|name| name.body)
 }

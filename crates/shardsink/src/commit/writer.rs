@@ -27,7 +27,6 @@ use tracing::{error, info, warn};
 use super::body::{self, EncodedBatch, ObjectBody, ObjectRole};
 use super::existing::same_records;
 use super::fence::Fence;
-use super::replay_plan::recorded_kind;
 use crate::aws::retry::{Classify, Failure, Retry, Stopped};
 use crate::aws::{ObjectStore, PutOutcome, S3Error};
 use crate::commit::error::CommitError;
@@ -38,6 +37,7 @@ use crate::output::batch::{Batch, FlushReason};
 use crate::output::compression::Compression;
 use crate::output::decisions::decisions_key;
 use crate::output::format::{BodyKind, Format};
+use crate::output::key::body_kind_of_key;
 
 /// A batch as written: the pending batch it was recorded as (its last
 /// sequence number is now the checkpoint), and what the PUT did.
@@ -163,7 +163,7 @@ impl BatchWriter {
         batch: Batch,
         format: &Format,
     ) -> Result<WrittenBatch, CommitError> {
-        let kind = recorded_kind(&pending.key).unwrap_or_else(|| self.output.body_kind());
+        let kind = body_kind_of_key(&pending.key).unwrap_or_else(|| self.output.body_kind());
         self.put_and_checkpoint(pending, format, kind, batch, FlushReason::Replay)
             .await
     }

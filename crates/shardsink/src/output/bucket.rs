@@ -6,7 +6,28 @@ use std::fmt;
 use chrono::{DateTime, Datelike, Timelike, Utc};
 use clap::ValueEnum;
 
-use crate::output::key::KeyStyle;
+/// How the time part of a key is written.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyStyle {
+    /// `2026/11/21/05/27/`.
+    Plain,
+    /// `year=2026/month=11/day=21/hour=05/minute=27/`: Hive-style
+    /// partitions, recognised by Athena, Glue, Spark and DuckDB.
+    Hive,
+}
+
+impl KeyStyle {
+    /// The name, as `--key-layout` takes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Plain => "plain",
+            Self::Hive => "hive",
+        }
+    }
+}
 
 /// The span of arrival time one object's records share.
 #[derive(

@@ -19,37 +19,14 @@
 //! docs/DESIGN.md). Parsing accepts exactly what [`object_name`] writes;
 //! anything else is a [`KeyParseError`], which the resume skip logs and ignores.
 
-use clap::ValueEnum;
 use sequence_range::key_encoding::{
     decode_ascending, decode_descending, encode_ascending, encode_descending,
 };
 use sequence_range::{KeyDecodeError, SequenceRange};
 
+use crate::output::body_kind::BodyKind;
+pub use crate::output::bucket::KeyStyle;
 use crate::output::bucket::{Bucket, TimeBucket};
-use crate::output::format::BodyKind;
-
-/// How the time part of a key is written.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum KeyStyle {
-    /// `2026/11/21/05/27/`.
-    Plain,
-    /// `year=2026/month=11/day=21/hour=05/minute=27/`: Hive-style
-    /// partitions, recognised by Athena, Glue, Spark and DuckDB.
-    Hive,
-}
-
-impl KeyStyle {
-    /// The name, as `--key-layout` takes it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Plain => "plain",
-            Self::Hive => "hive",
-        }
-    }
-}
 
 /// Builds and parses keys under one prefix, with one time bucket and key
 /// style.
@@ -339,6 +316,14 @@ fn parse_stem(name: &str, stem: &str) -> Result<SequenceRange, KeyParseError> {
         name: name.to_owned(),
         reason: "first is greater than last",
     })
+}
+
+/// The body kind a whole key (`{prefix}/…/{name}`) names, if its name is
+/// one shardsink writes: a recorded pending batch's key says what its body
+/// was written as.
+pub fn body_kind_of_key(key: &str) -> Option<BodyKind> {
+    let name = key.rsplit('/').next()?;
+    parse_object_name(name).ok().map(|name| name.body)
 }
 
 #[cfg(test)]

@@ -9,6 +9,8 @@
 //! - `format`: the formats (envelope, json, raw, Parquet), and what a key's
 //!   extension says of a body;
 //! - `compression`: the codec of an object body;
+//! - `body_kind`: what a body is (shape and whole-body codec), as a key's
+//!   extension names it;
 //! - `key`: the key layout and its inverse (parsing a key back into its
 //!   bucket, shard, range and body kind);
 //! - `bucket`: a record's UTC arrival minute or hour;
@@ -22,6 +24,7 @@
 //!   already in S3, beside the writers.
 
 pub(crate) mod batch;
+pub(crate) mod body_kind;
 pub(crate) mod bucket;
 pub(crate) mod compression;
 pub(crate) mod decisions;

@@ -26,8 +26,13 @@ use std::sync::Arc;
 use aws_sdk_dynamodb::types::AttributeValue;
 use sequence_range::SequenceNumber;
 
-use super::retention::LAG_ALLOWANCE_MILLIS;
 use crate::events::rule::{AcceptedCopy, CopyRef, EventKey, Rule};
+
+/// How long past a window's horizon the DynamoDB store keeps a copy after
+/// it was written, by the wall clock: a day. A shard read more than this behind
+/// the stream's tip may find its events' earlier copies dropped (or their
+/// items deleted by TTL).
+pub const LAG_ALLOWANCE_MILLIS: i64 = 24 * 3_600 * 1_000;
 
 /// Attribute names.
 pub mod attr {

@@ -75,7 +75,7 @@
 //! # Limits, stated
 //! - *Lag allowance.* A copy is kept while it is within 2 × window of its
 //!   item's newest arrival, or was written less than 2 × window +
-//!   [`LAG_ALLOWANCE_MILLIS`](retention::LAG_ALLOWANCE_MILLIS) (a day)
+//!   [`LAG_ALLOWANCE_MILLIS`](item::LAG_ALLOWANCE_MILLIS) (a day)
 //!   ago; the item's TTL is past both. A shard read more than a day behind
 //!   another that carries the same events may find their copies gone.
 //! - *Bounded items.* An item holds at most

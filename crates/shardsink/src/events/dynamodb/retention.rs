@@ -21,14 +21,8 @@
 //! eviction is returned, to be counted. Copies this rewrite adds go last:
 //! a copy just accepted is the one the next records of its shard need.
 
-use super::item::{HeldCopy, ItemState};
+use super::item::{HeldCopy, ItemState, LAG_ALLOWANCE_MILLIS};
 use crate::events::rule::{AcceptedCopy, Rule};
-
-/// How long past a window's horizon the DynamoDB store keeps a copy after
-/// it was written, by the wall clock: a day. A shard read more than this behind
-/// the stream's tip may find its events' earlier copies dropped (or their
-/// items deleted by TTL).
-pub const LAG_ALLOWANCE_MILLIS: i64 = 24 * 3_600 * 1_000;
 
 /// The most copies an item holds: with the longest shard ids (128
 /// characters) and sequence numbers (129 digits) the Kinesis API allows,
