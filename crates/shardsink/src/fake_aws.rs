@@ -7,7 +7,8 @@
 //! - [`FakeTable`]: the lease table's DynamoDB items, from
 //!   `shard_lease::test_util`, which reads back and evaluates the update and
 //!   condition expressions `shard-lease` writes;
-//! - [`Link`]: the network in between, slowed down or cut by a test.
+//! - [`Link`]: the network in between, slowed down or cut by a test;
+//! - [`event_stream`]: SubscribeToShard response bodies, framed.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use shard_lease::test_util::fake_client;
 use crate::aws::AwsClients;
 use crate::lock::lock;
 
+pub mod event_stream;
 mod link;
 
 pub use link::Link;

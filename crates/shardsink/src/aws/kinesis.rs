@@ -1,13 +1,18 @@
 //! Kinesis Data Streams calls: DescribeStreamSummary, ListShards,
-//! GetShardIterator, GetRecords.
+//! GetShardIterator, GetRecords; and how every Kinesis call's failures,
+//! the enhanced fan-out calls' included (`fan_out`), are classified.
 
 use std::time::Duration;
 
 use aws_sdk_kinesis::Client;
+use aws_sdk_kinesis::operation::describe_stream_consumer::DescribeStreamConsumerError;
 use aws_sdk_kinesis::operation::describe_stream_summary::DescribeStreamSummaryError;
 use aws_sdk_kinesis::operation::get_records::{GetRecordsError, GetRecordsOutput};
 use aws_sdk_kinesis::operation::get_shard_iterator::GetShardIteratorError;
 use aws_sdk_kinesis::operation::list_shards::ListShardsError;
+use aws_sdk_kinesis::operation::register_stream_consumer::RegisterStreamConsumerError;
+use aws_sdk_kinesis::operation::subscribe_to_shard::SubscribeToShardError;
+use aws_sdk_kinesis::types::error::SubscribeToShardEventStreamError;
 use aws_sdk_kinesis::types::{ShardIteratorType, StreamStatus};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
@@ -76,6 +81,23 @@ pub enum KinesisError {
     /// [`is_expired_position`].
     #[error("the starting sequence number is no longer in the shard")]
     ExpiredPosition(#[source] BoxError),
+    /// The resource is busy (`ResourceInUseException`): the stream consumer
+    /// is being created or deleted, or the shard already has an open
+    /// SubscribeToShard subscription for this consumer (a previous owner's,
+    /// after a lease move). Retry after a backoff.
+    #[error("kinesis resource in use")]
+    ResourceInUse(#[source] BoxError),
+    /// The stream consumer did not become `ACTIVE` within the wait
+    /// (DescribeStreamConsumer kept answering another `ConsumerStatus`).
+    #[error("stream consumer {consumer_name} not ACTIVE after {waited:?} (last status {status})")]
+    ConsumerNotActive {
+        /// The consumer's name.
+        consumer_name: String,
+        /// The last `ConsumerStatus` seen (`CREATING`, `DELETING`).
+        status: String,
+        /// How long the wait lasted.
+        waited: Duration,
+    },
     /// Any other failure; `retriable` for internal failures and transport or
     /// server failures (timeouts, 5xx, 429).
     #[error("kinesis {operation} failed")]
@@ -94,13 +116,16 @@ impl KinesisError {
     /// Whether a retry after a backoff may succeed.
     pub fn is_retriable(&self) -> bool {
         match self {
-            Self::ExpiredIterator | Self::Throttled(_) => true,
+            Self::ExpiredIterator
+            | Self::Throttled(_)
+            | Self::ResourceInUse(_)
+            | Self::ConsumerNotActive { .. } => true,
             Self::NotFound(_) | Self::ExpiredPosition(_) => false,
             Self::Other { retriable, .. } => *retriable,
         }
     }
 
-    fn from_sdk<E>(operation: &'static str, err: SdkError<E, HttpResponse>) -> Self
+    pub(super) fn from_sdk<E>(operation: &'static str, err: SdkError<E, HttpResponse>) -> Self
     where
         E: Modeled + ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
@@ -114,6 +139,7 @@ impl KinesisError {
             Some(Kind::ExpiredIterator) => Self::ExpiredIterator,
             Some(Kind::Throttled) => Self::Throttled(Box::new(err)),
             Some(Kind::NotFound) => Self::NotFound(Box::new(err)),
+            Some(Kind::ResourceInUse) => Self::ResourceInUse(Box::new(err)),
             Some(Kind::InvalidArgument)
                 if operation == "GetShardIterator"
                     && is_expired_position(
@@ -139,7 +165,7 @@ impl KinesisError {
 
 /// What a Kinesis operation's modeled error is, for [`KinesisError`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     /// `ExpiredIteratorException`.
     ExpiredIterator,
     /// `ProvisionedThroughputExceededException`, `KMSThrottlingException`,
@@ -147,6 +173,8 @@ enum Kind {
     Throttled,
     /// `ResourceNotFoundException`.
     NotFound,
+    /// `ResourceInUseException`.
+    ResourceInUse,
     /// `InvalidArgumentException`.
     InvalidArgument,
     /// `InternalFailureException`.
@@ -157,7 +185,7 @@ enum Kind {
 
 /// The errors each Kinesis operation models (Kinesis API reference, each
 /// operation's "Errors"), matched as typed variants.
-trait Modeled {
+pub(super) trait Modeled {
     /// What this error is; [`Kind::Other`] for the variants not listed.
     fn kind(&self) -> Kind;
 }
@@ -178,10 +206,30 @@ shard_lease::modeled_kinds! {
         InvalidArgumentException => InvalidArgument,
         InternalFailureException => InternalFailure,
     }
-    ListShardsError, DescribeStreamSummaryError => {
+    ListShardsError, DescribeStreamSummaryError, DescribeStreamConsumerError => {
         LimitExceededException => Throttled,
         ResourceNotFoundException => NotFound,
         InvalidArgumentException => InvalidArgument,
+    }
+    RegisterStreamConsumerError => {
+        LimitExceededException => Throttled,
+        ResourceInUseException => ResourceInUse,
+        ResourceNotFoundException => NotFound,
+        InvalidArgumentException => InvalidArgument,
+    }
+    SubscribeToShardError => {
+        LimitExceededException => Throttled,
+        ResourceInUseException => ResourceInUse,
+        ResourceNotFoundException => NotFound,
+        InvalidArgumentException => InvalidArgument,
+        InternalFailureException => InternalFailure,
+        KmsThrottlingException => Throttled,
+    }
+    SubscribeToShardEventStreamError => {
+        ResourceInUseException => ResourceInUse,
+        ResourceNotFoundException => NotFound,
+        InternalFailureException => InternalFailure,
+        KmsThrottlingException => Throttled,
     }
 }
 

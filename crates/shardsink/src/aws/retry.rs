@@ -65,7 +65,9 @@ impl Classify for KinesisError {
         match self {
             Self::ExpiredIterator => Failure::Transient(RetryCause::kinesis_expired_iterator),
             Self::Throttled(_) => Failure::Transient(RetryCause::kinesis_throttled),
-            Self::Other {
+            Self::ResourceInUse(_)
+            | Self::ConsumerNotActive { .. }
+            | Self::Other {
                 retriable: true, ..
             } => Failure::Transient(RetryCause::kinesis_error),
             Self::NotFound(_) | Self::Other { .. } => {
