@@ -238,7 +238,7 @@ pub async fn subscribe_to_shard(
         .subscribe_to_shard()
         .consumer_arn(consumer_arn)
         .shard_id(shard_id)
-        .starting_position(starting_position(position))
+        .starting_position(starting_position(position)?)
         .send()
         .await
         .map_err(|err| KinesisError::from_sdk("SubscribeToShard", err))?;
@@ -249,7 +249,9 @@ pub async fn subscribe_to_shard(
 }
 
 /// The SDK's `StartingPosition` for `position`.
-fn starting_position(position: &StartingPosition) -> aws_sdk_kinesis::types::StartingPosition {
+fn starting_position(
+    position: &StartingPosition,
+) -> Result<aws_sdk_kinesis::types::StartingPosition, KinesisError> {
     let builder = aws_sdk_kinesis::types::StartingPosition::builder();
     let builder = match position {
         StartingPosition::TrimHorizon => builder.r#type(ShardIteratorType::TrimHorizon),
@@ -266,10 +268,13 @@ fn starting_position(position: &StartingPosition) -> aws_sdk_kinesis::types::Sta
             .r#type(ShardIteratorType::AfterSequenceNumber)
             .sequence_number(sequence_number.as_str()),
     };
-    // `Type`, the one required field, is set in every arm above.
-    builder
-        .build()
-        .expect("StartingPosition has its required Type")
+    // `Type`, the one required field, is set in every arm above: the
+    // builder cannot fail.
+    builder.build().map_err(|err| KinesisError::Other {
+        operation: "SubscribeToShard",
+        retriable: false,
+        source: Box::new(err),
+    })
 }
 
 /// The daemon's view of one `SubscribeToShardEvent`.
