@@ -428,6 +428,21 @@ mod tests {
             KinesisError::ExpiredPosition("trimmed".into()).classify(),
             Failure::Final
         );
+        // Another subscription to the shard still open, a consumer not yet
+        // ACTIVE: both heal with time.
+        assert_eq!(
+            KinesisError::ResourceInUse("in use".into()).classify(),
+            Failure::Transient(RetryCause::kinesis_error)
+        );
+        let not_active = KinesisError::ConsumerNotActive {
+            consumer_name: "shardsink".to_owned(),
+            status: "CREATING".to_owned(),
+            waited: std::time::Duration::from_secs(60),
+        };
+        assert_eq!(
+            not_active.classify(),
+            Failure::Transient(RetryCause::kinesis_error)
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -358,3 +358,87 @@ async fn subscribe_errors_are_classified() {
     let err = subscribe().await.unwrap_err();
     assert!(matches!(err, KinesisError::Throttled(_)), "{err:?}");
 }
+
+#[tokio::test]
+async fn a_renewal_resubscribes_after_the_last_continuation() {
+    // The first subscription ends (expiry) after the event continuing at 3;
+    // the second starts AFTER_SEQUENCE_NUMBER 3 and reads on from 4.
+    let after = |sequence_number: &'static str| {
+        move |input: &aws_sdk_kinesis::operation::subscribe_to_shard::SubscribeToShardInput| {
+            input.starting_position().is_some_and(|position| {
+                *position.r#type() == ShardIteratorType::AfterSequenceNumber
+                    && position.sequence_number() == Some(sequence_number)
+            })
+        }
+    };
+    let first_body = body(&[event(&[("2", b"a"), ("3", b"b")], Some("3"), 0, &[])]);
+    let second_body = body(&[event(&[("4", b"c")], Some("4"), 0, &[])]);
+    let first = mock!(Client::subscribe_to_shard)
+        .match_requests(after("1"))
+        .then_http_response(move || response(first_body.clone()));
+    let second = mock!(Client::subscribe_to_shard)
+        .match_requests(after("3"))
+        .then_http_response(move || response(second_body.clone()));
+    let client = client(&[&first, &second]);
+    let mut position = StartingPosition::AfterSequenceNumber(SequenceNumber::parse("1").unwrap());
+    let mut read = Vec::new();
+    for _ in 0..2 {
+        let mut subscription =
+            subscribe_to_shard(&client, CONSUMER_ARN, "shardId-000000000000", &position)
+                .await
+                .unwrap();
+        for event in drain(&mut subscription).await {
+            if let FanOutEvent::Event {
+                records,
+                continuation: Some(continuation),
+                ..
+            } = event
+            {
+                read.extend(records.iter().map(|r| r.sequence_number().to_owned()));
+                position = StartingPosition::AfterSequenceNumber(
+                    SequenceNumber::parse(&continuation).unwrap(),
+                );
+            }
+        }
+    }
+    assert_eq!(read, ["2", "3", "4"]);
+    assert_eq!((first.num_calls(), second.num_calls()), (1, 1));
+}
+
+#[test]
+fn every_starting_position_has_its_type() {
+    let sequence_number = SequenceNumber::parse("7").unwrap();
+    let cases = [
+        (
+            StartingPosition::TrimHorizon,
+            ShardIteratorType::TrimHorizon,
+            None,
+        ),
+        (StartingPosition::Latest, ShardIteratorType::Latest, None),
+        (
+            StartingPosition::AtSequenceNumber(sequence_number.clone()),
+            ShardIteratorType::AtSequenceNumber,
+            Some("7"),
+        ),
+        (
+            StartingPosition::AfterSequenceNumber(sequence_number),
+            ShardIteratorType::AfterSequenceNumber,
+            Some("7"),
+        ),
+    ];
+    for (position, expected_type, expected_number) in cases {
+        let sdk = starting_position(&position).unwrap();
+        assert_eq!(
+            (sdk.r#type(), sdk.sequence_number()),
+            (&expected_type, expected_number)
+        );
+        assert!(sdk.timestamp().is_none());
+    }
+    let time = chrono::DateTime::from_timestamp_millis(1_700_000_000_123).unwrap();
+    let sdk = starting_position(&StartingPosition::AtTimestamp(time)).unwrap();
+    assert_eq!(sdk.r#type(), &ShardIteratorType::AtTimestamp);
+    assert_eq!(
+        sdk.timestamp(),
+        Some(&aws_smithy_types::DateTime::from_millis(1_700_000_000_123))
+    );
+}
