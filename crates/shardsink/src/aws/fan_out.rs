@@ -64,7 +64,8 @@ impl Default for ConsumerWait {
 /// [`KinesisError::ConsumerNotActive`] when the wait ends first;
 /// [`KinesisError::NotFound`] when the stream does not exist; any other
 /// [`KinesisError`] of the two calls (`Throttled` past their limits: 20
-/// DescribeStreamConsumer and 5 RegisterStreamConsumer a second).
+/// DescribeStreamConsumer calls a second per stream, 5
+/// RegisterStreamConsumer calls a second per account).
 pub async fn ensure_consumer(
     client: &Client,
     stream_arn: &str,
