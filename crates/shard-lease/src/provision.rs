@@ -253,7 +253,7 @@ fn sdk_error<E: Modeled>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::Mutex;
 
     use aws_sdk_dynamodb::operation::create_table::{CreateTableError, CreateTableOutput};
@@ -268,7 +268,8 @@ mod tests {
         ErrorMetadata::builder().code(code).message("mock").build()
     }
 
-    fn described(status: TableStatus) -> impl Fn() -> DescribeTableOutput {
+    /// A DescribeTable answer with `status`, for `then_output`.
+    pub(crate) fn described(status: TableStatus) -> impl Fn() -> DescribeTableOutput {
         move || {
             DescribeTableOutput::builder()
                 .table(

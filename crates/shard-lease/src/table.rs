@@ -438,17 +438,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn waits_out_a_deleting_table_then_creates_it_again() {
-        let status = |status: TableStatus| {
-            move || {
-                DescribeTableOutput::builder()
-                    .table(
-                        TableDescription::builder()
-                            .table_status(status.clone())
-                            .build(),
-                    )
-                    .build()
-            }
-        };
+        let status = crate::provision::tests::described;
         let deleting = mock!(Client::describe_table).then_output(status(TableStatus::Deleting));
         let gone = mock!(Client::describe_table).then_error(|| {
             DescribeTableError::ResourceNotFoundException(
