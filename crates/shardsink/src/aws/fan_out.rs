@@ -21,8 +21,39 @@ use aws_sdk_kinesis::types::{
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::event_stream::RawMessage;
 
-use super::kinesis::{Kind, KinesisError, Modeled};
+use super::kinesis::{Kind, Kinesis, KinesisError, Modeled};
 use super::{ShardInfo, StartingPosition};
+
+impl Kinesis {
+    /// The ARN of the `ACTIVE` enhanced fan-out consumer `consumer_name`
+    /// of the stream `stream_arn`, registered if missing (see
+    /// [`ensure_consumer`]).
+    ///
+    /// # Errors
+    /// As [`ensure_consumer`].
+    pub async fn ensure_consumer(
+        &self,
+        stream_arn: &str,
+        consumer_name: &str,
+        wait: ConsumerWait,
+    ) -> Result<String, KinesisError> {
+        ensure_consumer(&self.client, stream_arn, consumer_name, wait).await
+    }
+
+    /// A SubscribeToShard subscription of `consumer_arn` to `shard_id` from
+    /// `position` (see [`subscribe_to_shard`]).
+    ///
+    /// # Errors
+    /// As [`subscribe_to_shard`].
+    pub async fn subscribe_to_shard(
+        &self,
+        consumer_arn: &str,
+        shard_id: &str,
+        position: &StartingPosition,
+    ) -> Result<Subscription, KinesisError> {
+        subscribe_to_shard(&self.client, consumer_arn, shard_id, position).await
+    }
+}
 
 /// How long [`ensure_consumer`] waits for a consumer to become `ACTIVE`:
 /// DescribeStreamConsumer every `interval`, at most `attempts` times after

@@ -13,7 +13,7 @@ use aws_sdk_kinesis::operation::list_shards::ListShardsError;
 use aws_sdk_kinesis::operation::register_stream_consumer::RegisterStreamConsumerError;
 use aws_sdk_kinesis::operation::subscribe_to_shard::SubscribeToShardError;
 use aws_sdk_kinesis::types::error::SubscribeToShardEventStreamError;
-use aws_sdk_kinesis::types::{ShardIteratorType, StreamStatus};
+use aws_sdk_kinesis::types::{Shard, ShardIteratorType, StreamStatus};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
@@ -141,11 +141,11 @@ impl KinesisError {
             Some(Kind::NotFound) => Self::NotFound(Box::new(err)),
             Some(Kind::ResourceInUse) => Self::ResourceInUse(Box::new(err)),
             Some(Kind::InvalidArgument)
-                if operation == "GetShardIterator"
-                    && is_expired_position(
-                        err.as_service_error()
-                            .and_then(ProvideErrorMetadata::message),
-                    ) =>
+                if is_expired_position_of(
+                    operation,
+                    err.as_service_error()
+                        .and_then(ProvideErrorMetadata::message),
+                ) =>
             {
                 Self::ExpiredPosition(Box::new(err))
             }
@@ -264,6 +264,24 @@ pub fn is_expired_position(message: Option<&str>) -> bool {
     about_starting_number && !other_cause
 }
 
+/// Whether an `InvalidArgumentException` of `operation` rejects its
+/// starting sequence number as expired: GetShardIterator's as
+/// [`is_expired_position`] says; SubscribeToShard's whenever it is about
+/// the sequence number of its `StartingPosition`, whose wording the API
+/// reference does not give. Taking a rejection for an expiry is safe: the
+/// reader then reads from `TRIM_HORIZON` and its check finds nothing lost
+/// when the position is still there.
+fn is_expired_position_of(operation: &str, message: Option<&str>) -> bool {
+    match operation {
+        "GetShardIterator" => is_expired_position(message),
+        "SubscribeToShard" => {
+            let message = message.unwrap_or_default().to_ascii_lowercase();
+            message.contains("sequencenumber") || message.contains("sequence number")
+        }
+        _ => false,
+    }
+}
+
 /// The stream, as DescribeStreamSummary describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamSummary {
@@ -272,6 +290,9 @@ pub struct StreamSummary {
     /// `RetentionPeriodHours`: how long records stay in the stream (24 h to
     /// 365 days).
     pub retention: Duration,
+    /// `StreamARN`, which the enhanced fan-out consumer calls name the
+    /// stream by; empty from a server that leaves the required field out.
+    pub arn: String,
 }
 
 /// Where a shard iterator starts (GetShardIterator `ShardIteratorType`).
@@ -301,7 +322,7 @@ pub struct ShardInfo {
 /// The stream, and the client to read it.
 #[derive(Debug, Clone)]
 pub struct Kinesis {
-    client: Client,
+    pub(super) client: Client,
     stream: StreamRef,
 }
 
@@ -337,6 +358,7 @@ impl Kinesis {
                 summary.stream_status().clone()
             }),
             retention: Duration::from_secs(u64::try_from(hours.max(1)).unwrap_or(24) * 3_600),
+            arn: summary.map_or_else(String::new, |summary| summary.stream_arn().to_owned()),
         })
     }
 
@@ -348,6 +370,51 @@ impl Kinesis {
     /// # Errors
     /// [`KinesisError`] from any page.
     pub async fn list_shards(&self) -> Result<Vec<ShardInfo>, KinesisError> {
+        let mut shards: Vec<ShardInfo> = self
+            .list_shard_pages()
+            .await?
+            .iter()
+            .map(|shard| {
+                let mut parent_shard_ids: Vec<String> = shard
+                    .parent_shard_id()
+                    .into_iter()
+                    .chain(shard.adjacent_parent_shard_id())
+                    .map(str::to_owned)
+                    .collect();
+                parent_shard_ids.sort();
+                ShardInfo {
+                    shard_id: shard.shard_id().to_owned(),
+                    parent_shard_ids,
+                }
+            })
+            .collect();
+        shards.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
+        Ok(shards)
+    }
+
+    /// Whether ListShards shows `shard_id` closed: its
+    /// `SequenceNumberRange` has an `EndingSequenceNumber` (a split or
+    /// merge closed it; it takes no more records). `None` when the shard
+    /// is not listed.
+    ///
+    /// # Errors
+    /// [`KinesisError`] from any page.
+    pub async fn is_shard_closed(&self, shard_id: &str) -> Result<Option<bool>, KinesisError> {
+        Ok(self
+            .list_shard_pages()
+            .await?
+            .iter()
+            .find(|shard| shard.shard_id() == shard_id)
+            .map(|shard| {
+                shard
+                    .sequence_number_range()
+                    .and_then(|range| range.ending_sequence_number())
+                    .is_some_and(|ending| !ending.is_empty())
+            }))
+    }
+
+    /// The shards of every ListShards page, in the order listed.
+    async fn list_shard_pages(&self) -> Result<Vec<Shard>, KinesisError> {
         let mut shards = Vec::new();
         let mut next_token: Option<String> = None;
         loop {
@@ -364,26 +431,12 @@ impl Kinesis {
                 .send()
                 .await
                 .map_err(|err| KinesisError::from_sdk("ListShards", err))?;
-            for shard in page.shards() {
-                let mut parent_shard_ids: Vec<String> = shard
-                    .parent_shard_id()
-                    .into_iter()
-                    .chain(shard.adjacent_parent_shard_id())
-                    .map(str::to_owned)
-                    .collect();
-                parent_shard_ids.sort();
-                shards.push(ShardInfo {
-                    shard_id: shard.shard_id().to_owned(),
-                    parent_shard_ids,
-                });
-            }
-            match page.next_token() {
-                Some(token) if !token.is_empty() => next_token = Some(token.to_owned()),
-                _ => break,
+            next_token = page.next_token().filter(|token| !token.is_empty()).map(str::to_owned);
+            shards.extend(page.shards.unwrap_or_default());
+            if next_token.is_none() {
+                return Ok(shards);
             }
         }
-        shards.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
-        Ok(shards)
     }
 
     /// A shard iterator at `position` ([GetShardIterator]); valid for five

@@ -22,8 +22,6 @@
 pub(crate) mod attempts;
 pub(crate) mod backoff;
 pub(crate) mod clients;
-// Not called yet: the fan-out read mode is built on it.
-#[allow(dead_code)]
 pub(crate) mod fan_out;
 pub(crate) mod kinesis;
 #[cfg(feature = "failpoints")]

@@ -65,8 +65,8 @@ impl Classify for KinesisError {
         match self {
             Self::ExpiredIterator => Failure::Transient(RetryCause::kinesis_expired_iterator),
             Self::Throttled(_) => Failure::Transient(RetryCause::kinesis_throttled),
-            Self::ResourceInUse(_)
-            | Self::ConsumerNotActive { .. }
+            Self::ResourceInUse(_) => Failure::Transient(RetryCause::kinesis_resource_in_use),
+            Self::ConsumerNotActive { .. }
             | Self::Other {
                 retriable: true, ..
             } => Failure::Transient(RetryCause::kinesis_error),
@@ -432,7 +432,7 @@ mod tests {
         // ACTIVE: both heal with time.
         assert_eq!(
             KinesisError::ResourceInUse("in use".into()).classify(),
-            Failure::Transient(RetryCause::kinesis_error)
+            Failure::Transient(RetryCause::kinesis_resource_in_use)
         );
         let not_active = KinesisError::ConsumerNotActive {
             consumer_name: "shardsink".to_owned(),

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::archive::{Archive, ArchiveArgs};
+use super::archive::{Archive, ArchiveArgs, is_stream_name};
 use super::error::ConfigError;
 use super::events::{EventArgs, EventDedup, EventStoreArgs};
 use super::values::{
@@ -21,6 +21,7 @@ use crate::output::compression::Compression;
 use crate::output::format::schema::ParquetSchema;
 use crate::output::format::{DEFAULT_METADATA_FIELD, Format};
 use crate::output::key::KeyLayout;
+use crate::read::mode::ReadMode;
 
 /// The shortest `--failover-time`: a writer stops sending a PUT one second
 /// before its lease could move, so below two seconds almost nothing fits.
@@ -238,6 +239,27 @@ pub struct Config {
     #[arg(long, env = "SHARDSINK_MAX_RECORDS_PER_READ", default_value_t = MAX_GET_RECORDS_LIMIT, value_name = "COUNT")]
     pub max_records_per_read: i32,
 
+    /// How shards are read: polling (GetRecords; each shard's 5 reads a
+    /// second and 2 MB/s are shared with the stream's other polling
+    /// consumers) or fan-out (enhanced fan-out: SubscribeToShard through a
+    /// stream consumer with its own 2 MB/s per shard, pushed; registered if
+    /// missing, never deregistered, billed per consumer-shard hour).
+    #[arg(
+        long,
+        env = "SHARDSINK_READ_MODE",
+        value_enum,
+        ignore_case = true,
+        default_value = "polling",
+        value_name = "MODE"
+    )]
+    pub read_mode: ReadMode,
+
+    /// Name of the enhanced fan-out stream consumer (with --read-mode
+    /// fan-out), registered on the stream if missing. The workers of one
+    /// application share it. [default: the application name]
+    #[arg(long, env = "SHARDSINK_CONSUMER_NAME", value_name = "NAME")]
+    pub consumer_name: Option<String>,
+
     /// On SIGTERM or SIGINT, how long to flush buffers and checkpoint before
     /// exiting anyway. Keep it below the ECS stopTimeout / systemd
     /// TimeoutStopSec. Nothing is lost if it runs out: the next start replays.
@@ -292,6 +314,9 @@ pub struct Settings {
     pub(crate) output: Output,
     /// Event deduplication, when on.
     pub events: Option<EventDedup>,
+    /// The enhanced fan-out stream consumer's name, with `--read-mode
+    /// fan-out`; `None` when polling.
+    pub consumer_name: Option<String>,
 }
 
 impl Config {
@@ -444,6 +469,7 @@ impl Config {
                 ),
             ));
         }
+        let consumer_name = self.consumer_name()?;
         let format = self.output_format()?;
         let events = EventDedup::resolve(&self.events, &self.event_store, &lease_table)?;
         let layout = KeyLayout::new(prefix.clone(), self.key_layout, self.time_bucket);
@@ -461,7 +487,34 @@ impl Config {
             lease_renewal_interval,
             lease_taking_interval,
             metrics_address,
+            consumer_name,
         })
+    }
+
+    /// The stream consumer's name with `--read-mode fan-out` (default: the
+    /// application name); `None` when polling, where a consumer name is a
+    /// bad setting, not silently ignored. RegisterStreamConsumer's
+    /// `ConsumerName` is 1-128 of a-z A-Z 0-9 _ . - (Kinesis API reference).
+    fn consumer_name(&self) -> Result<Option<String>, ConfigError> {
+        match (self.read_mode, &self.consumer_name) {
+            (ReadMode::Polling, None) => Ok(None),
+            (ReadMode::Polling, Some(_)) => Err(ConfigError::new(
+                "consumer-name",
+                "only used with --read-mode fan-out (--read-mode is polling)",
+            )),
+            (ReadMode::FanOut, name) => {
+                let name = name
+                    .clone()
+                    .unwrap_or_else(|| self.archive.application_name.clone());
+                if !is_stream_name(&name) {
+                    return Err(ConfigError::new(
+                        "consumer-name",
+                        format!("{name:?} is not a name (1-128 of a-z A-Z 0-9 _ . -)"),
+                    ));
+                }
+                Ok(Some(name))
+            }
+        }
     }
 
     /// The format with its settings; a setting of another format is a bad

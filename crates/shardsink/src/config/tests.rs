@@ -2,6 +2,7 @@ use std::time::Duration;
 
 use super::values::parse_byte_size;
 use super::*;
+use crate::read::mode::ReadMode;
 
 fn parse(args: &[&str]) -> Result<Config, clap::Error> {
     parse_flags_only(args)
@@ -354,4 +355,29 @@ fn path_style_reads_true_and_false() {
     let mut off = base.to_vec();
     off.extend(["--s3-force-path-style", "false"]);
     assert!(!parse(&off).unwrap().archive.s3_force_path_style);
+}
+
+#[test]
+fn read_mode_defaults_to_polling_and_fan_out_names_its_consumer() {
+    let polling = valid(&[]).unwrap();
+    assert_eq!(polling.config.read_mode, ReadMode::Polling);
+    assert_eq!(polling.consumer_name, None);
+
+    let fan_out = valid(&["--read-mode", "fan-out"]).unwrap();
+    assert_eq!(fan_out.config.read_mode, ReadMode::FanOut);
+    assert_eq!(fan_out.consumer_name.as_deref(), Some("shardsink"));
+    let named = valid(&["--read-mode", "FAN-OUT", "--application-name", "audit"]).unwrap();
+    assert_eq!(named.consumer_name.as_deref(), Some("audit"));
+    let own = valid(&["--read-mode", "fan-out", "--consumer-name", "archiver.1"]).unwrap();
+    assert_eq!(own.consumer_name.as_deref(), Some("archiver.1"));
+}
+
+#[test]
+fn a_consumer_name_is_checked_and_only_taken_with_fan_out() {
+    let err = valid(&["--consumer-name", "archiver"]).unwrap_err();
+    assert_eq!(err.flag, "--consumer-name");
+    assert!(err.message.contains("--read-mode fan-out"), "{err}");
+    let err = valid(&["--read-mode", "fan-out", "--consumer-name", "a b"]).unwrap_err();
+    assert_eq!(err.flag, "--consumer-name");
+    assert!(parse(&["--stream", "s", "--read-mode", "push"]).is_err());
 }

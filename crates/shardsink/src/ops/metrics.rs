@@ -8,6 +8,7 @@
 //! - `collectors`: the gauges computed at scrape time.
 
 mod collectors;
+mod fan_out;
 mod labels;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +22,7 @@ use prometheus_client::registry::Registry;
 use crate::lock::lock;
 
 use self::collectors::{BuildInfo, CheckpointAges, UnarchivedAges};
+pub use self::fan_out::ReadMetrics;
 pub use self::labels::*;
 
 /// Every metric shardsink exports.
@@ -76,13 +78,16 @@ pub struct Metrics {
     /// (`ValidationException`); the records concerned were kept and their
     /// copies not recorded.
     pub event_table_rejected: Family<OperationLabel, Counter>,
-    /// `shardsink_millis_behind_latest{shard_id}`: GetRecords `MillisBehindLatest`.
+    /// `shardsink_millis_behind_latest{shard_id}`: `MillisBehindLatest` of
+    /// GetRecords or of a SubscribeToShardEvent.
     pub millis_behind_latest: Family<ShardLabel, Gauge>,
     /// `shardsink_leases_held`.
     pub leases_held: Gauge,
     /// `shardsink_retention_gaps_total`: shards found with records that
     /// expired from the stream before they were read.
     pub retention_gaps: Counter,
+    /// The read mode, and enhanced fan-out subscriptions.
+    pub read: ReadMetrics,
     last_checkpoint: std::sync::Arc<CheckpointAges>,
     unarchived: std::sync::Arc<UnarchivedAges>,
 }
@@ -114,6 +119,7 @@ impl Metrics {
             millis_behind_latest: Family::default(),
             leases_held: Gauge::default(),
             retention_gaps: Counter::default(),
+            read: ReadMetrics::default(),
             last_checkpoint: metrics_last_checkpoint.clone(),
             unarchived: unarchived.clone(),
             registry: Registry::default(),
@@ -207,7 +213,7 @@ impl Metrics {
         );
         registry.register(
             "millis_behind_latest",
-            "MillisBehindLatest of the last GetRecords call, per held shard",
+            "MillisBehindLatest of the last GetRecords response or SubscribeToShardEvent, per held shard",
             metrics.millis_behind_latest.clone(),
         );
         registry.register(
@@ -220,6 +226,7 @@ impl Metrics {
             "Times a shard's position had expired from the stream (retention) before its records were read: records may have been lost",
             metrics.retention_gaps.clone(),
         );
+        metrics.read.register(&mut registry);
         registry.register_collector(Box::new(BuildInfo));
         registry.register_collector(Box::new(metrics_last_checkpoint));
         registry.register_collector(Box::new(unarchived));

@@ -1,7 +1,14 @@
 //! Reading: a shard's records, in order, from Kinesis.
 //!
+//! - `mode`: [`ReadMode`](mode::ReadMode), polling or enhanced fan-out,
+//!   [`ReadSource`](mode::ReadSource), the mode with the stream consumer's ARN, and
+//!   [`Reader`](mode::Reader), a shard's reader in either mode;
+//! - `fan_out`: [`FanOutReader`](fan_out::FanOutReader), SubscribeToShard for one shard:
+//!   renewals after the last continuation, the shard's end by child shards or ListShards;
 //! - `reader`: [`ShardReader`](reader::ShardReader), GetShardIterator and GetRecords for one
 //!   shard, with the fall back to `TRIM_HORIZON` when a position is rejected as expired;
+//! - `position`: [`ReadPosition`](position::ReadPosition), where a shard's reading stands —
+//!   the last record delivered and the check of a fresh position — shared by both readers;
 //! - `resume_check`: [`ResumeCheck`](resume_check::ResumeCheck), whether a fresh iterator's
 //!   position is still in the shard, decided by the records it returns;
 //! - `record`: [`ShardRecord`](record::ShardRecord), one Kinesis record as shardsink handles it;
@@ -11,7 +18,10 @@
 //! - `shard_graph`: parents and children after resharding — which shards get
 //!   a lease, which may be worked on, which leases may go.
 
+pub(crate) mod fan_out;
 pub(crate) mod kpl;
+pub(crate) mod mode;
+pub(crate) mod position;
 pub(crate) mod reader;
 pub(crate) mod record;
 pub(crate) mod resume_check;

@@ -4,13 +4,11 @@
 use std::time::Duration;
 
 use aws_sdk_kinesis::operation::get_records::GetRecordsOutput;
-use chrono::Utc;
-use sequence_range::SequenceNumber;
-use tracing::{error, info, warn};
+use tracing::warn;
 
 use crate::aws::{Kinesis, KinesisError, ShardInfo, StartingPosition};
+use crate::read::position::ReadPosition;
 use crate::read::record::ShardRecord;
-use crate::read::resume_check::{ResumeCheck, Verdict};
 use crate::read::retention::RetentionGap;
 
 /// What one GetRecords call returned.
@@ -48,6 +46,10 @@ impl ReadBatch {
     }
 }
 
+/// Kinesis allows 5 GetRecords calls a second per shard (GetRecords API
+/// reference); a busy shard is read at most this often.
+pub const MIN_READ_INTERVAL: Duration = Duration::from_millis(200);
+
 /// Reads one shard from a starting position, keeping its shard iterator.
 ///
 /// After `ExpiredIteratorException` the next [`read`](Self::read) gets a new
@@ -64,19 +66,14 @@ impl ReadBatch {
 /// GetShardIterator rejects the sequence number as expired, the reader
 /// falls back to `TRIM_HORIZON` and the same check decides, so a rejection
 /// of a position that is in fact still there changes nothing.
+///
+/// [`ResumeCheck`]: crate::read::resume_check::ResumeCheck
 #[derive(Debug)]
 pub struct ShardReader {
     kinesis: Kinesis,
-    shard_id: String,
-    start: StartingPosition,
+    position: ReadPosition,
     iterator: Option<String>,
-    last_sequence_number: Option<SequenceNumber>,
     limit: i32,
-    /// The stream's retention, against which a start time is checked.
-    stream_retention: Option<Duration>,
-    /// The check of the fresh iterator, until a record or the shard's end
-    /// settles it.
-    check: Option<ResumeCheck>,
 }
 
 impl ShardReader {
@@ -88,72 +85,59 @@ impl ShardReader {
         start: StartingPosition,
         limit: i32,
     ) -> Self {
+        Self::at(kinesis, ReadPosition::new(shard_id, start), limit)
+    }
+
+    /// A reader that goes on from `position` (another reader's), asking for
+    /// up to `limit` records a call.
+    pub fn at(kinesis: Kinesis, position: ReadPosition, limit: i32) -> Self {
         Self {
             kinesis,
-            shard_id: shard_id.into(),
-            start,
+            position,
             iterator: None,
-            last_sequence_number: None,
             limit,
-            stream_retention: None,
-            check: None,
         }
     }
 
-    /// Checks a start time (`AT_TIMESTAMP`) against the stream's retention
-    /// (DescribeStreamSummary `RetentionPeriodHours`; `None`: unknown, and a
-    /// start time is read unchecked).
+    /// Checks a start time against the stream's retention (see
+    /// [`ReadPosition::with_stream_retention`]; the daemon's readers are
+    /// built on such a position).
+    #[cfg(test)]
     pub fn with_stream_retention(mut self, retention: Option<Duration>) -> Self {
-        self.stream_retention = retention;
+        self.position = self.position.with_stream_retention(retention);
         self
     }
 
-    /// A fresh GetShardIterator for `position`, with the check of what it
-    /// returns; falls back to `TRIM_HORIZON` when the position's sequence
-    /// number is rejected as expired from the shard.
-    async fn iterator_at(&mut self, position: &StartingPosition) -> Result<String, KinesisError> {
-        let (request, mut check) =
-            ResumeCheck::plan(&self.shard_id, position, self.stream_retention, Utc::now());
-        if matches!(position, StartingPosition::AtTimestamp(_)) && check.is_some() {
-            info!(
-                shard_id = %self.shard_id,
-                position = ?position,
-                "the start time is past the stream's retention; reading from TRIM_HORIZON to see whether records after it expired"
-            );
-        }
-        let iterator = match self
-            .kinesis
-            .get_shard_iterator(&self.shard_id, &request)
-            .await
-        {
+    /// A fresh GetShardIterator at the reading position, whose first
+    /// records are checked; falls back to `TRIM_HORIZON` when the
+    /// position's sequence number is rejected as expired from the shard.
+    async fn fresh_iterator(&mut self) -> Result<String, KinesisError> {
+        let request = self.position.plan_fresh();
+        let shard_id = self.position.shard_id();
+        match self.kinesis.get_shard_iterator(shard_id, &request).await {
             Err(KinesisError::ExpiredPosition(source)) => {
-                let Some(check) = check.as_mut() else {
+                if !self.position.rejected() {
                     return Err(KinesisError::ExpiredPosition(source));
-                };
+                }
+                let shard_id = self.position.shard_id();
                 warn!(
-                    shard_id = %self.shard_id,
-                    position = ?position,
+                    shard_id = %shard_id,
+                    position = ?request,
                     error = %source,
                     "the position to read from has expired from the stream; reading from TRIM_HORIZON"
                 );
-                check.rejected();
                 self.kinesis
-                    .get_shard_iterator(&self.shard_id, &StartingPosition::TrimHorizon)
-                    .await?
+                    .get_shard_iterator(shard_id, &StartingPosition::TrimHorizon)
+                    .await
             }
-            other => other?,
-        };
-        self.check = check;
-        Ok(iterator)
+            other => other,
+        }
     }
 
     /// Where the next fresh iterator starts: after the last record
     /// returned, or the starting position when none was.
     pub fn position(&self) -> StartingPosition {
-        match &self.last_sequence_number {
-            Some(last) => StartingPosition::AfterSequenceNumber(last.clone()),
-            None => self.start.clone(),
-        }
+        self.position.next()
     }
 
     /// Forgets the iterator; the next read gets a fresh one.
@@ -169,7 +153,7 @@ impl ShardReader {
     pub async fn read(&mut self) -> Result<ReadBatch, KinesisError> {
         let iterator = match self.iterator.take() {
             Some(iterator) => iterator,
-            None => self.iterator_at(&self.position()).await?,
+            None => self.fresh_iterator().await?,
         };
         let output = match self.kinesis.get_records(&iterator, self.limit).await {
             Ok(output) => output,
@@ -189,55 +173,14 @@ impl ShardReader {
         let mut batch = ReadBatch {
             millis_behind_latest: output.millis_behind_latest(),
             shard_end: output.next_shard_iterator().is_none(),
-            records: Vec::with_capacity(output.records.len()),
+            records: Vec::new(),
             bytes: 0,
             child_shards: child_shards(&output),
             retention_gap: None,
         };
-        for record in output.records {
-            let bytes = record.data().as_ref().len() as u64;
-            let record = match ShardRecord::from_kinesis(&self.shard_id, record) {
-                Ok(record) => record,
-                // Kinesis never returns such a record; if a server did, it
-                // could not be placed in any range.
-                Err(err) => {
-                    error!(shard_id = %self.shard_id, error = %err, "skipping record with invalid sequence number");
-                    continue;
-                }
-            };
-            if !self.passes_check(&record, &mut batch) {
-                continue;
-            }
-            batch.bytes += bytes;
-            self.last_sequence_number = Some(record.sequence_number.clone());
-            batch.records.push(record);
-        }
-        // Caught up or at the end with the check still open: nothing at or
-        // past the position is left in the shard.
-        if (batch.is_caught_up() || batch.shard_end)
-            && let Some(check) = self.check.take()
-        {
-            batch.retention_gap = check.exhausted();
-        }
+        self.position
+            .deliver(output.records, &mut batch);
         Ok(batch)
-    }
-
-    /// Applies the fresh iterator's check, if still open, to `record`:
-    /// whether the record is returned; a gap it shows goes into `batch`.
-    fn passes_check(&mut self, record: &ShardRecord, batch: &mut ReadBatch) -> bool {
-        let Some(check) = &mut self.check else {
-            return true;
-        };
-        match check.on_record(record) {
-            // Archived already, or before the start: the position asked
-            // for is past it.
-            Verdict::Earlier => false,
-            Verdict::Done { deliver, gap } => {
-                self.check = None;
-                batch.retention_gap = gap;
-                deliver
-            }
-        }
     }
 }
 

@@ -60,7 +60,7 @@ pub const CLOCK_SLACK: Duration = Duration::from_secs(5 * 60);
 
 /// What the first records of a fresh iterator must show for the position
 /// it was asked at to be still in the shard.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ResumeCheck {
     shard_id: String,
     /// The position reading was to resume at, as a gap names it.
@@ -74,7 +74,7 @@ pub struct ResumeCheck {
 }
 
 /// The record that shows the position is still in the shard.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Expect {
     /// The record with this sequence number comes first. `deliver`: whether
     /// it is the caller's (`AT_SEQUENCE_NUMBER`) or archived already and

@@ -14,6 +14,7 @@ use crate::memory::MemoryBudget;
 use crate::ops::metrics::Metrics;
 use crate::output::Output;
 use crate::output::batch::BufferLimits;
+use crate::read::mode::ReadSource;
 
 /// What every shard task shares.
 #[derive(Debug, Clone)]
@@ -36,6 +37,8 @@ pub struct ShardContext {
     pub idle_time_between_reads: Duration,
     /// GetRecords `Limit`.
     pub max_records_per_read: i32,
+    /// Polling, or enhanced fan-out through a stream consumer.
+    pub read_source: ReadSource,
     /// `--failover-time`: bounds how long a write may outlive the lease's
     /// last confirmation.
     pub failover_time: Duration,

@@ -20,6 +20,7 @@ use crate::memory::MemoryBudget;
 use crate::ops::health::Health;
 use crate::ops::metrics::Metrics;
 use crate::output::batch::BufferLimits;
+use crate::read::mode::ReadSource;
 use crate::shard::context::{ShardContext, ShardExit};
 use crate::shard::error::ShardError;
 
@@ -87,6 +88,8 @@ impl Worker {
             initial_timestamp: config.initial_timestamp,
             idle_time_between_reads: config.idle_time_between_reads,
             max_records_per_read: config.max_records_per_read,
+            // Fan-out once start-up has found its consumer.
+            read_source: ReadSource::Polling,
             failover_time: config.failover_time,
             events: None,
         });

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use super::main_loop::Worker;
+use crate::aws::fan_out::ConsumerWait;
 use crate::aws::retry::{Classify, Retry, Stopped};
 use crate::aws::{KinesisError, S3Error};
 use crate::config::{ConfigError, EventDedup, EventStoreSetting};
@@ -24,6 +25,7 @@ use crate::ops::log::error_chain;
 use crate::ops::systemd;
 use crate::output::key::KeyLayout;
 use crate::output::marker::{self, LayoutCheck, MarkerError, RecordedLayout};
+use crate::read::mode::ReadSource;
 use event_store::{LocalOptions, LocalStore};
 
 impl Worker {
@@ -42,7 +44,7 @@ impl Worker {
             |err| matches!(err, KinesisError::NotFound(_)),
         )
         .await;
-        let retention = match status {
+        let (retention, stream_arn) = match status {
             None => return Ok(false),
             Some(Err(KinesisError::NotFound(_))) => {
                 return Err(ConfigError {
@@ -57,7 +59,7 @@ impl Worker {
                     result.with_context(|| format!("failed to describe stream {stream}"))?;
                 info!(stream = %stream, status = %summary.status, retention = ?summary.retention, "stream found");
                 self.metrics.set_stream_retention(summary.retention);
-                summary.retention
+                (summary.retention, summary.arn)
             }
         };
         let bucket = self.store.bucket().to_owned();
@@ -124,6 +126,20 @@ impl Worker {
                 result.with_context(|| format!("failed to create or find lease table {table}"))?;
             }
         }
+        if let Some(consumer_name) = self.settings.consumer_name.clone() {
+            let Some(source) = self
+                .start_fan_out(&stream_arn, &consumer_name, token)
+                .await?
+            else {
+                return Ok(false);
+            };
+            let mut ctx = (*self.ctx).clone();
+            ctx.read_source = source;
+            self.ctx = Arc::new(ctx);
+        }
+        self.metrics
+            .read
+            .set_mode(self.ctx.read_source.mode().as_str());
         if let Some(events) = self.settings.events.clone() {
             let Some(runtime) = self.start_events(events, retention, token).await? else {
                 return Ok(false);
@@ -143,6 +159,8 @@ impl Worker {
             key_layout = self.ctx.output.layout.style().as_str(),
             time_bucket = self.ctx.output.layout.time_bucket().as_str(),
             error_prefix = self.ctx.output.error_layout.prefix(),
+            read_mode = self.ctx.read_source.mode().as_str(),
+            consumer = self.settings.consumer_name.as_deref(),
             event_id = self.settings.events.as_ref().map(|e| e.settings.source.to_string()),
             duplicates_prefix = self.settings.events.as_ref().map(|_| self.ctx.output.duplicates_layout.prefix()),
             "shardsink started"
@@ -154,6 +172,37 @@ impl Worker {
 }
 
 impl Worker {
+    /// Makes sure the enhanced fan-out consumer `consumer_name` of the
+    /// stream `stream_arn` exists and is `ACTIVE` (registered if missing;
+    /// never deregistered). `None` when shutdown came first.
+    async fn start_fan_out(
+        &self,
+        stream_arn: &str,
+        consumer_name: &str,
+        token: &CancellationToken,
+    ) -> anyhow::Result<Option<ReadSource>> {
+        let wait = ConsumerWait::default();
+        let registered = retry_until(
+            token,
+            &self.health,
+            StartUpStep {
+                what: "register the stream consumer",
+                bound: wait.interval * wait.attempts + START_UP_CALL_BOUND,
+            },
+            || self.kinesis.ensure_consumer(stream_arn, consumer_name, wait),
+            |_| false,
+        )
+        .await;
+        let consumer_arn = match registered {
+            None => return Ok(None),
+            Some(result) => result.with_context(|| {
+                format!("failed to register or find the stream consumer {consumer_name}")
+            })?,
+        };
+        info!(consumer = consumer_name, consumer_arn = %consumer_arn, "stream consumer ACTIVE; reading by enhanced fan-out");
+        Ok(Some(ReadSource::FanOut { consumer_arn }))
+    }
+
     /// Opens the event store (`None` when shutdown came first). The local
     /// store's window must fit in the stream's `retention`: a store that is
     /// behind is rebuilt from what the archive recorded within it.

@@ -35,6 +35,10 @@ pub enum RetryCause {
     kinesis_throttled,
     /// Kinesis `ExpiredIteratorException`.
     kinesis_expired_iterator,
+    /// Kinesis `ResourceInUseException`: most often a SubscribeToShard
+    /// while another subscription of the consumer to the shard is still
+    /// open (a previous owner's, after a lease move or a crash).
+    kinesis_resource_in_use,
     /// Any other Kinesis failure.
     kinesis_error,
     /// S3 `SlowDown` / 503.

@@ -12,6 +12,9 @@ use aws_smithy_types::error::ErrorMetadata;
 use aws_smithy_types::retry::RetryConfig;
 use aws_smithy_types::{Blob, DateTime};
 
+use chrono::Utc;
+use sequence_range::SequenceNumber;
+
 use super::*;
 use crate::aws::kinesis::StreamRef;
 

@@ -1,8 +1,9 @@
-//! The shard task's read loop: room in the memory budget for each
-//! GetRecords response, the call, its records handed to the steps of
-//! [`ShardTask`], and the pause before the next call — the read interval,
-//! the idle time of a caught-up shard, or the backoff of a failed read
-//! ([`RetryStep`], as every AWS call's).
+//! The shard task's read loop: room in the memory budget for each read (a
+//! GetRecords response or a SubscribeToShardEvent), the read, its records
+//! handed to the steps of [`ShardTask`], and the pause before the next —
+//! the read interval, the idle time of a caught-up polled shard, none for a
+//! subscription, or the backoff of a failed read ([`RetryStep`], as every
+//! AWS call's).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,17 +15,15 @@ use tracing::info;
 use super::ShardTask;
 use crate::aws::retry::{Log, Retry};
 use crate::aws::{KinesisError, StartingPosition};
+use crate::read::mode::ReadMode;
 use crate::events::decider::ShardEvents;
 use crate::memory::Reservation;
 use crate::ops::metrics::RetryCause;
 use crate::output::batch::FlushReason;
-use crate::read::reader::{ReadBatch, ShardReader};
+use crate::read::mode::{Reader, ReaderOptions};
+use crate::read::reader::ReadBatch;
 use crate::shard::context::ShardExit;
 use crate::shard::error::ShardError;
-
-/// Kinesis allows 5 GetRecords calls a second per shard (GetRecords API
-/// reference); a busy shard is read at most this often.
-const MIN_READ_INTERVAL: Duration = Duration::from_millis(200);
 
 impl ShardTask {
     /// Reads the shard from `start` until `SHARD_END`, lease loss or
@@ -43,15 +42,20 @@ impl ShardTask {
         shutdown: CancellationToken,
     ) -> Result<ShardExit, ShardError> {
         let lost = self.lease.lost().clone();
-        let mut reader = ShardReader::new(
-            self.ctx.kinesis.clone(),
-            self.shard_id.clone(),
-            start,
-            self.ctx.max_records_per_read,
-        )
-        .with_stream_retention(self.ctx.metrics.stream_retention());
         let ctx = Arc::clone(&self.ctx);
-        let mut retry = Retry::new("GetRecords")
+        let options = ReaderOptions {
+            source: &ctx.read_source,
+            kinesis: ctx.kinesis.clone(),
+            limit: ctx.max_records_per_read,
+            stream_retention: ctx.metrics.stream_retention(),
+            metrics: ctx.metrics.clone(),
+        };
+        let mut reader = Reader::new(options, &self.shard_id, start);
+        let what = match ctx.read_source.mode() {
+            ReadMode::Polling => "GetRecords",
+            ReadMode::FanOut => "SubscribeToShard",
+        };
+        let mut retry = Retry::new(what)
             .metrics(&ctx.metrics)
             .retry_final()
             .log(Log::Read)
@@ -69,6 +73,11 @@ impl ShardTask {
                 () = lost.cancelled() => return Ok(ShardExit::LeaseLost),
                 read = reader.read() => read,
             };
+            // The lease is the fence: records read after it was lost never
+            // reach a batch.
+            if lost.is_cancelled() {
+                return Ok(ShardExit::LeaseLost);
+            }
             response.resize(read.as_ref().map_or(0, |read| self.held_for(read)));
             let delay = match read {
                 Ok(mut read) => {
@@ -91,11 +100,7 @@ impl ShardTask {
                     if caught_up && self.is_fully_checkpointed() {
                         self.ctx.metrics.checkpoint_current(&self.shard_id);
                     }
-                    if caught_up {
-                        self.ctx.idle_time_between_reads
-                    } else {
-                        MIN_READ_INTERVAL.saturating_sub(started.elapsed())
-                    }
+                    reader.pause(caught_up, self.ctx.idle_time_between_reads, started)
                 }
                 // Not a failure to back off from: a new iterator at once.
                 Err(KinesisError::ExpiredIterator) => {

@@ -28,6 +28,7 @@ use crate::output::format::BodyKind;
 use crate::output::format::Format;
 use crate::output::key::KeyLayout;
 use crate::output::key::object_name;
+use crate::read::mode::ReadSource;
 use crate::test_wait;
 
 const SHARD: &str = "shardId-000000000000";
@@ -74,6 +75,7 @@ fn harness(max_records: usize) -> Harness {
         initial_timestamp: None,
         idle_time_between_reads: Duration::from_secs(1),
         max_records_per_read: 10_000,
+        read_source: ReadSource::Polling,
         failover_time: Duration::from_secs(10),
         events: None,
     });
@@ -444,19 +446,7 @@ fn writing(h: Harness, format: Format, compression: Compression, layout: KeyLayo
 }
 
 fn clone_ctx(ctx: &ShardContext) -> ShardContext {
-    ShardContext {
-        kinesis: ctx.kinesis.clone(),
-        store: ctx.store.clone(),
-        output: ctx.output.clone(),
-        limits: ctx.limits,
-        budget: ctx.budget.clone(),
-        metrics: ctx.metrics.clone(),
-        initial_timestamp: ctx.initial_timestamp,
-        idle_time_between_reads: ctx.idle_time_between_reads,
-        max_records_per_read: ctx.max_records_per_read,
-        failover_time: ctx.failover_time,
-        events: ctx.events.clone(),
-    }
+    ctx.clone()
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,0 +1,289 @@
+//! [`FanOutReader`]: one shard's records, in order, through enhanced
+//! fan-out subscriptions (SubscribeToShard), as [`ReadBatch`]es the shard
+//! task handles exactly as GetRecords responses.
+//!
+//! - The first subscription starts where polling would: the position is
+//!   planned and checked by [`ReadPosition`], with the same fall back to
+//!   `TRIM_HORIZON` when Kinesis rejects it as expired.
+//! - A subscription ends after five minutes; the next one starts
+//!   `AFTER_SEQUENCE_NUMBER` the last event's `ContinuationSequenceNumber`
+//!   (SubscribeToShard API reference), so nothing is skipped or read twice.
+//!   After a failure too, as long as that continuation is recent: records
+//!   stay in the stream for at least its retention, 24 hours or more.
+//! - The shard ends with an event that has no continuation and names the
+//!   shard's `ChildShards`. Servers that send no child shards (emulators)
+//!   are covered too: while the shard reads caught up with no records,
+//!   ListShards is asked now and then whether the shard has an
+//!   `EndingSequenceNumber`; once it has, the rest is read by GetRecords to
+//!   `SHARD_END` ([`ShardReader`]), which says it for certain.
+//! - A failed or refused subscription (`ResourceInUseException` while a
+//!   previous owner's subscription is still open, `LimitExceededException`
+//!   past one subscription a second, a body cut off) is the caller's error
+//!   to back off from; the next [`read`](FanOutReader::read) subscribes
+//!   again.
+//!
+//! Events are taken one at a time, when the caller asks: while it does not
+//! (its memory budget is full), HTTP/2 flow control holds the rest at the
+//! server.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sequence_range::SequenceNumber;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use crate::aws::fan_out::{FanOutEvent, Subscription};
+use crate::aws::{Kinesis, KinesisError, StartingPosition};
+use crate::ops::metrics::Metrics;
+use crate::read::position::ReadPosition;
+use crate::read::reader::{ReadBatch, ShardReader};
+
+/// How long a continuation is trusted without a check: a subscription
+/// resumed after it is not checked against retention (which is 24 hours
+/// at least, DescribeStreamSummary `RetentionPeriodHours`).
+const CONTINUATION_TRUSTED_FOR: Duration = Duration::from_secs(3_600);
+
+/// How often, at most, ListShards is asked whether a caught-up shard with
+/// no records coming has been closed.
+pub const CLOSED_SHARD_CHECK_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Reads one shard through SubscribeToShard subscriptions of one stream
+/// consumer.
+#[derive(Debug)]
+pub struct FanOutReader {
+    kinesis: Kinesis,
+    consumer_arn: String,
+    position: ReadPosition,
+    subscription: Option<Subscription>,
+    /// The last event's `ContinuationSequenceNumber`, and when it came.
+    continuation: Option<(SequenceNumber, Instant)>,
+    /// The last subscription ended cleanly: the next one renews it.
+    renewing: bool,
+    /// When ListShards was last asked whether the shard is closed.
+    closed_checked_at: Option<Instant>,
+    /// The shard is closed: the rest is read by GetRecords to `SHARD_END`.
+    to_end: Option<ShardReader>,
+    /// GetRecords `Limit` once reading to the end.
+    limit: i32,
+    metrics: Arc<Metrics>,
+}
+
+impl FanOutReader {
+    /// A reader of `position`'s shard from its position, through the
+    /// `ACTIVE` consumer `consumer_arn`; `limit` is the GetRecords `Limit`
+    /// of a closed shard's last reads.
+    pub fn new(
+        kinesis: Kinesis,
+        consumer_arn: impl Into<String>,
+        position: ReadPosition,
+        limit: i32,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            kinesis,
+            consumer_arn: consumer_arn.into(),
+            position,
+            subscription: None,
+            continuation: None,
+            renewing: false,
+            closed_checked_at: None,
+            to_end: None,
+            limit,
+            metrics,
+        }
+    }
+
+    /// Where a fresh read would start: after the last record delivered, or
+    /// the starting position when none was.
+    pub fn position(&self) -> StartingPosition {
+        match &self.to_end {
+            Some(reader) => reader.position(),
+            None => self.position.next(),
+        }
+    }
+
+    /// Whether the shard is being read to its end by GetRecords (it is
+    /// closed), so reads are paced as polling's.
+    pub fn is_polling_to_end(&self) -> bool {
+        self.to_end.is_some()
+    }
+
+    /// The next event's records (subscribing first when no subscription is
+    /// open), or once the shard is closed, the next GetRecords response.
+    ///
+    /// # Errors
+    /// [`KinesisError`] of SubscribeToShard or of the subscription (it is
+    /// then closed; the next call subscribes again), or of the closed
+    /// shard's GetRecords.
+    pub async fn read(&mut self) -> Result<ReadBatch, KinesisError> {
+        loop {
+            if let Some(reader) = &mut self.to_end {
+                return reader.read().await;
+            }
+            let subscription = match &mut self.subscription {
+                Some(subscription) => subscription,
+                None => {
+                    let subscription = self.subscribe().await?;
+                    self.subscription.insert(subscription)
+                }
+            };
+            match subscription.next().await {
+                FanOutEvent::Event {
+                    records,
+                    continuation,
+                    millis_behind,
+                    child_shards,
+                } => {
+                    self.metrics.read.events.inc();
+                    let mut batch = ReadBatch {
+                        millis_behind_latest: Some(millis_behind),
+                        ..ReadBatch::default()
+                    };
+                    match continuation.map(SequenceNumber::try_from) {
+                        Some(Ok(next)) => self.continuation = Some((next, Instant::now())),
+                        Some(Err(err)) => {
+                            warn!(shard_id = %self.position.shard_id(), error = %err, "ignoring an event's ContinuationSequenceNumber that is not a sequence number");
+                        }
+                        None if !child_shards.is_empty() => {
+                            batch.shard_end = true;
+                            batch.child_shards = child_shards;
+                            self.subscription = None;
+                        }
+                        None => {}
+                    }
+                    self.position.deliver(records, &mut batch);
+                    if !batch.shard_end && batch.records.is_empty() && batch.is_caught_up() {
+                        self.read_to_end_if_closed().await;
+                    }
+                    return Ok(batch);
+                }
+                FanOutEvent::End => {
+                    self.subscription = None;
+                    self.renewing = true;
+                }
+                FanOutEvent::Error(err) => {
+                    self.subscription = None;
+                    self.renewing = false;
+                    self.metrics
+                        .read
+                        .subscription_failed(subscription_error_cause(&err, true));
+                    return Err(err);
+                }
+            }
+        }
+    }
+
+    /// Opens a subscription: after the last continuation while it is
+    /// recent, else at the reading position, checked, falling back to
+    /// `TRIM_HORIZON` when that is rejected as expired.
+    async fn subscribe(&mut self) -> Result<Subscription, KinesisError> {
+        let renewed = std::mem::take(&mut self.renewing);
+        let subscribed = self.subscribe_at_best_position().await;
+        match &subscribed {
+            Ok(_) => self.metrics.read.subscribed(renewed),
+            Err(err) => self
+                .metrics
+                .read
+                .subscription_failed(subscription_error_cause(err, false)),
+        }
+        subscribed
+    }
+
+    async fn subscribe_at_best_position(&mut self) -> Result<Subscription, KinesisError> {
+        let shard_id = self.position.shard_id().to_owned();
+        let continuation = self
+            .continuation
+            .as_ref()
+            .filter(|(_, at)| at.elapsed() < CONTINUATION_TRUSTED_FOR)
+            .map(|(next, _)| StartingPosition::AfterSequenceNumber(next.clone()));
+        if let Some(request) = continuation {
+            self.position.plan_unchecked();
+            match self.subscribe_to(&shard_id, &request).await {
+                // Not where Kinesis said to go on: read from the
+                // position, checked.
+                Err(KinesisError::ExpiredPosition(source)) => {
+                    warn!(shard_id = %shard_id, position = ?request, error = %source, "the continuation has expired from the stream; subscribing at the last record read, checked");
+                    self.continuation = None;
+                }
+                other => return other,
+            }
+        }
+        let request = self.position.plan_fresh();
+        match self.subscribe_to(&shard_id, &request).await {
+            Err(KinesisError::ExpiredPosition(source)) => {
+                if !self.position.rejected() {
+                    return Err(KinesisError::ExpiredPosition(source));
+                }
+                warn!(
+                    shard_id = %shard_id,
+                    position = ?request,
+                    error = %source,
+                    "the position to read from has expired from the stream; subscribing at TRIM_HORIZON"
+                );
+                self.subscribe_to(&shard_id, &StartingPosition::TrimHorizon)
+                    .await
+            }
+            other => other,
+        }
+    }
+
+    async fn subscribe_to(
+        &self,
+        shard_id: &str,
+        position: &StartingPosition,
+    ) -> Result<Subscription, KinesisError> {
+        self.kinesis
+            .subscribe_to_shard(&self.consumer_arn, shard_id, position)
+            .await
+    }
+
+    /// Asks ListShards, at most every [`CLOSED_SHARD_CHECK_INTERVAL`],
+    /// whether the shard is closed; if it is, drops the subscription and
+    /// reads the rest by GetRecords. A failed ListShards is tried again
+    /// later: the events go on meanwhile.
+    async fn read_to_end_if_closed(&mut self) {
+        if self
+            .closed_checked_at
+            .is_some_and(|at| at.elapsed() < CLOSED_SHARD_CHECK_INTERVAL)
+        {
+            return;
+        }
+        self.closed_checked_at = Some(Instant::now());
+        let shard_id = self.position.shard_id();
+        match self.kinesis.is_shard_closed(shard_id).await {
+            Ok(Some(true)) => {
+                info!(shard_id = %shard_id, position = ?self.position.next(), "the shard is closed (ListShards EndingSequenceNumber); reading the rest by GetRecords to SHARD_END");
+                self.subscription = None;
+                self.to_end = Some(ShardReader::at(
+                    self.kinesis.clone(),
+                    self.position.clone(),
+                    self.limit,
+                ));
+            }
+            Ok(_) => {}
+            Err(err) => {
+                warn!(shard_id = %shard_id, error = %err, "could not tell whether the shard is closed (ListShards); asking again later");
+            }
+        }
+    }
+}
+
+/// The `cause` label of a refused or failed subscription; `mid_stream`:
+/// the subscription was open (a failure then is a cut-off body unless the
+/// service named an exception).
+fn subscription_error_cause(err: &KinesisError, mid_stream: bool) -> &'static str {
+    match err {
+        KinesisError::ResourceInUse(_) => "resource_in_use",
+        KinesisError::Throttled(_) => "throttled",
+        KinesisError::NotFound(_) => "not_found",
+        KinesisError::ExpiredPosition(_) => "expired_position",
+        KinesisError::Other {
+            retriable: true, ..
+        } if mid_stream => "cut_off",
+        _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests;
