@@ -431,7 +431,10 @@ impl Kinesis {
                 .send()
                 .await
                 .map_err(|err| KinesisError::from_sdk("ListShards", err))?;
-            next_token = page.next_token().filter(|token| !token.is_empty()).map(str::to_owned);
+            next_token = page
+                .next_token()
+                .filter(|token| !token.is_empty())
+                .map(str::to_owned);
             shards.extend(page.shards.unwrap_or_default());
             if next_token.is_none() {
                 return Ok(shards);

@@ -254,9 +254,9 @@ pub struct Config {
     )]
     pub read_mode: ReadMode,
 
-    /// Name of the enhanced fan-out stream consumer (with --read-mode
-    /// fan-out), registered on the stream if missing. The workers of one
-    /// application share it. [default: the application name]
+    /// Name of the enhanced fan-out stream consumer, registered on the
+    /// stream if missing; used with --read-mode fan-out only. The workers of
+    /// one application share it. [default: the application name]
     #[arg(long, env = "SHARDSINK_CONSUMER_NAME", value_name = "NAME")]
     pub consumer_name: Option<String>,
 
@@ -492,29 +492,22 @@ impl Config {
     }
 
     /// The stream consumer's name with `--read-mode fan-out` (default: the
-    /// application name); `None` when polling, where a consumer name is a
-    /// bad setting, not silently ignored. RegisterStreamConsumer's
-    /// `ConsumerName` is 1-128 of a-z A-Z 0-9 _ . - (Kinesis API reference).
+    /// application name); `None` when polling. A name given for polling is
+    /// checked all the same and not used, so that a deployment can switch
+    /// modes by the one setting. RegisterStreamConsumer's `ConsumerName` is
+    /// 1-128 of a-z A-Z 0-9 _ . - (Kinesis API reference).
     fn consumer_name(&self) -> Result<Option<String>, ConfigError> {
-        match (self.read_mode, &self.consumer_name) {
-            (ReadMode::Polling, None) => Ok(None),
-            (ReadMode::Polling, Some(_)) => Err(ConfigError::new(
+        let name = self
+            .consumer_name
+            .clone()
+            .unwrap_or_else(|| self.archive.application_name.clone());
+        if !is_stream_name(&name) {
+            return Err(ConfigError::new(
                 "consumer-name",
-                "only used with --read-mode fan-out (--read-mode is polling)",
-            )),
-            (ReadMode::FanOut, name) => {
-                let name = name
-                    .clone()
-                    .unwrap_or_else(|| self.archive.application_name.clone());
-                if !is_stream_name(&name) {
-                    return Err(ConfigError::new(
-                        "consumer-name",
-                        format!("{name:?} is not a name (1-128 of a-z A-Z 0-9 _ . -)"),
-                    ));
-                }
-                Ok(Some(name))
-            }
+                format!("{name:?} is not a name (1-128 of a-z A-Z 0-9 _ . -)"),
+            ));
         }
+        Ok((self.read_mode == ReadMode::FanOut).then_some(name))
     }
 
     /// The format with its settings; a setting of another format is a bad

@@ -36,8 +36,9 @@ use tracing::{info, warn};
 use crate::aws::fan_out::{FanOutEvent, Subscription};
 use crate::aws::{Kinesis, KinesisError, StartingPosition};
 use crate::ops::metrics::Metrics;
+use crate::read::batch::ReadBatch;
 use crate::read::position::ReadPosition;
-use crate::read::reader::{ReadBatch, ShardReader};
+use crate::read::reader::ShardReader;
 
 /// How long a continuation is trusted without a check: a subscription
 /// resumed after it is not checked against retention (which is 24 hours

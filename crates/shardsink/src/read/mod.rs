@@ -7,6 +7,8 @@
 //!   renewals after the last continuation, the shard's end by child shards or ListShards;
 //! - `reader`: [`ShardReader`](reader::ShardReader), GetShardIterator and GetRecords for one
 //!   shard, with the fall back to `TRIM_HORIZON` when a position is rejected as expired;
+//! - `batch`: [`ReadBatch`](batch::ReadBatch), the records of one read (a GetRecords
+//!   response or a SubscribeToShardEvent);
 //! - `position`: [`ReadPosition`](position::ReadPosition), where a shard's reading stands —
 //!   the last record delivered and the check of a fresh position — shared by both readers;
 //! - `resume_check`: [`ResumeCheck`](resume_check::ResumeCheck), whether a fresh iterator's
@@ -18,6 +20,7 @@
 //! - `shard_graph`: parents and children after resharding — which shards get
 //!   a lease, which may be worked on, which leases may go.
 
+pub(crate) mod batch;
 pub(crate) mod fan_out;
 pub(crate) mod kpl;
 pub(crate) mod mode;

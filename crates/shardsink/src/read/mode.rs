@@ -11,9 +11,10 @@ use tokio::time::Instant;
 
 use crate::aws::{Kinesis, KinesisError, StartingPosition};
 use crate::ops::metrics::Metrics;
+use crate::read::batch::ReadBatch;
 use crate::read::fan_out::FanOutReader;
 use crate::read::position::ReadPosition;
-use crate::read::reader::{MIN_READ_INTERVAL, ReadBatch, ShardReader};
+use crate::read::reader::{MIN_READ_INTERVAL, ShardReader};
 
 /// How a shard's records are read (`--read-mode`).
 ///
@@ -71,9 +72,9 @@ impl ReadSource {
 #[derive(Debug)]
 pub enum Reader {
     /// GetShardIterator and GetRecords.
-    Polling(ShardReader),
+    Polling(Box<ShardReader>),
     /// SubscribeToShard.
-    FanOut(FanOutReader),
+    FanOut(Box<FanOutReader>),
 }
 
 /// What a [`Reader`] is built from.
@@ -97,16 +98,18 @@ impl Reader {
         let position =
             ReadPosition::new(shard_id, start).with_stream_retention(options.stream_retention);
         match options.source {
-            ReadSource::Polling => {
-                Self::Polling(ShardReader::at(options.kinesis, position, options.limit))
-            }
-            ReadSource::FanOut { consumer_arn } => Self::FanOut(FanOutReader::new(
+            ReadSource::Polling => Self::Polling(Box::new(ShardReader::at(
+                options.kinesis,
+                position,
+                options.limit,
+            ))),
+            ReadSource::FanOut { consumer_arn } => Self::FanOut(Box::new(FanOutReader::new(
                 options.kinesis,
                 consumer_arn.as_str(),
                 position,
                 options.limit,
                 options.metrics,
-            )),
+            ))),
         }
     }
 

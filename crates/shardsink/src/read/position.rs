@@ -12,7 +12,7 @@ use sequence_range::SequenceNumber;
 use tracing::{error, info};
 
 use crate::aws::StartingPosition;
-use crate::read::reader::ReadBatch;
+use crate::read::batch::ReadBatch;
 use crate::read::record::ShardRecord;
 use crate::read::resume_check::{ResumeCheck, Verdict};
 

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tracing::info;
 
 use crate::ops::metrics::Metrics;
-use crate::read::reader::ReadBatch;
+use crate::read::batch::ReadBatch;
 
 /// How often each shard logs its progress.
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(30);

@@ -189,7 +189,10 @@ impl Worker {
                 what: "register the stream consumer",
                 bound: wait.interval * wait.attempts + START_UP_CALL_BOUND,
             },
-            || self.kinesis.ensure_consumer(stream_arn, consumer_name, wait),
+            || {
+                self.kinesis
+                    .ensure_consumer(stream_arn, consumer_name, wait)
+            },
             |_| false,
         )
         .await;

@@ -136,8 +136,14 @@ async fn a_renewal_goes_on_after_the_last_continuation_and_reads_nothing_twice()
     );
     assert_eq!(reader.position(), after("4"));
     let subscriptions = "shardsink_fan_out_subscriptions_total";
-    assert_eq!(sample(&metrics, &format!("{subscriptions}{{kind=\"opened\"}}")), 1.0);
-    assert_eq!(sample(&metrics, &format!("{subscriptions}{{kind=\"renewed\"}}")), 1.0);
+    assert_eq!(
+        sample(&metrics, &format!("{subscriptions}{{kind=\"opened\"}}")),
+        1.0
+    );
+    assert_eq!(
+        sample(&metrics, &format!("{subscriptions}{{kind=\"renewed\"}}")),
+        1.0
+    );
     assert_eq!(sample(&metrics, "shardsink_fan_out_events_total"), 3.0);
 }
 
@@ -153,7 +159,10 @@ async fn a_failed_subscription_is_the_caller_s_to_retry_and_goes_on_after_the_co
     );
     let in_use_event = subscription(
         &asked,
-        vec![body(&[exception("ResourceInUseException", "another subscription")])],
+        vec![body(&[exception(
+            "ResourceInUseException",
+            "another subscription",
+        )])],
     );
     let in_use = refused(&asked, "ResourceInUseException");
     let limited = refused(&asked, "LimitExceededException");
@@ -184,14 +193,23 @@ async fn a_failed_subscription_is_the_caller_s_to_retry_and_goes_on_after_the_co
         ]
     );
     let errors = "shardsink_fan_out_subscription_errors_total";
-    assert_eq!(sample(&metrics, &format!("{errors}{{cause=\"cut_off\"}}")), 1.0);
+    assert_eq!(
+        sample(&metrics, &format!("{errors}{{cause=\"cut_off\"}}")),
+        1.0
+    );
     assert_eq!(
         sample(&metrics, &format!("{errors}{{cause=\"resource_in_use\"}}")),
         2.0
     );
-    assert_eq!(sample(&metrics, &format!("{errors}{{cause=\"throttled\"}}")), 1.0);
     assert_eq!(
-        sample(&metrics, "shardsink_fan_out_subscriptions_total{kind=\"opened\"}"),
+        sample(&metrics, &format!("{errors}{{cause=\"throttled\"}}")),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &metrics,
+            "shardsink_fan_out_subscriptions_total{kind=\"opened\"}"
+        ),
         3.0
     );
 }
@@ -288,7 +306,9 @@ async fn a_closed_shard_without_child_shards_is_read_to_its_end_by_get_records()
                 input.shard_iterator_type().unwrap().as_str(),
                 input.starting_sequence_number().unwrap_or_default()
             ));
-            GetShardIteratorOutput::builder().shard_iterator("it").build()
+            GetShardIteratorOutput::builder()
+                .shard_iterator("it")
+                .build()
         })
     };
     let end = mock!(Client::get_records).then_output(|| {

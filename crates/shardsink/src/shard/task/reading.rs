@@ -15,13 +15,13 @@ use tracing::info;
 use super::ShardTask;
 use crate::aws::retry::{Log, Retry};
 use crate::aws::{KinesisError, StartingPosition};
-use crate::read::mode::ReadMode;
 use crate::events::decider::ShardEvents;
 use crate::memory::Reservation;
 use crate::ops::metrics::RetryCause;
 use crate::output::batch::FlushReason;
+use crate::read::batch::ReadBatch;
+use crate::read::mode::ReadMode;
 use crate::read::mode::{Reader, ReaderOptions};
-use crate::read::reader::ReadBatch;
 use crate::shard::context::ShardExit;
 use crate::shard::error::ShardError;
 
