@@ -50,9 +50,11 @@ impl Settings {
     /// TRIM_HORIZON`, a fixed `--worker-id`, `--buffer-max-records 500`,
     /// `--buffer-max-age 5s`, `--failover-time 4s`,
     /// `--idle-time-between-reads 250ms`, `--shard-sync-interval 10s`,
-    /// `--shutdown-timeout 20s`.
+    /// `--shutdown-timeout 20s`, and `--read-mode` as
+    /// [`crate::env::read_mode`] says for the profile.
     pub fn for_tests(stream: &str, bucket: &str) -> Self {
         Self::new(stream, bucket)
+            .set("read-mode", crate::env::read_mode())
             .set("initial-position", "TRIM_HORIZON")
             .set("worker-id", "e2e-worker")
             .set("buffer-max-records", "500")

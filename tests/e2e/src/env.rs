@@ -189,6 +189,22 @@ pub fn profile() -> Option<String> {
     env_nonempty("SHARDSINK_TEST_PROFILE")
 }
 
+/// The profile whose Kinesis server implements enhanced fan-out
+/// (SubscribeToShard): kinesis-local, the Node build of kinesis-mock.
+pub const FAN_OUT_PROFILE: &str = "fanout";
+
+/// The `--read-mode` the daemons of [`crate::Settings::for_tests`] use:
+/// `fan-out` on the [`FAN_OUT_PROFILE`], so that the scenarios run there
+/// (crashes, lease moves, resharding) read by SubscribeToShard; else
+/// `polling`.
+pub fn read_mode() -> &'static str {
+    if profile().as_deref() == Some(FAN_OUT_PROFILE) {
+        "fan-out"
+    } else {
+        "polling"
+    }
+}
+
 /// `on_localstack` on the LocalStack profile, else `otherwise` (and the
 /// choice is printed): `scripts/test` runs every test on both profiles, so
 /// a test whose setting has two values worth running end to end (a key

@@ -67,6 +67,10 @@ impl Progress {
         metrics.kinesis_records_read.inc_by(kinesis_records);
         metrics.records_read.inc_by(user_records);
         metrics.bytes_read.inc_by(read.bytes);
+        metrics.read.read_delays(
+            read.records.iter().map(|record| record.arrival_millis),
+            Utc::now().timestamp_millis(),
+        );
         if let Some(behind) = read.millis_behind_latest {
             metrics.behind(shard_id, behind);
         }

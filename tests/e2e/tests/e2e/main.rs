@@ -17,6 +17,8 @@
 //!   throughput and capacity units.
 //! - [`events`]: each event once, through retries, kills and lease moves.
 //! - [`failpoints`]: a crash at each step of a batch's life.
+//! - [`fan_out`]: enhanced fan-out — switching the read mode between runs
+//!   (on the fanout profile every family reads by fan-out).
 //! - [`foreign_keys`]: keys the daemon did not write are ignored.
 //! - [`formats`]: every output format and key layout, table-driven.
 //! - [`harness`]: self-tests of the harness, without the daemon.
@@ -42,6 +44,7 @@ mod chaos;
 mod event_table;
 mod events;
 mod failpoints;
+mod fan_out;
 mod foreign_keys;
 mod formats;
 mod harness;

@@ -1,10 +1,12 @@
-//! [`ReadMetrics`]: the read mode, and what enhanced fan-out
-//! subscriptions (SubscribeToShard) did.
+//! [`ReadMetrics`]: the read mode, how long records wait in the stream
+//! before they are read, and what enhanced fan-out subscriptions
+//! (SubscribeToShard) did.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 /// Label set with `mode`: the read mode (`polling` or `fan-out`).
@@ -32,10 +34,15 @@ pub struct SubscriptionCauseLabel {
 }
 
 /// The read mode's metrics.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ReadMetrics {
     /// `shardsink_read_mode{mode}`: 1 for the mode this process reads in.
     pub mode: Family<ModeLabel, Gauge>,
+    /// `shardsink_read_delay_seconds`: per Kinesis record read, the time
+    /// from its `ApproximateArrivalTimestamp` to the read (by this host's
+    /// clock): the put-to-read latency while caught up, the backlog's age
+    /// while behind.
+    pub delay: Histogram,
     /// `shardsink_fan_out_subscriptions_total{kind}`: SubscribeToShard
     /// subscriptions opened.
     pub subscriptions: Family<SubscriptionKindLabel, Counter>,
@@ -46,6 +53,22 @@ pub struct ReadMetrics {
     pub subscription_errors: Family<SubscriptionCauseLabel, Counter>,
 }
 
+/// The read delay's buckets: 10 ms doubling to about 1.5 days.
+const DELAY_BUCKETS: (f64, f64, u16) = (0.01, 2.0, 24);
+
+impl Default for ReadMetrics {
+    fn default() -> Self {
+        let (start, factor, length) = DELAY_BUCKETS;
+        Self {
+            mode: Family::default(),
+            delay: Histogram::new(exponential_buckets(start, factor, length)),
+            subscriptions: Family::default(),
+            events: Counter::default(),
+            subscription_errors: Family::default(),
+        }
+    }
+}
+
 impl ReadMetrics {
     /// Registers every metric in `registry`.
     pub(super) fn register(&self, registry: &mut Registry) {
@@ -53,6 +76,11 @@ impl ReadMetrics {
             "read_mode",
             "1 for the read mode in use: polling (GetRecords) or fan-out (SubscribeToShard)",
             self.mode.clone(),
+        );
+        registry.register(
+            "read_delay_seconds",
+            "Per Kinesis record read, seconds from its ApproximateArrivalTimestamp to the read (this host's clock): put-to-read latency while caught up",
+            self.delay.clone(),
         );
         registry.register(
             "fan_out_subscriptions",
@@ -76,6 +104,17 @@ impl ReadMetrics {
         self.mode.get_or_create(&ModeLabel { mode }).set(1);
     }
 
+    /// Observes the read delay of records that arrived at `arrivals` (ms
+    /// since the epoch), read at `now_millis`.
+    pub fn read_delays(&self, arrivals: impl Iterator<Item = i64>, now_millis: i64) {
+        for arrival in arrivals {
+            let millis = now_millis.saturating_sub(arrival).max(0);
+            // Milliseconds to seconds for the histogram: exact enough.
+            #[allow(clippy::cast_precision_loss)]
+            self.delay.observe(millis as f64 / 1_000.0);
+        }
+    }
+
     /// Counts a subscription opened: `renewed` after a clean end.
     pub fn subscribed(&self, renewed: bool) {
         let kind = if renewed { "renewed" } else { "opened" };
@@ -89,5 +128,27 @@ impl ReadMetrics {
         self.subscription_errors
             .get_or_create(&SubscriptionCauseLabel { cause })
             .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Metrics;
+
+    #[test]
+    fn read_delays_are_observed_per_record_in_seconds() {
+        let metrics = Metrics::new();
+        metrics
+            .read
+            .read_delays([1_000, 2_500, 9_000].into_iter(), 3_000);
+        let text = metrics.encode();
+        let has = |line: &str| text.lines().any(|l| l == line);
+        assert!(has("shardsink_read_delay_seconds_count 3"), "{text}");
+        // 2 s + 0.5 s + 0 (a clock behind the arrival counts as none).
+        assert!(has("shardsink_read_delay_seconds_sum 2.5"), "{text}");
+        assert!(
+            has("shardsink_read_delay_seconds_bucket{le=\"0.64\"} 2"),
+            "{text}"
+        );
     }
 }
