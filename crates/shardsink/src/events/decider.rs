@@ -128,9 +128,12 @@ impl ShardEvents {
 
     /// Decides `records` (consecutive records of the shard, in order): one
     /// list per record, one [`UserDecision`] per user record. Accepted copies
-    /// are in the store when this returns. `placed_through`: the last
-    /// record before them known to be placed in S3 (checkpoint or records
-    /// found there), for the check that the store is not behind; `stop`: the
+    /// are in the store when this returns. `placed_through`: how far the
+    /// records before them are known to be placed in S3 (the checkpoint,
+    /// records written or found there, or every record before the pending
+    /// batch being replayed) — every record up to it is, and it need not be
+    /// a record's own number — for the check that the store is not behind;
+    /// `None` when no record of the shard is known to be in S3. `stop`: the
     /// lease was lost (a rebuild stops).
     ///
     /// # Errors

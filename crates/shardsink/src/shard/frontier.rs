@@ -19,6 +19,10 @@ const IDLE_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(10);
 pub(crate) struct Frontier {
     checkpoint: Checkpoint,
     in_s3_through: Option<SequenceNumber>,
+    /// The number just below a pending batch's first record, when the task
+    /// started by replaying one: every record before that batch was placed
+    /// in S3 by an earlier owner, whatever the checkpoint says.
+    placed_before_pending: Option<SequenceNumber>,
     checkpointed_at: Instant,
 }
 
@@ -28,8 +32,25 @@ impl Frontier {
         Self {
             checkpoint,
             in_s3_through: None,
+            placed_before_pending: None,
             checkpointed_at: Instant::now(),
         }
+    }
+
+    /// The task starts by replaying the pending batch whose first record
+    /// is `first`. The batch was recorded only once every record before it
+    /// was placed in S3 (C4), but the checkpoint need not say so: after a
+    /// lost lease table it is `TRIM_HORIZON` again, and records the resume
+    /// skip found in S3 are checkpointed only when idle. Reading starts at
+    /// `first`, so those records are never seen; [`placed_through`]
+    /// accounts for them.
+    ///
+    /// [`placed_through`]: Self::placed_through
+    pub(crate) fn replaying_from(&mut self, first: &SequenceNumber) {
+        // Sequence numbers are integers: "every record before `first`" is
+        // "every record up to `first` − 1", whether or not a record has
+        // that number. Nothing precedes 0.
+        self.placed_before_pending = first.predecessor();
     }
 
     /// The checkpoint in the lease row.
@@ -37,15 +58,23 @@ impl Frontier {
         &self.checkpoint
     }
 
-    /// A batch ending at `last` was written and checkpointed.
-    /// The last record known to be placed in S3: the newest of the
-    /// checkpoint and the records written or found there since.
+    /// How far the shard's records are known to be placed in S3: the newest
+    /// of the checkpoint, the records written or found there since, and
+    /// the number just below the pending batch the task started with
+    /// ([`replaying_from`](Self::replaying_from)). Every record up to it is
+    /// placed (or left the stream); it need not be a record's own number.
     pub(crate) fn placed_through(&self) -> Option<&SequenceNumber> {
-        self.in_s3_through
-            .as_ref()
-            .or_else(|| self.checkpoint.sequence_number())
+        [
+            self.in_s3_through.as_ref(),
+            self.checkpoint.sequence_number(),
+            self.placed_before_pending.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .max()
     }
 
+    /// A batch ending at `last` was written and checkpointed.
     pub(crate) fn written(&mut self, last: SequenceNumber) {
         self.checkpoint = Checkpoint::SequenceNumber(last.clone());
         self.in_s3_through = Some(last);
@@ -116,6 +145,30 @@ mod tests {
         frontier.checkpointed(checkpoint);
         assert!(frontier.is_current());
         assert_eq!(frontier.idle_checkpoint(true), None, "caught up");
+    }
+
+    #[test]
+    fn the_records_before_a_pending_batch_count_as_placed() {
+        let mut frontier = Frontier::new(Checkpoint::TrimHorizon);
+        assert_eq!(frontier.placed_through(), None);
+        frontier.replaying_from(&n(100));
+        assert_eq!(frontier.placed_through(), Some(&n(99)));
+        assert_eq!(
+            frontier.checkpoint(),
+            &Checkpoint::TrimHorizon,
+            "not a checkpoint"
+        );
+        assert!(frontier.is_current());
+        assert_eq!(frontier.idle_checkpoint(true), None);
+        frontier.written(n(120));
+        assert_eq!(frontier.placed_through(), Some(&n(120)));
+
+        let mut behind = Frontier::new(Checkpoint::SequenceNumber(n(150)));
+        behind.replaying_from(&n(100));
+        assert_eq!(behind.placed_through(), Some(&n(150)), "the newest");
+        let mut first = Frontier::new(Checkpoint::TrimHorizon);
+        first.replaying_from(&n(0));
+        assert_eq!(first.placed_through(), None, "nothing precedes 0");
     }
 
     #[test]

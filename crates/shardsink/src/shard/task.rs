@@ -162,6 +162,7 @@ impl ShardTask {
         info!(checkpoint = %lease.checkpoint, start = ?start, pending_batch = ?lease.pending_batch.as_ref().map(|p| &p.key), "shard started");
         let lost = self.lease.lost().clone();
         if let Some(pending) = lease.pending_batch {
+            self.frontier.replaying_from(&pending.first);
             // A replay cannot be written early to make room: replays take
             // turns (see `MemoryBudget`).
             let turn = tokio::select! {

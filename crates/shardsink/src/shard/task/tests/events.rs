@@ -409,6 +409,58 @@ async fn a_lost_local_store_is_rebuilt_from_the_archive() {
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_pending_batch_behind_a_lost_checkpoint_is_decided_against_the_rebuilt_window() {
+    let first_disk = tempfile::tempdir().unwrap();
+    let h = with_local_store(first_disk.path());
+    push(&h, &["a", "b", "c"]);
+    let lease = h.lease(Checkpoint::TrimHorizon, None).await;
+    h.run_until(lease, "the checkpoint at record 3", |h| h.checkpointed(3))
+        .await
+        .unwrap();
+
+    // The lease table was lost; the next owner found records 1 to 3 in S3
+    // (not checkpointed yet: the row still says TRIM_HORIZON), decided
+    // record 4 — a copy of record 1 — recorded its batch and crashed
+    // before any PUT. The lease then moved to a host with an empty store.
+    h.shard.push(&seq(4), PAST + 4_000, b"a");
+    let (main, duplicates, _) = keys(&h, 4, 4);
+    h.table.items.lock().unwrap().clear();
+    let pending = PendingBatch {
+        key: main.clone(),
+        first: SequenceNumber::parse(&seq(4)).unwrap(),
+        last: SequenceNumber::parse(&seq(4)).unwrap(),
+    };
+    let second_disk = tempfile::tempdir().unwrap();
+    let store = event_store::LocalStore::open(second_disk.path(), Default::default()).unwrap();
+    let runtime = EventRuntime::new(
+        h.ctx.events.as_ref().unwrap().settings.clone(),
+        EventStore::Local(store),
+    );
+    let h = Harness {
+        ctx: Arc::new(ShardContext {
+            events: Some(Arc::new(runtime)),
+            ..clone_ctx(&h.ctx)
+        }),
+        ..h
+    };
+    let lease = h.lease(Checkpoint::TrimHorizon, Some(pending)).await;
+    h.run_until(lease, "the checkpoint at record 4", |h| h.checkpointed(4))
+        .await
+        .unwrap();
+    assert_eq!(
+        sequence_numbers(&object(&h, &main).expect("the main object")),
+        Vec::<String>::new(),
+        "record 4 is not kept"
+    );
+    let dups = lines(&object(&h, &duplicates).expect("duplicates object"));
+    assert_eq!(
+        dups[0]["duplicateOf"]["sequenceNumber"],
+        seq(1),
+        "the records before the pending batch are in S3: the store is rebuilt before it is decided"
+    );
+}
+
 /// Records 1 to 3 ("a", "b", "a") and the objects of a first attempt at
 /// their batch that decided record 2 a duplicate of record 1 (with other
 /// settings), wrote the decisions and duplicates objects, and crashed
