@@ -53,8 +53,10 @@ pub struct ReadMetrics {
     pub subscription_errors: Family<SubscriptionCauseLabel, Counter>,
 }
 
-/// The read delay's buckets: 10 ms doubling to about 1.5 days.
-const DELAY_BUCKETS: (f64, f64, u16) = (0.01, 2.0, 24);
+/// The read delay's buckets: from 10 ms, each √2 times the last, to about
+/// 1.5 days (48 buckets): fine enough for a median of a few hundred
+/// milliseconds to be read within a few percent.
+const DELAY_BUCKETS: (f64, f64, u16) = (0.01, std::f64::consts::SQRT_2, 48);
 
 impl Default for ReadMetrics {
     fn default() -> Self {
@@ -146,9 +148,25 @@ mod tests {
         assert!(has("shardsink_read_delay_seconds_count 3"), "{text}");
         // 2 s + 0.5 s + 0 (a clock behind the arrival counts as none).
         assert!(has("shardsink_read_delay_seconds_sum 2.5"), "{text}");
-        assert!(
-            has("shardsink_read_delay_seconds_bucket{le=\"0.64\"} 2"),
-            "{text}"
-        );
+        // Cumulative counts: one record below 0.5 s, two up to the first
+        // bucket at or above it, three from 2 s on.
+        let buckets: Vec<(f64, u64)> = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("shardsink_read_delay_seconds_bucket{le=\""))
+            .filter_map(|rest| rest.split_once("\"} "))
+            .filter(|(le, _)| *le != "+Inf")
+            .map(|(le, count)| (le.parse().unwrap(), count.parse().unwrap()))
+            .collect();
+        assert_eq!(buckets.len(), 48, "{text}");
+        // The count of the last bucket below `seconds`, and of the first at
+        // or above it.
+        let around = |seconds: f64| {
+            let below = buckets.iter().rev().find(|(le, _)| *le < seconds);
+            let above = buckets.iter().find(|(le, _)| *le >= seconds);
+            (below.map(|(_, n)| *n), above.map(|(_, n)| *n))
+        };
+        assert_eq!(around(0.01), (None, Some(1)));
+        assert_eq!(around(0.5), (Some(1), Some(2)));
+        assert_eq!(around(2.0), (Some(2), Some(3)));
     }
 }
