@@ -45,9 +45,17 @@ use crate::read::reader::ShardReader;
 /// at least, DescribeStreamSummary `RetentionPeriodHours`).
 const CONTINUATION_TRUSTED_FOR: Duration = Duration::from_secs(3_600);
 
-/// How often, at most, ListShards is asked whether a caught-up shard with
-/// no records coming has been closed.
+/// How long after the last look, at least, ListShards is asked again
+/// whether a caught-up shard with no records coming has been closed. The
+/// pause doubles while the shard stays quiet and open, up to
+/// [`MAX_CLOSED_SHARD_CHECK_INTERVAL`], and is back to this once records
+/// come: Kinesis itself ends a closed shard's subscription with its child
+/// shards, so this is a fallback, kept cheap on a stream of many quiet
+/// shards (ListShards: 1,000 calls a second per stream).
 pub const CLOSED_SHARD_CHECK_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The longest pause between two looks at whether a quiet shard is closed.
+pub const MAX_CLOSED_SHARD_CHECK_INTERVAL: Duration = Duration::from_secs(300);
 
 /// Reads one shard through SubscribeToShard subscriptions of one stream
 /// consumer.
@@ -61,8 +69,10 @@ pub struct FanOutReader {
     continuation: Option<(SequenceNumber, Instant)>,
     /// The last subscription ended cleanly: the next one renews it.
     renewing: bool,
-    /// When ListShards was last asked whether the shard is closed.
+    /// When ListShards was last asked whether the shard is closed, and the
+    /// pause before the next look.
     closed_checked_at: Option<Instant>,
+    closed_check_interval: Duration,
     /// The shard is closed: the rest is read by GetRecords to `SHARD_END`.
     to_end: Option<ShardReader>,
     /// GetRecords `Limit` once reading to the end.
@@ -89,6 +99,7 @@ impl FanOutReader {
             continuation: None,
             renewing: false,
             closed_checked_at: None,
+            closed_check_interval: CLOSED_SHARD_CHECK_INTERVAL,
             to_end: None,
             limit,
             metrics,
@@ -154,7 +165,9 @@ impl FanOutReader {
                         None => {}
                     }
                     self.position.deliver(records, &mut batch);
-                    if !batch.shard_end && batch.records.is_empty() && batch.is_caught_up() {
+                    if !batch.records.is_empty() {
+                        self.closed_check_interval = CLOSED_SHARD_CHECK_INTERVAL;
+                    } else if !batch.shard_end && batch.is_caught_up() {
                         self.read_to_end_if_closed().await;
                     }
                     return Ok(batch);
@@ -239,16 +252,17 @@ impl FanOutReader {
             .await
     }
 
-    /// Asks ListShards, at most every [`CLOSED_SHARD_CHECK_INTERVAL`],
-    /// whether the shard is closed; if it is, drops the subscription and
-    /// reads the rest by GetRecords. A failed ListShards is tried again
-    /// later: the events go on meanwhile.
+    /// Asks ListShards whether the shard is closed, when the pause since
+    /// the last look is over (see [`CLOSED_SHARD_CHECK_INTERVAL`]); if it
+    /// is, drops the subscription and reads the rest by GetRecords. A
+    /// failed ListShards is tried again later: the events go on meanwhile.
     async fn read_to_end_if_closed(&mut self) {
-        if self
-            .closed_checked_at
-            .is_some_and(|at| at.elapsed() < CLOSED_SHARD_CHECK_INTERVAL)
-        {
-            return;
+        if let Some(at) = self.closed_checked_at {
+            if at.elapsed() < self.closed_check_interval {
+                return;
+            }
+            self.closed_check_interval =
+                (self.closed_check_interval * 2).min(MAX_CLOSED_SHARD_CHECK_INTERVAL);
         }
         self.closed_checked_at = Some(Instant::now());
         let shard_id = self.position.shard_id();

@@ -284,18 +284,15 @@ fn listed(closed: bool) -> Rule {
 #[tokio::test(start_paused = true)]
 async fn a_closed_shard_without_child_shards_is_read_to_its_end_by_get_records() {
     let asked = Asked::default();
-    // Caught up with no records: ListShards says open the first time; ten
-    // seconds later, closed. The rest is read by GetRecords after the last
-    // record delivered, to SHARD_END.
-    let events = subscription(
-        &asked,
-        vec![
-            framed(&[("7", b"a")], Some("7"), 0, &[]),
-            framed(&[], Some("7"), 0, &[]),
-            framed(&[], Some("7"), 0, &[]),
-        ],
-    );
-    let open = listed(false);
+    // Caught up with no records: ListShards says open at the first look
+    // and at the next, 10 s later; the look after waits 20 s and finds the
+    // shard closed. The rest is read by GetRecords after the last record
+    // delivered, to SHARD_END.
+    let mut messages = vec![framed(&[("7", b"a")], Some("7"), 0, &[])];
+    messages.extend((0..6).map(|_| framed(&[], Some("7"), 0, &[])));
+    let events = subscription(&asked, messages);
+    // One rule per answer: a rule serves its answers once, wherever listed.
+    let (open, open_again) = (listed(false), listed(false));
     let closed = listed(true);
     let iterators = Arc::new(Mutex::new(Vec::new()));
     let iterator = {
@@ -326,13 +323,20 @@ async fn a_closed_shard_without_child_shards_is_read_to_its_end_by_get_records()
             .unwrap()
     });
     let (mut reader, _) = reader(
-        &[&events, &open, &closed, &iterator, &end],
+        &[&events, &open, &open_again, &closed, &iterator, &end],
         StartingPosition::TrimHorizon,
     );
     assert_eq!(numbers(&reader.read().await.unwrap()), ["7"]);
-    assert!(!reader.is_polling_to_end());
+    // First look: open.
     assert!(!reader.read().await.unwrap().shard_end);
-    assert!(!reader.is_polling_to_end(), "ListShards said open");
+    // Within 10 s: no look (a fourth ListShards rule would be asked for).
+    assert!(!reader.read().await.unwrap().shard_end);
+    tokio::time::advance(CLOSED_SHARD_CHECK_INTERVAL).await;
+    // Second look: open; the next waits twice as long.
+    assert!(!reader.read().await.unwrap().shard_end);
+    tokio::time::advance(CLOSED_SHARD_CHECK_INTERVAL).await;
+    assert!(!reader.read().await.unwrap().shard_end);
+    assert!(!reader.is_polling_to_end(), "not looked again after 10 s");
     tokio::time::advance(CLOSED_SHARD_CHECK_INTERVAL).await;
     assert!(!reader.read().await.unwrap().shard_end);
     assert!(reader.is_polling_to_end(), "ListShards said closed");
