@@ -1,12 +1,13 @@
 'use strict';
 // Preloaded into Node with NODE_OPTIONS='--require "…/node-loopback.js"' by
-// scripts/local-servers, for the Kinesis engine that LocalStack runs
-// (kinesis-mock, npm package `kinesis-local`). That engine has no option for
-// its listen address and binds 0.0.0.0; this module rewrites every TCP
-// `listen()` in the process so that it binds 127.0.0.1 instead. A host that
-// is already a loopback address is kept; Unix sockets, named pipes, handles
-// and file descriptors are left alone. http, https, tls and http2 servers all
-// inherit `listen()` from net.Server, so patching it once covers them all.
+// scripts/local-servers, for kinesis-mock (npm package `kinesis-local`): the
+// Kinesis engine that LocalStack runs, and the fanout profile's Kinesis. It
+// has no option for its listen address and binds 0.0.0.0 (its HTTP and its
+// HTTPS port); this module rewrites every TCP `listen()` in the process so
+// that it binds 127.0.0.1 instead. A host that is already a loopback address
+// is kept; Unix sockets, named pipes, handles and file descriptors are left
+// alone. http, https, tls and http2 servers all inherit `listen()` from
+// net.Server, so patching it once covers them all.
 const net = require('net');
 
 const LOOPBACK = '127.0.0.1';
