@@ -183,7 +183,8 @@ pub fn e2e_required() -> bool {
 }
 
 /// The profile of the local servers, as `scripts/local-servers env`
-/// exports it (`SHARDSINK_TEST_PROFILE`: `moto` or `localstack`); `None`
+/// exports it (`SHARDSINK_TEST_PROFILE`: `moto`, `localstack` or
+/// `fanout`); `None`
 /// for servers started otherwise.
 pub fn profile() -> Option<String> {
     env_nonempty("SHARDSINK_TEST_PROFILE")

@@ -244,14 +244,17 @@ async fn put_chunk(
 /// producer of the test process (each producer is sequential on its own;
 /// two producers on one stream, as in the chaos test, are not). Producers'
 /// calls still interleave in every shard; only their overlap in time goes,
-/// and every check stays as it is. The LocalStack profile (kinesis-mock,
-/// which updates its streams atomically) keeps concurrent calls; any other
-/// profile is serialized, moto being the default. The guard is held only
+/// and every check stays as it is. The LocalStack and fanout profiles
+/// (kinesis-mock, which updates its streams atomically) keep concurrent
+/// calls; any other profile is serialized, moto being the default. The guard is held only
 /// while a call is sent, not over a retry's backoff.
 async fn one_put_at_a_time(stream: &str) -> Option<tokio::sync::OwnedMutexGuard<()>> {
     type Locks = Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>;
     static LOCKS: LazyLock<Locks> = LazyLock::new(Locks::default);
-    if env_nonempty("SHARDSINK_TEST_PROFILE").as_deref() == Some("localstack") {
+    if matches!(
+        env_nonempty("SHARDSINK_TEST_PROFILE").as_deref(),
+        Some("localstack" | "fanout")
+    ) {
         return None;
     }
     let lock = Arc::clone(
