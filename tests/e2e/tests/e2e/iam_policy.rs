@@ -180,8 +180,15 @@ async fn the_iam_policy_grants_exactly_the_operations_used() {
             policy_actions(|sid| sid != FAN_OUT_SID)
         }
     };
+    // Fan-out reads a shard by GetRecords only to finish a closed shard on a
+    // server that sends no child shards; this run closes none. The polling
+    // run checks that those two are used.
+    let polling_only = ["kinesis:GetRecords", "kinesis:GetShardIterator"];
     let missing: Vec<&String> = used.difference(&granted).collect();
-    let unused: Vec<&String> = granted.difference(&used).collect();
+    let unused: Vec<&String> = granted
+        .difference(&used)
+        .filter(|action| read_mode != "fan-out" || !polling_only.contains(&action.as_str()))
+        .collect();
     println!("used: {used:?}");
     assert!(
         missing.is_empty(),
