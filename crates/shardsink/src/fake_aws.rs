@@ -63,6 +63,9 @@ pub struct FakeShard {
     /// no records, `MillisBehindLatest` above 0 and an iterator still at
     /// `index`, as Kinesis does over a stretch of a shard without records.
     pub empty_reads_at: Mutex<Option<(usize, usize)>>,
+    /// Cancelled (and cleared) by the next GetRecords call, before it
+    /// answers: a lease lost while a read is under way.
+    pub cancel_on_read: Mutex<Option<tokio_util::sync::CancellationToken>>,
 }
 
 impl FakeShard {
@@ -327,6 +330,9 @@ fn kinesis_client(stream: Arc<FakeStream>) -> aws_sdk_kinesis::Client {
             return MockResponse::Http(shard_not_found(shard_id));
         }
         s2.reads.fetch_add(1, Ordering::SeqCst);
+        if let Some(token) = s2.cancel_on_read.lock().unwrap().take() {
+            token.cancel();
+        }
         if take_one(&s2.failing_reads) {
             return MockResponse::Http(http(
                 400,

@@ -921,6 +921,36 @@ async fn a_lost_lease_stops_all_writes() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn records_read_after_the_lease_was_lost_never_reach_a_batch() {
+    let h = harness(1);
+    for i in 1..=3 {
+        h.shard.push(&seq(i), PAST + 1_000 * i as i64, b"f");
+    }
+    let lease = h.lease(Checkpoint::TrimHorizon, None).await;
+    // The lease is lost while the first read is under way: its records
+    // come back, and must go no further (batches of one record would be
+    // written at once).
+    *h.shard.cancel_on_read.lock().unwrap() = Some(lease.lost().clone());
+    let exit = h
+        .run_to_exit(lease, "the task to notice the lost lease")
+        .await
+        .unwrap();
+    assert_eq!(exit, ShardExit::LeaseLost);
+    // Dropped as they came: not counted as read, so never handed to the
+    // resume skip, event decisions or a batch.
+    assert_eq!(
+        h.ctx.metrics.records_read.get(),
+        0,
+        "the records were handled"
+    );
+    assert!(
+        h.bucket.put_attempts.lock().unwrap().is_empty(),
+        "nothing read after the loss is written"
+    );
+    assert_eq!(h.row().await.pending_batch, None, "nor recorded");
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_object_with_other_records_is_never_overwritten() {
     let h = harness(1_000);
     for i in 1..=3 {
