@@ -20,7 +20,13 @@
 //!   previous owner's subscription is still open, `LimitExceededException`
 //!   past one subscription a second, a body cut off) is the caller's error
 //!   to back off from; the next [`read`](FanOutReader::read) subscribes
-//!   again.
+//!   again. Kinesis lets a new subscriber take over after five seconds
+//!   (SubscribeToShard API reference); a shard still refused
+//!   [`IN_USE_FALLBACK_AFTER`] on is held by a subscriber that does not let
+//!   go — a frozen previous owner on a server without that takeover, or
+//!   another application with the same consumer name. The shard is then
+//!   read by GetRecords for [`POLLING_FALLBACK_FOR`], the longest a
+//!   subscription lasts, and subscribed to again after.
 //!
 //! Events are taken one at a time, when the caller asks: while it does not
 //! (its memory budget is full), HTTP/2 flow control holds the rest at the
@@ -39,6 +45,14 @@ use crate::ops::metrics::Metrics;
 use crate::read::batch::ReadBatch;
 use crate::read::position::ReadPosition;
 use crate::read::reader::ShardReader;
+
+/// How long a shard may be refused with `ResourceInUseException` before it
+/// is read by GetRecords for a while.
+pub const IN_USE_FALLBACK_AFTER: Duration = Duration::from_secs(30);
+
+/// How long a shard refused a subscription is read by GetRecords before it
+/// is subscribed to again: five minutes, the longest a subscription lasts.
+pub const POLLING_FALLBACK_FOR: Duration = Duration::from_secs(300);
 
 /// How long a continuation is trusted without a check: a subscription
 /// resumed after it is not checked against retention (which is 24 hours
@@ -73,8 +87,12 @@ pub struct FanOutReader {
     /// pause before the next look.
     closed_checked_at: Option<Instant>,
     closed_check_interval: Duration,
-    /// The shard is closed: the rest is read by GetRecords to `SHARD_END`.
-    to_end: Option<ShardReader>,
+    /// Reading by GetRecords instead: to `SHARD_END` (the shard is closed),
+    /// or for a while (subscriptions were refused).
+    polling: Option<Polling>,
+    /// Since when every subscription has been refused with
+    /// `ResourceInUseException`.
+    in_use_since: Option<Instant>,
     /// GetRecords `Limit` once reading to the end.
     limit: i32,
     metrics: Arc<Metrics>,
@@ -100,7 +118,8 @@ impl FanOutReader {
             renewing: false,
             closed_checked_at: None,
             closed_check_interval: CLOSED_SHARD_CHECK_INTERVAL,
-            to_end: None,
+            polling: None,
+            in_use_since: None,
             limit,
             metrics,
         }
@@ -109,16 +128,24 @@ impl FanOutReader {
     /// Where a fresh read would start: after the last record delivered, or
     /// the starting position when none was.
     pub fn position(&self) -> StartingPosition {
-        match &self.to_end {
-            Some(reader) => reader.position(),
+        match &self.polling {
+            Some(polling) => polling.reader.position(),
             None => self.position.next(),
         }
     }
 
-    /// Whether the shard is being read to its end by GetRecords (it is
-    /// closed), so reads are paced as polling's.
-    pub fn is_polling_to_end(&self) -> bool {
-        self.to_end.is_some()
+    /// Whether the shard is being read by GetRecords (to its end, or while
+    /// subscriptions are refused), so reads are paced as polling's.
+    pub fn is_polling(&self) -> bool {
+        self.polling.is_some()
+    }
+
+    /// Forgets the GetRecords reader's expired iterator
+    /// (`ExpiredIteratorException`), when reading by GetRecords.
+    pub fn reset_iterator(&mut self) {
+        if let Some(polling) = &mut self.polling {
+            polling.reader.reset_iterator();
+        }
     }
 
     /// The next event's records (subscribing first when no subscription is
@@ -130,8 +157,18 @@ impl FanOutReader {
     /// shard's GetRecords.
     pub async fn read(&mut self) -> Result<ReadBatch, KinesisError> {
         loop {
-            if let Some(reader) = &mut self.to_end {
-                return reader.read().await;
+            if self.polling.as_ref().is_some_and(Polling::is_over) {
+                self.subscribe_again();
+            }
+            if let Some(polling) = &mut self.polling {
+                return polling.reader.read().await;
+            }
+            if self
+                .in_use_since
+                .is_some_and(|since| since.elapsed() >= IN_USE_FALLBACK_AFTER)
+            {
+                self.poll_for_a_while();
+                continue;
             }
             let subscription = match &mut self.subscription {
                 Some(subscription) => subscription,
@@ -148,6 +185,7 @@ impl FanOutReader {
                     child_shards,
                 } => {
                     self.metrics.read.events.inc();
+                    self.in_use_since = None;
                     let mut batch = ReadBatch {
                         millis_behind_latest: Some(millis_behind),
                         ..ReadBatch::default()
@@ -179,6 +217,7 @@ impl FanOutReader {
                 FanOutEvent::Error(err) => {
                     self.subscription = None;
                     self.renewing = false;
+                    self.note_in_use(&err);
                     self.metrics
                         .read
                         .subscription_failed(subscription_error_cause(&err, true));
@@ -196,12 +235,50 @@ impl FanOutReader {
         let subscribed = self.subscribe_at_best_position().await;
         match &subscribed {
             Ok(_) => self.metrics.read.subscribed(renewed),
-            Err(err) => self
-                .metrics
-                .read
-                .subscription_failed(subscription_error_cause(err, false)),
+            Err(err) => {
+                self.note_in_use(err);
+                self.metrics
+                    .read
+                    .subscription_failed(subscription_error_cause(err, false));
+            }
         }
         subscribed
+    }
+
+    /// Notes when subscriptions began to be refused as in use.
+    fn note_in_use(&mut self, err: &KinesisError) {
+        if matches!(err, KinesisError::ResourceInUse(_)) {
+            self.in_use_since.get_or_insert_with(Instant::now);
+        }
+    }
+
+    /// Reads by GetRecords for [`POLLING_FALLBACK_FOR`]: subscriptions have
+    /// been refused as in use for [`IN_USE_FALLBACK_AFTER`].
+    fn poll_for_a_while(&mut self) {
+        warn!(
+            shard_id = %self.position.shard_id(),
+            refused_for = ?IN_USE_FALLBACK_AFTER,
+            polling_for = ?POLLING_FALLBACK_FOR,
+            "another subscriber holds the shard's subscription; reading by GetRecords for a while"
+        );
+        self.metrics.read.polling_fallback();
+        self.in_use_since = None;
+        self.subscription = None;
+        self.polling = Some(Polling {
+            reader: ShardReader::at(self.kinesis.clone(), self.position.clone(), self.limit),
+            until: Some(Instant::now() + POLLING_FALLBACK_FOR),
+        });
+    }
+
+    /// Ends a while of reading by GetRecords: subscriptions go on from
+    /// where it stopped, checked as any fresh position.
+    fn subscribe_again(&mut self) {
+        if let Some(polling) = self.polling.take() {
+            self.position = polling.reader.into_position();
+            self.continuation = None;
+            self.renewing = false;
+            info!(shard_id = %self.position.shard_id(), position = ?self.position.next(), "subscribing to the shard again");
+        }
     }
 
     async fn subscribe_at_best_position(&mut self) -> Result<Subscription, KinesisError> {
@@ -270,17 +347,34 @@ impl FanOutReader {
             Ok(Some(true)) => {
                 info!(shard_id = %shard_id, position = ?self.position.next(), "the shard is closed (ListShards EndingSequenceNumber); reading the rest by GetRecords to SHARD_END");
                 self.subscription = None;
-                self.to_end = Some(ShardReader::at(
-                    self.kinesis.clone(),
-                    self.position.clone(),
-                    self.limit,
-                ));
+                self.polling = Some(Polling {
+                    reader: ShardReader::at(
+                        self.kinesis.clone(),
+                        self.position.clone(),
+                        self.limit,
+                    ),
+                    until: None,
+                });
             }
             Ok(_) => {}
             Err(err) => {
                 warn!(shard_id = %shard_id, error = %err, "could not tell whether the shard is closed (ListShards); asking again later");
             }
         }
+    }
+}
+
+/// Reading by GetRecords in place of subscriptions.
+#[derive(Debug)]
+struct Polling {
+    reader: ShardReader,
+    /// When to subscribe again; `None`: never (the shard is closed).
+    until: Option<Instant>,
+}
+
+impl Polling {
+    fn is_over(&self) -> bool {
+        self.until.is_some_and(|until| Instant::now() >= until)
     }
 }
 

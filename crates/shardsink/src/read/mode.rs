@@ -137,8 +137,9 @@ impl Reader {
     /// Forgets an expired shard iterator (`ExpiredIteratorException`); the
     /// next read gets a fresh one.
     pub fn reset_iterator(&mut self) {
-        if let Self::Polling(reader) = self {
-            reader.reset_iterator();
+        match self {
+            Self::Polling(reader) => reader.reset_iterator(),
+            Self::FanOut(reader) => reader.reset_iterator(),
         }
     }
 
@@ -149,7 +150,7 @@ impl Reader {
     pub fn pause(&self, caught_up: bool, idle: Duration, started: Instant) -> Duration {
         let polled = match self {
             Self::Polling(_) => true,
-            Self::FanOut(reader) => reader.is_polling_to_end(),
+            Self::FanOut(reader) => reader.is_polling(),
         };
         match (polled, caught_up) {
             (false, _) => Duration::ZERO,

@@ -98,6 +98,11 @@ impl ShardReader {
         }
     }
 
+    /// The reading position, to go on from by another reader.
+    pub fn into_position(self) -> ReadPosition {
+        self.position
+    }
+
     /// Where the next fresh iterator starts: after the last record
     /// returned, or the starting position when none was.
     pub fn position(&self) -> StartingPosition {

@@ -51,6 +51,10 @@ pub struct ReadMetrics {
     /// `shardsink_fan_out_subscription_errors_total{cause}`: subscriptions
     /// refused or failed.
     pub subscription_errors: Family<SubscriptionCauseLabel, Counter>,
+    /// `shardsink_fan_out_polling_fallbacks_total`: times a shard was read
+    /// by GetRecords for a while because its subscriptions kept being
+    /// refused as in use.
+    pub polling_fallbacks: Counter,
 }
 
 /// The read delay's buckets: from 10 ms, each √2 times the last, to about
@@ -67,6 +71,7 @@ impl Default for ReadMetrics {
             subscriptions: Family::default(),
             events: Counter::default(),
             subscription_errors: Family::default(),
+            polling_fallbacks: Counter::default(),
         }
     }
 }
@@ -99,6 +104,17 @@ impl ReadMetrics {
             "SubscribeToShard subscriptions refused or failed, by cause: resource_in_use, throttled, cut_off, not_found, expired_position, other",
             self.subscription_errors.clone(),
         );
+        registry.register(
+            "fan_out_polling_fallbacks",
+            "Times a shard was read by GetRecords for a while (5 minutes) because its subscriptions were refused as in use for 30 s",
+            self.polling_fallbacks.clone(),
+        );
+    }
+
+    /// Counts a shard read by GetRecords for a while, its subscriptions
+    /// refused as in use.
+    pub fn polling_fallback(&self) {
+        self.polling_fallbacks.inc();
     }
 
     /// Says the process reads in `mode` (`polling` or `fan-out`).

@@ -336,10 +336,10 @@ async fn a_closed_shard_without_child_shards_is_read_to_its_end_by_get_records()
     assert!(!reader.read().await.unwrap().shard_end);
     tokio::time::advance(CLOSED_SHARD_CHECK_INTERVAL).await;
     assert!(!reader.read().await.unwrap().shard_end);
-    assert!(!reader.is_polling_to_end(), "not looked again after 10 s");
+    assert!(!reader.is_polling(), "not looked again after 10 s");
     tokio::time::advance(CLOSED_SHARD_CHECK_INTERVAL).await;
     assert!(!reader.read().await.unwrap().shard_end);
-    assert!(reader.is_polling_to_end(), "ListShards said closed");
+    assert!(reader.is_polling(), "ListShards said closed");
     let last = reader.read().await.unwrap();
     assert!(last.shard_end, "no NextShardIterator");
     assert!(numbers(&last).is_empty(), "record 7 is not read twice");
@@ -371,5 +371,85 @@ async fn an_expired_position_is_read_from_trim_horizon_and_the_gap_reported() {
     assert_eq!(
         *asked.lock().unwrap(),
         ["AT_SEQUENCE_NUMBER 5", "TRIM_HORIZON"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shard_refused_as_in_use_for_a_while_is_polled_then_subscribed_again() {
+    let asked = Asked::default();
+    let first = subscription(&asked, vec![framed(&[("3", b"a")], Some("3"), 0, &[])]);
+    // Refused twice within 30 s: the holder does not let go.
+    let (in_use, in_use_again) = (
+        refused(&asked, "ResourceInUseException"),
+        refused(&asked, "ResourceInUseException"),
+    );
+    let iterators = Arc::new(Mutex::new(Vec::new()));
+    let iterator = {
+        let iterators = iterators.clone();
+        mock!(Client::get_shard_iterator).then_compute_output(move |input| {
+            iterators.lock().unwrap().push(format!(
+                "{} {}",
+                input.shard_iterator_type().unwrap().as_str(),
+                input.starting_sequence_number().unwrap_or_default()
+            ));
+            GetShardIteratorOutput::builder()
+                .shard_iterator("it")
+                .build()
+        })
+    };
+    let page = mock!(Client::get_records).then_output(|| {
+        let record = |n: &str| {
+            Record::builder()
+                .sequence_number(n)
+                .data(Blob::new(b"b".to_vec()))
+                .partition_key("key")
+                .build()
+                .unwrap()
+        };
+        GetRecordsOutput::builder()
+            .records(record("3"))
+            .records(record("4"))
+            .next_shard_iterator("it")
+            .millis_behind_latest(0)
+            .build()
+            .unwrap()
+    });
+    let again = subscription(
+        &asked,
+        vec![framed(&[("4", b"b"), ("5", b"c")], Some("5"), 0, &[])],
+    );
+    let (mut reader, metrics) = reader(
+        &[&first, &in_use, &in_use_again, &iterator, &page, &again],
+        StartingPosition::TrimHorizon,
+    );
+
+    assert_eq!(numbers(&reader.read().await.unwrap()), ["3"]);
+    let err = reader.read().await.unwrap_err();
+    assert!(matches!(err, KinesisError::ResourceInUse(_)), "{err:?}");
+    tokio::time::advance(IN_USE_FALLBACK_AFTER - Duration::from_secs(10)).await;
+    let err = reader.read().await.unwrap_err();
+    assert!(matches!(err, KinesisError::ResourceInUse(_)), "{err:?}");
+    assert!(!reader.is_polling(), "refused for 20 s only");
+    tokio::time::advance(Duration::from_secs(10)).await;
+    // Refused for 30 s: GetRecords after the last record delivered.
+    assert_eq!(numbers(&reader.read().await.unwrap()), ["4"]);
+    assert!(reader.is_polling());
+    assert_eq!(
+        sample(&metrics, "shardsink_fan_out_polling_fallbacks_total"),
+        1.0
+    );
+    // Five minutes on: subscribed again after the last record, checked.
+    tokio::time::advance(POLLING_FALLBACK_FOR).await;
+    assert_eq!(numbers(&reader.read().await.unwrap()), ["5"]);
+    assert!(!reader.is_polling());
+    assert_eq!(*iterators.lock().unwrap(), ["AT_SEQUENCE_NUMBER 3"]);
+    assert_eq!(
+        *asked.lock().unwrap(),
+        [
+            "TRIM_HORIZON",
+            "AFTER_SEQUENCE_NUMBER 3",
+            "AFTER_SEQUENCE_NUMBER 3",
+            "AT_SEQUENCE_NUMBER 4",
+        ]
     );
 }
