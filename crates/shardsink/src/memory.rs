@@ -76,6 +76,11 @@ pub struct MemoryBudget {
 }
 
 impl MemoryBudget {
+    /// `--buffer-memory-limit`, in bytes.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
     /// A budget of `limit` bytes (`--buffer-memory-limit`), for batches of
     /// up to `max_batch_bytes` (`--buffer-max-bytes`).
     pub fn new(limit: u64, max_batch_bytes: u64) -> Arc<Self> {

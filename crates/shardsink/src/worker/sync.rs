@@ -20,8 +20,10 @@ use super::main_loop::Worker;
 use super::startup::START_UP_CALL_BOUND;
 use crate::aws::ShardInfo;
 use crate::config::InitialPosition;
+use crate::memory::READ_RESERVATION;
 use crate::ops::log::error_chain;
 use crate::output::gap_marker;
+use crate::read::mode::ReadMode;
 use crate::read::retention::RetentionGap;
 use crate::read::shard_graph::{NewLease, ShardGraph};
 
@@ -173,6 +175,7 @@ impl Worker {
                 "lease balance"
             );
             self.last_plan = (plan.target, plan.workers);
+            self.warn_if_budget_is_short_for_fan_out(plan.target);
         }
         plan
     }
@@ -374,5 +377,51 @@ impl Worker {
                 }
             }
         }
+    }
+}
+
+impl Worker {
+    /// With fan-out, each shard waiting for its next event holds a read's
+    /// room in the memory budget for about a second ([`READ_RESERVATION`]);
+    /// says so when the budget cannot hold that for the `target` shards this
+    /// worker is to read: they would take turns at waiting.
+    fn warn_if_budget_is_short_for_fan_out(&self, target: usize) {
+        let limit = self.ctx.budget.limit();
+        if let Some(wanted) = fan_out_budget_shortfall(self.ctx.read_source.mode(), limit, target) {
+            warn!(
+                shards = target,
+                buffer_memory_limit = limit,
+                wanted,
+                "with --read-mode fan-out each shard waiting for an event holds 24 MiB of --buffer-memory-limit; raise it to at least this many shards × 24 MiB, or quiet shards take turns at waiting"
+            );
+        }
+    }
+}
+
+/// The budget `target` shards read by fan-out want for their waits
+/// (`target` × [`READ_RESERVATION`]), when `limit` is below it; `None` when
+/// polling (a call holds its room only while it runs) or when it fits.
+fn fan_out_budget_shortfall(mode: ReadMode, limit: u64, target: usize) -> Option<u64> {
+    let wanted = READ_RESERVATION.saturating_mul(u64::try_from(target).unwrap_or(u64::MAX));
+    (mode == ReadMode::FanOut && wanted > limit).then_some(wanted)
+}
+
+#[cfg(test)]
+mod fan_out_budget_tests {
+    use super::*;
+
+    #[test]
+    fn fan_out_wants_a_read_s_room_per_shard() {
+        let limit = 256 << 20;
+        // 10 × 24 MiB fit in 256 MiB; 11 do not.
+        assert_eq!(fan_out_budget_shortfall(ReadMode::FanOut, limit, 10), None);
+        assert_eq!(
+            fan_out_budget_shortfall(ReadMode::FanOut, limit, 11),
+            Some(11 * READ_RESERVATION)
+        );
+        assert_eq!(
+            fan_out_budget_shortfall(ReadMode::Polling, limit, 100),
+            None
+        );
     }
 }
