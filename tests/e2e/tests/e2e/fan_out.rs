@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use shardsink_e2e::env::{FAN_OUT_PROFILE, read_mode};
+use shardsink_e2e::http::{free_address, get};
 use shardsink_e2e::producer::small_record_specs;
 use shardsink_e2e::{
     Daemon, Finish, Scenario, Versioning, outcome, require_env, scaled, stop_gracefully,
@@ -29,7 +30,8 @@ fn no_fan_out() -> bool {
 /// Polling, then fan-out, then polling again on one stream and lease
 /// table, each run stopped by SIGTERM after new records: each run starts at
 /// the checkpoints the other mode left, so the archive holds every record
-/// exactly once, and `verify --deep` agrees.
+/// exactly once, and `verify --deep` agrees. Each run's `/metrics` says
+/// its mode, and the fan-out run's that its records came in events.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn switching_the_read_mode_between_runs_keeps_the_archive_exact() {
     let env = require_env!();
@@ -57,7 +59,14 @@ async fn switching_the_read_mode_between_runs_keeps_the_archive_exact() {
                 .await
                 .unwrap(),
         );
-        let mut daemon = Daemon::spawn(&base.clone().set("read-mode", mode)).unwrap();
+        let address = free_address();
+        let mut daemon = Daemon::spawn(
+            &base
+                .clone()
+                .set("read-mode", mode)
+                .set("metrics-address", address.to_string()),
+        )
+        .unwrap();
         wait_for_archive(
             &mut reader,
             &produced,
@@ -66,6 +75,29 @@ async fn switching_the_read_mode_between_runs_keeps_the_archive_exact() {
         )
         .await
         .unwrap();
+        let (status, metrics) = get(address, "/metrics").unwrap();
+        assert_eq!(status, 200);
+        let sample = |series: &str| -> f64 {
+            metrics
+                .lines()
+                .find_map(|line| line.strip_prefix(&format!("{series} ")))
+                .map_or(0.0, |value| value.parse().unwrap())
+        };
+        assert_eq!(
+            sample(&format!("shardsink_read_mode{{mode=\"{mode}\"}}")),
+            1.0,
+            "{metrics}"
+        );
+        let events = sample("shardsink_fan_out_events_total");
+        let opened = sample("shardsink_fan_out_subscriptions_total{kind=\"opened\"}");
+        if mode == "fan-out" {
+            assert!(
+                events > 0.0 && opened >= 2.0,
+                "one subscription a shard at least:\n{metrics}"
+            );
+        } else {
+            assert_eq!((events, opened), (0.0, 0.0), "{metrics}");
+        }
         stop_gracefully(&mut daemon, scaled(Duration::from_secs(40)))
             .await
             .unwrap();
