@@ -17,6 +17,18 @@ pub fn free_address() -> SocketAddr {
         .expect("a bound socket has an address")
 }
 
+/// The value of the sample `name` (with labels, exactly as exposed) in
+/// the text exposition format `/metrics` answers; `None` when absent.
+pub fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| {
+            line.strip_prefix(name)
+                .and_then(|rest| rest.strip_prefix(' '))
+                .and_then(|v| v.trim().parse().ok())
+        })
+}
+
 /// `GET path` over HTTP/1.0: the status code (0 if unreadable) and the
 /// body. Connecting waits up to 2 s, reading up to 5 s.
 ///

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use shardsink_e2e::env::{FAN_OUT_PROFILE, read_mode};
-use shardsink_e2e::http::{free_address, get};
+use shardsink_e2e::http::{free_address, get, sample};
 use shardsink_e2e::producer::small_record_specs;
 use shardsink_e2e::{
     Daemon, Finish, Scenario, Versioning, outcome, require_env, scaled, stop_gracefully,
@@ -77,19 +77,16 @@ async fn switching_the_read_mode_between_runs_keeps_the_archive_exact() {
         .unwrap();
         let (status, metrics) = get(address, "/metrics").unwrap();
         assert_eq!(status, 200);
-        let sample = |series: &str| -> f64 {
-            metrics
-                .lines()
-                .find_map(|line| line.strip_prefix(&format!("{series} ")))
-                .map_or(0.0, |value| value.parse().unwrap())
-        };
+        // Absent series count as 0: a family has no sample until one is
+        // counted.
+        let value = |series: &str| sample(&metrics, series).unwrap_or(0.0);
         assert_eq!(
-            sample(&format!("shardsink_read_mode{{mode=\"{mode}\"}}")),
+            value(&format!("shardsink_read_mode{{mode=\"{mode}\"}}")),
             1.0,
             "{metrics}"
         );
-        let events = sample("shardsink_fan_out_events_total");
-        let opened = sample("shardsink_fan_out_subscriptions_total{kind=\"opened\"}");
+        let events = value("shardsink_fan_out_events_total");
+        let opened = value("shardsink_fan_out_subscriptions_total{kind=\"opened\"}");
         if mode == "fan-out" {
             assert!(
                 events > 0.0 && opened >= 2.0,

@@ -4,23 +4,12 @@
 
 use std::time::Duration;
 
-use shardsink_e2e::http::{free_address, get};
+use shardsink_e2e::http::{free_address, get, sample};
 use shardsink_e2e::producer::small_record_specs;
 use shardsink_e2e::{
     Daemon, Scenario, Versioning, exactly_once, require_env, scaled, stop_gracefully,
     wait_for_archive, wait_until,
 };
-
-/// The value of the sample `name` (with labels, exactly as exposed).
-fn sample(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .find_map(|line| {
-            line.strip_prefix(name)
-                .and_then(|rest| rest.strip_prefix(' '))
-                .and_then(|v| v.trim().parse().ok())
-        })
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_match_what_was_produced_and_written() {
