@@ -4,7 +4,9 @@ use aws_sdk_kinesis::Client;
 use aws_sdk_kinesis::operation::get_records::GetRecordsOutput;
 use aws_sdk_kinesis::operation::get_shard_iterator::GetShardIteratorOutput;
 use aws_sdk_kinesis::operation::list_shards::ListShardsOutput;
-use aws_sdk_kinesis::operation::subscribe_to_shard::SubscribeToShardInput;
+use aws_sdk_kinesis::operation::subscribe_to_shard::{
+    SubscribeToShardError, SubscribeToShardInput, SubscribeToShardOutput,
+};
 use aws_sdk_kinesis::types::{HashKeyRange, Record, SequenceNumberRange, Shard};
 use aws_smithy_mocks::{Rule, RuleMode, mock, mock_client};
 use aws_smithy_types::Blob;
@@ -30,35 +32,75 @@ fn asked_as(input: &SubscribeToShardInput) -> String {
     }
 }
 
+/// A SubscribeToShard rule that records what it was asked in `asked`.
+fn recording(
+    asked: &Asked,
+) -> aws_smithy_mocks::RuleBuilder<
+    SubscribeToShardInput,
+    SubscribeToShardOutput,
+    SubscribeToShardError,
+> {
+    let asked = asked.clone();
+    mock!(Client::subscribe_to_shard).match_requests(move |input| {
+        asked.lock().unwrap().push(asked_as(input));
+        true
+    })
+}
+
 /// A subscription whose body is `messages`, recording what it was asked.
 fn subscription(asked: &Asked, messages: Vec<Vec<u8>>) -> Rule {
-    let asked = asked.clone();
-    mock!(Client::subscribe_to_shard)
-        .match_requests(move |input| {
-            asked.lock().unwrap().push(asked_as(input));
-            true
-        })
-        .then_http_response({
-            let body = messages.concat();
-            move || response(body.clone())
-        })
+    let body = messages.concat();
+    recording(asked).then_http_response(move || response(body.clone()))
 }
 
 /// A SubscribeToShard refused with `error_type`, recording what it was
 /// asked.
-fn refused(asked: &Asked, error_type: &'static str) -> Rule {
+fn refused(asked: &Asked, error_type: &str) -> Rule {
+    refused_with(asked, error_type, "fake")
+}
+
+/// A SubscribeToShard refused with `error_type` and `message`, recording
+/// what it was asked.
+fn refused_with(asked: &Asked, error_type: &str, message: &str) -> Rule {
+    let body = serde_json::json!({ "__type": error_type, "message": message }).to_string();
+    recording(asked).then_http_response(move || http(400, &body))
+}
+
+/// GetShardIterator granting an iterator, recording the type and sequence
+/// number asked for in `asked`.
+fn iterators(asked: &Asked) -> Rule {
     let asked = asked.clone();
-    mock!(Client::subscribe_to_shard)
-        .match_requests(move |input| {
-            asked.lock().unwrap().push(asked_as(input));
-            true
-        })
-        .then_http_response(move || {
-            http(
-                400,
-                &format!(r#"{{"__type":"{error_type}","message":"fake"}}"#),
-            )
-        })
+    mock!(Client::get_shard_iterator).then_compute_output(move |input| {
+        asked.lock().unwrap().push(format!(
+            "{} {}",
+            input.shard_iterator_type().unwrap().as_str(),
+            input.starting_sequence_number().unwrap_or_default()
+        ));
+        GetShardIteratorOutput::builder()
+            .shard_iterator("it")
+            .build()
+    })
+}
+
+/// GetRecords answering the records `numbers`, caught up; with a next
+/// iterator, or without one (`SHARD_END`).
+fn page(numbers: &'static [&'static str], next_iterator: bool) -> Rule {
+    mock!(Client::get_records).then_output(move || {
+        let records = numbers.iter().map(|n| {
+            Record::builder()
+                .sequence_number(*n)
+                .data(Blob::new(b"b".to_vec()))
+                .partition_key("key")
+                .build()
+                .unwrap()
+        });
+        GetRecordsOutput::builder()
+            .set_records(Some(records.collect()))
+            .set_next_shard_iterator(next_iterator.then(|| "it".to_owned()))
+            .millis_behind_latest(0)
+            .build()
+            .unwrap()
+    })
 }
 
 /// One framed event.
@@ -294,34 +336,9 @@ async fn a_closed_shard_without_child_shards_is_read_to_its_end_by_get_records()
     // One rule per answer: a rule serves its answers once, wherever listed.
     let (open, open_again) = (listed(false), listed(false));
     let closed = listed(true);
-    let iterators = Arc::new(Mutex::new(Vec::new()));
-    let iterator = {
-        let iterators = iterators.clone();
-        mock!(Client::get_shard_iterator).then_compute_output(move |input| {
-            iterators.lock().unwrap().push(format!(
-                "{} {}",
-                input.shard_iterator_type().unwrap().as_str(),
-                input.starting_sequence_number().unwrap_or_default()
-            ));
-            GetShardIteratorOutput::builder()
-                .shard_iterator("it")
-                .build()
-        })
-    };
-    let end = mock!(Client::get_records).then_output(|| {
-        GetRecordsOutput::builder()
-            .records(
-                Record::builder()
-                    .sequence_number("7")
-                    .data(Blob::new(b"a".to_vec()))
-                    .partition_key("key")
-                    .build()
-                    .unwrap(),
-            )
-            .millis_behind_latest(0)
-            .build()
-            .unwrap()
-    });
+    let iterators = Asked::default();
+    let iterator = self::iterators(&iterators);
+    let end = page(&["7"], false);
     let (mut reader, _) = reader(
         &[&events, &open, &open_again, &closed, &iterator, &end],
         StartingPosition::TrimHorizon,
@@ -349,20 +366,11 @@ async fn a_closed_shard_without_child_shards_is_read_to_its_end_by_get_records()
 #[tokio::test(start_paused = true)]
 async fn an_expired_position_is_read_from_trim_horizon_and_the_gap_reported() {
     let asked = Asked::default();
-    let expired = {
-        let asked = asked.clone();
-        mock!(Client::subscribe_to_shard)
-            .match_requests(move |input| {
-                asked.lock().unwrap().push(asked_as(input));
-                true
-            })
-            .then_http_response(|| {
-                http(
-                    400,
-                    r#"{"__type":"InvalidArgumentException","message":"StartingSequenceNumber 5 used in SubscribeToShard on shard shardId-000000000000 in stream orders under account 1 is invalid because it is past the trim horizon."}"#,
-                )
-            })
-    };
+    let expired = refused_with(
+        &asked,
+        "InvalidArgumentException",
+        "StartingSequenceNumber 5 used in SubscribeToShard on shard shardId-000000000000 in stream orders under account 1 is invalid because it is past the trim horizon.",
+    );
     let oldest = subscription(&asked, vec![framed(&[("9", b"a")], Some("9"), 0, &[])]);
     let (mut reader, _) = reader(&[&expired, &oldest], after("5"));
     let batch = reader.read().await.unwrap();
@@ -383,37 +391,9 @@ async fn a_shard_refused_as_in_use_for_a_while_is_polled_then_subscribed_again()
         refused(&asked, "ResourceInUseException"),
         refused(&asked, "ResourceInUseException"),
     );
-    let iterators = Arc::new(Mutex::new(Vec::new()));
-    let iterator = {
-        let iterators = iterators.clone();
-        mock!(Client::get_shard_iterator).then_compute_output(move |input| {
-            iterators.lock().unwrap().push(format!(
-                "{} {}",
-                input.shard_iterator_type().unwrap().as_str(),
-                input.starting_sequence_number().unwrap_or_default()
-            ));
-            GetShardIteratorOutput::builder()
-                .shard_iterator("it")
-                .build()
-        })
-    };
-    let page = mock!(Client::get_records).then_output(|| {
-        let record = |n: &str| {
-            Record::builder()
-                .sequence_number(n)
-                .data(Blob::new(b"b".to_vec()))
-                .partition_key("key")
-                .build()
-                .unwrap()
-        };
-        GetRecordsOutput::builder()
-            .records(record("3"))
-            .records(record("4"))
-            .next_shard_iterator("it")
-            .millis_behind_latest(0)
-            .build()
-            .unwrap()
-    });
+    let iterators = Asked::default();
+    let iterator = self::iterators(&iterators);
+    let page = page(&["3", "4"], true);
     let again = subscription(
         &asked,
         vec![framed(&[("4", b"b"), ("5", b"c")], Some("5"), 0, &[])],

@@ -351,7 +351,7 @@ async fn the_pending_batch_is_replayed_exactly_first() {
                 max_records: 2,
                 ..h.ctx.limits
             },
-            ..clone_ctx(&h.ctx)
+            ..(*h.ctx).clone()
         }),
         ..h
     };
@@ -439,14 +439,10 @@ fn writing(h: Harness, format: Format, compression: Compression, layout: KeyLayo
     Harness {
         ctx: Arc::new(ShardContext {
             output,
-            ..clone_ctx(&h.ctx)
+            ..(*h.ctx).clone()
         }),
         ..h
     }
-}
-
-fn clone_ctx(ctx: &ShardContext) -> ShardContext {
-    ctx.clone()
 }
 
 #[tokio::test(start_paused = true)]
@@ -578,7 +574,7 @@ async fn a_busy_shard_is_read_at_most_five_times_a_second() {
     let h = Harness {
         ctx: Arc::new(ShardContext {
             max_records_per_read: 1,
-            ..clone_ctx(&h.ctx)
+            ..(*h.ctx).clone()
         }),
         ..h
     };
@@ -614,7 +610,7 @@ async fn empty_reads_behind_the_tip_are_not_caught_up() {
     let h = Harness {
         ctx: Arc::new(ShardContext {
             max_records_per_read: 3,
-            ..clone_ctx(&h.ctx)
+            ..(*h.ctx).clone()
         }),
         ..h
     };
@@ -745,7 +741,7 @@ async fn a_shard_without_room_to_read_writes_its_batch_first() {
     let h = Harness {
         ctx: Arc::new(ShardContext {
             budget: MemoryBudget::new(1 << 20, 1 << 20),
-            ..clone_ctx(&h.ctx)
+            ..(*h.ctx).clone()
         }),
         ..h
     };
@@ -767,7 +763,7 @@ async fn reads_wait_while_the_memory_budget_is_exceeded() {
     let h = Harness {
         ctx: Arc::new(ShardContext {
             budget: MemoryBudget::new(1_000, 1_000),
-            ..clone_ctx(&h.ctx)
+            ..(*h.ctx).clone()
         }),
         ..h
     };
@@ -798,7 +794,7 @@ async fn a_pending_batch_waits_for_its_turn_to_replay() {
     let h = Harness {
         ctx: Arc::new(ShardContext {
             budget: MemoryBudget::new(1 << 20, 1 << 20),
-            ..clone_ctx(&h.ctx)
+            ..(*h.ctx).clone()
         }),
         ..h
     };

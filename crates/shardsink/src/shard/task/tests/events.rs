@@ -7,7 +7,7 @@ use bytes::Bytes;
 use sequence_range::{SequenceNumber, SequenceRange};
 use shard_lease::{Checkpoint, PendingBatch};
 
-use super::{Harness, PAST, SHARD, clone_ctx, harness, seq};
+use super::{Harness, PAST, SHARD, harness, seq};
 use crate::events::EventSettings;
 use crate::events::decider::{EventRuntime, EventStore};
 use crate::events::id::EventIdSource;
@@ -60,7 +60,7 @@ fn with_store(store: EventStore) -> Harness {
         ctx: Arc::new(ShardContext {
             output,
             events: Some(Arc::new(runtime)),
-            ..clone_ctx(&h.ctx)
+            ..(*h.ctx).clone()
         }),
         ..h
     }
@@ -360,6 +360,23 @@ async fn a_batch_written_before_decisions_were_on_is_replayed_without_them() {
     assert_eq!(object(&h, &decisions), None);
 }
 
+/// `h` on a host whose local event store, on `disk`, is empty: the same
+/// event settings, shard, bucket and lease table.
+fn on_a_new_host(h: Harness, disk: &std::path::Path) -> Harness {
+    let store = event_store::LocalStore::open(disk, Default::default()).unwrap();
+    let runtime = EventRuntime::new(
+        h.ctx.events.as_ref().unwrap().settings.clone(),
+        EventStore::Local(store),
+    );
+    Harness {
+        ctx: Arc::new(ShardContext {
+            events: Some(Arc::new(runtime)),
+            ..(*h.ctx).clone()
+        }),
+        ..h
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_lost_local_store_is_rebuilt_from_the_archive() {
     let first_disk = tempfile::tempdir().unwrap();
@@ -374,18 +391,7 @@ async fn a_lost_local_store_is_rebuilt_from_the_archive() {
 
     // The disk is lost: a new host takes the shard with an empty store.
     let second_disk = tempfile::tempdir().unwrap();
-    let store = event_store::LocalStore::open(second_disk.path(), Default::default()).unwrap();
-    let runtime = EventRuntime::new(
-        h.ctx.events.as_ref().unwrap().settings.clone(),
-        EventStore::Local(store),
-    );
-    let h = Harness {
-        ctx: Arc::new(ShardContext {
-            events: Some(Arc::new(runtime)),
-            ..clone_ctx(&h.ctx)
-        }),
-        ..h
-    };
+    let h = on_a_new_host(h, second_disk.path());
     // Record 4 arrived in the same millisecond as record 3 (one PutRecords
     // call), record 5 a second after record 1.
     h.shard.push(&seq(4), PAST + 3_000, b"c");
@@ -432,18 +438,7 @@ async fn a_pending_batch_behind_a_lost_checkpoint_is_decided_against_the_rebuilt
         last: SequenceNumber::parse(&seq(4)).unwrap(),
     };
     let second_disk = tempfile::tempdir().unwrap();
-    let store = event_store::LocalStore::open(second_disk.path(), Default::default()).unwrap();
-    let runtime = EventRuntime::new(
-        h.ctx.events.as_ref().unwrap().settings.clone(),
-        EventStore::Local(store),
-    );
-    let h = Harness {
-        ctx: Arc::new(ShardContext {
-            events: Some(Arc::new(runtime)),
-            ..clone_ctx(&h.ctx)
-        }),
-        ..h
-    };
+    let h = on_a_new_host(h, second_disk.path());
     let lease = h.lease(Checkpoint::TrimHorizon, Some(pending)).await;
     h.run_until(lease, "the checkpoint at record 4", |h| h.checkpointed(4))
         .await
@@ -535,7 +530,7 @@ async fn an_uncommitted_batch_waits_for_its_turn_to_replay() {
     let h = Harness {
         ctx: Arc::new(ShardContext {
             budget: MemoryBudget::new(1 << 20, 1 << 20),
-            ..clone_ctx(&h.ctx)
+            ..(*h.ctx).clone()
         }),
         ..h
     };
@@ -615,7 +610,7 @@ async fn what_deciding_a_response_holds_counts_against_the_memory_budget() {
     let h = Harness {
         ctx: Arc::new(ShardContext {
             budget: MemoryBudget::new(deciding - 1, deciding - 1),
-            ..clone_ctx(&h.ctx)
+            ..(*h.ctx).clone()
         }),
         ..h
     };

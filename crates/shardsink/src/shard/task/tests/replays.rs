@@ -11,7 +11,7 @@ use proptest::prelude::*;
 use shard_lease::{Checkpoint, HeldLease};
 use tokio_util::sync::CancellationToken;
 
-use super::{Harness, PAST, SHARD, clone_ctx, harness, seq};
+use super::{Harness, PAST, SHARD, harness, seq};
 use crate::events::EventSettings;
 use crate::events::decider::{EventRuntime, EventStore};
 use crate::events::id::EventIdSource;
@@ -160,7 +160,7 @@ fn context(h: &Harness, store: &LocalStore, rule: Rule, per_read: i32) -> Arc<Sh
             EventStore::Local(store.clone()),
         ))),
         max_records_per_read: per_read,
-        ..clone_ctx(&h.ctx)
+        ..(*h.ctx).clone()
     })
 }
 

@@ -12,7 +12,7 @@ use sequence_range::SequenceNumber;
 use shard_lease::{Checkpoint, HeldLease, Lease, PendingBatch};
 use tokio::time::Instant;
 
-use super::{Harness, PAST, SHARD, clone_ctx, harness, key_for, lock_len, seq, sorted};
+use super::{Harness, PAST, SHARD, harness, key_for, lock_len, seq, sorted};
 use crate::output::batch::BufferLimits;
 use crate::shard::context::{ShardContext, ShardExit};
 
@@ -93,7 +93,7 @@ async fn pending_batch_whose_first_records_expired(answer: Answer) {
                 max_records: 4,
                 ..h.ctx.limits
             },
-            ..clone_ctx(&h.ctx)
+            ..(*h.ctx).clone()
         }),
         ..h
     };
