@@ -300,23 +300,17 @@ impl FanOutReader {
                 other => return other,
             }
         }
-        let request = self.position.plan_fresh();
-        match self.subscribe_to(&shard_id, &request).await {
-            Err(KinesisError::ExpiredPosition(source)) => {
-                if !self.position.rejected() {
-                    return Err(KinesisError::ExpiredPosition(source));
+        let (kinesis, consumer_arn) = (&self.kinesis, &self.consumer_arn);
+        self.position
+            .open_fresh(|position| {
+                let shard_id = shard_id.clone();
+                async move {
+                    kinesis
+                        .subscribe_to_shard(consumer_arn, &shard_id, &position)
+                        .await
                 }
-                warn!(
-                    shard_id = %shard_id,
-                    position = ?request,
-                    error = %source,
-                    "the position to read from has expired from the stream; subscribing at TRIM_HORIZON"
-                );
-                self.subscribe_to(&shard_id, &StartingPosition::TrimHorizon)
-                    .await
-            }
-            other => other,
-        }
+            })
+            .await
     }
 
     async fn subscribe_to(

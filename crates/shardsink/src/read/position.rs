@@ -9,9 +9,9 @@ use std::time::Duration;
 use aws_sdk_kinesis::types::Record;
 use chrono::Utc;
 use sequence_range::SequenceNumber;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
-use crate::aws::StartingPosition;
+use crate::aws::{KinesisError, StartingPosition};
 use crate::read::batch::ReadBatch;
 use crate::read::record::ShardRecord;
 use crate::read::resume_check::{ResumeCheck, Verdict};
@@ -66,7 +66,7 @@ impl ReadPosition {
     /// A fresh read (a new shard iterator or subscription) at
     /// [`next`](Self::next): the position to ask Kinesis for, whose first
     /// records are then checked (see [`ResumeCheck::plan`]).
-    pub fn plan_fresh(&mut self) -> StartingPosition {
+    fn plan_fresh(&mut self) -> StartingPosition {
         let position = self.next();
         let (request, check) =
             ResumeCheck::plan(&self.shard_id, &position, self.stream_retention, Utc::now());
@@ -87,17 +87,37 @@ impl ReadPosition {
         self.check = None;
     }
 
-    /// Kinesis rejected the planned position as expired from the shard:
-    /// `true` when the read is to start at `TRIM_HORIZON` instead, with the
-    /// check deciding what was lost; `false` when the position was not one
-    /// to check (the rejection is then the caller's error).
-    pub fn rejected(&mut self) -> bool {
-        match &mut self.check {
-            Some(check) => {
+    /// Opens a fresh read (a shard iterator, a subscription) with `open` at
+    /// the position [`plan_fresh`](Self::plan_fresh) gives. When Kinesis
+    /// rejects that position as expired from the shard and it is one the
+    /// check covers, opens at `TRIM_HORIZON` instead, the check deciding
+    /// what was lost; a rejection of a position that is in fact still there
+    /// then changes nothing.
+    ///
+    /// # Errors
+    /// What `open` returns; [`KinesisError::ExpiredPosition`] for a
+    /// position the check does not cover.
+    pub async fn open_fresh<T, F, Fut>(&mut self, open: F) -> Result<T, KinesisError>
+    where
+        F: Fn(StartingPosition) -> Fut,
+        Fut: Future<Output = Result<T, KinesisError>>,
+    {
+        let request = self.plan_fresh();
+        match open(request.clone()).await {
+            Err(KinesisError::ExpiredPosition(source)) => {
+                let Some(check) = &mut self.check else {
+                    return Err(KinesisError::ExpiredPosition(source));
+                };
                 check.rejected();
-                true
+                warn!(
+                    shard_id = %self.shard_id,
+                    position = ?request,
+                    error = %source,
+                    "the position to read from has expired from the stream; reading from TRIM_HORIZON"
+                );
+                open(StartingPosition::TrimHorizon).await
             }
-            None => false,
+            other => other,
         }
     }
 

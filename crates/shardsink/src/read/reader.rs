@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use aws_sdk_kinesis::operation::get_records::GetRecordsOutput;
-use tracing::warn;
 
 use crate::aws::{Kinesis, KinesisError, ShardInfo, StartingPosition};
 use crate::read::batch::ReadBatch;
@@ -76,26 +75,14 @@ impl ShardReader {
     /// records are checked; falls back to `TRIM_HORIZON` when the
     /// position's sequence number is rejected as expired from the shard.
     async fn fresh_iterator(&mut self) -> Result<String, KinesisError> {
-        let request = self.position.plan_fresh();
-        let shard_id = self.position.shard_id();
-        match self.kinesis.get_shard_iterator(shard_id, &request).await {
-            Err(KinesisError::ExpiredPosition(source)) => {
-                if !self.position.rejected() {
-                    return Err(KinesisError::ExpiredPosition(source));
-                }
-                let shard_id = self.position.shard_id();
-                warn!(
-                    shard_id = %shard_id,
-                    position = ?request,
-                    error = %source,
-                    "the position to read from has expired from the stream; reading from TRIM_HORIZON"
-                );
-                self.kinesis
-                    .get_shard_iterator(shard_id, &StartingPosition::TrimHorizon)
-                    .await
-            }
-            other => other,
-        }
+        let kinesis = &self.kinesis;
+        let shard_id = self.position.shard_id().to_owned();
+        self.position
+            .open_fresh(|position| {
+                let shard_id = shard_id.clone();
+                async move { kinesis.get_shard_iterator(&shard_id, &position).await }
+            })
+            .await
     }
 
     /// The reading position, to go on from by another reader.
