@@ -78,10 +78,17 @@ async fn owners(scenario: &Scenario, owners: &[(&str, usize)]) {
     println!("leases: {found:?}");
 }
 
-/// Waits until the archive places more records than it does now.
-async fn growth(reader: &mut ArchiveReader, daemon: &mut Daemon) -> Archive {
-    let placed = reader.read().await.unwrap().placed_count();
-    wait_for_growth(reader, daemon, placed, scaled(Duration::from_secs(60)))
+/// The records the archive places now: the baseline of a later [`growth`],
+/// taken before the daemon that should grow it starts (or before the
+/// records it should write are put), so that a daemon quicker than the
+/// test cannot have grown it already.
+async fn placed(reader: &mut ArchiveReader) -> usize {
+    reader.read().await.unwrap().placed_count()
+}
+
+/// Waits until the archive places more than `baseline` records.
+async fn growth(reader: &mut ArchiveReader, daemon: &mut Daemon, baseline: usize) -> Archive {
+    wait_for_growth(reader, daemon, baseline, scaled(Duration::from_secs(60)))
         .await
         .unwrap()
 }
@@ -274,14 +281,16 @@ async fn local_store_each_event_once_across_kills_moves_and_lost_state() {
     // A alone: killed once it has written some of the first round, and
     // restarted.
     put_round(&scenario, &mut producer, &mut produced).await;
+    let baseline = placed(&mut reader).await;
     let mut a = Daemon::spawn(&settings_a).unwrap();
     owners(&scenario, &[("ev-a", 2)]).await;
-    growth(&mut reader, &mut a).await;
+    growth(&mut reader, &mut a, baseline).await;
     a.kill().unwrap();
     check_frozen(&scenario, &mut reader, &produced, "kill 1 (A)").await;
     put_round(&scenario, &mut producer, &mut produced).await;
+    let baseline = placed(&mut reader).await;
     let mut a = Daemon::spawn(&settings_a).unwrap();
-    growth(&mut reader, &mut a).await;
+    growth(&mut reader, &mut a, baseline).await;
 
     // B joins and takes a lease; once B has written a batch of it, B is
     // killed and A takes the lease back.
@@ -326,9 +335,10 @@ async fn local_store_each_event_once_across_kills_moves_and_lost_state() {
     std::fs::remove_dir_all(&store_a).unwrap();
     put_round(&scenario, &mut producer, &mut produced).await;
     assert_eq!(producer.rounds_left(), 0);
+    let baseline = placed(&mut reader).await;
     let mut a = Daemon::spawn(&settings_a).unwrap();
     owners(&scenario, &[("ev-a", 2)]).await;
-    growth(&mut reader, &mut a).await;
+    growth(&mut reader, &mut a, baseline).await;
     let mut b = Daemon::spawn(&settings_b).unwrap();
     owners(&scenario, &[("ev-a", 1), ("ev-b", 1)]).await;
 
@@ -436,6 +446,7 @@ async fn dynamodb_store_each_event_once_across_shards() {
     let mut reader = scenario.archive_reader();
 
     put_round(&scenario, &mut producer, &mut produced).await;
+    let baseline = placed(&mut reader).await;
     let mut a = Daemon::spawn(&settings_a).unwrap();
     let mut b = Daemon::spawn(&settings_b).unwrap();
     owners(&scenario, &[("ev-a", 1), ("ev-b", 1)]).await;
@@ -443,18 +454,20 @@ async fn dynamodb_store_each_event_once_across_shards() {
         table_exists(&scenario, &event_table).await,
         "{event_table} created"
     );
-    growth(&mut reader, &mut a).await;
+    growth(&mut reader, &mut a, baseline).await;
 
     // A is killed once the archive grew after the second round was put;
     // B takes its shard once the lease expired.
+    let baseline = placed(&mut reader).await;
     put_round(&scenario, &mut producer, &mut produced).await;
-    growth(&mut reader, &mut b).await;
+    growth(&mut reader, &mut b, baseline).await;
     a.kill().unwrap();
     check_frozen(&scenario, &mut reader, &produced, "kill (A)").await;
     owners(&scenario, &[("ev-b", 2)]).await;
+    let baseline = placed(&mut reader).await;
     put_round(&scenario, &mut producer, &mut produced).await;
     assert_eq!(producer.rounds_left(), 0);
-    growth(&mut reader, &mut b).await;
+    growth(&mut reader, &mut b, baseline).await;
 
     // A is back and takes a lease from B.
     let mut a = Daemon::spawn(&settings_a).unwrap();
