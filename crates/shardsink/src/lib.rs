@@ -35,6 +35,9 @@
 //!   duplicate of an earlier accepted copy of its event — by the rule, in
 //!   the local store (the `event-store` crate, which also holds the rule) or
 //!   the DynamoDB store; rebuilding a local store from the archive.
+//! - `table`: Apache Iceberg tables — the table shardsink creates, each
+//!   shard's committed end written beside every snapshot, and a table
+//!   commit of staged data files pinned to the table it was planned on.
 //! - `commit`: record the batch in the lease row → PUT with
 //!   `If-None-Match: *` (decisions, error and duplicates objects, each when
 //!   the batch has one, then the main object) → checkpoint; the check of an
@@ -79,6 +82,7 @@ mod ops;
 mod output;
 mod read;
 mod shard;
+mod table;
 #[cfg(test)]
 mod test_wait;
 pub mod verify;
