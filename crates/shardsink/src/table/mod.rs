@@ -1,6 +1,8 @@
 //! Apache Iceberg tables: the table shardsink writes into with
 //! `--format iceberg`, and committing staged data files to it exactly once.
 //!
+//! - `catalog`: the catalog kinds and their settings (SQLite URIs, table
+//!   names, warehouses), and opening a catalog;
 //! - `create`: the table shardsink creates (the `parquet` format's columns,
 //!   partitioned by arrival day or hour), and finding or creating it;
 //! - `state`: [`CommitState`](state::CommitState), each shard's committed
@@ -16,6 +18,7 @@
 // until that setting is accepted, only the tests use it.
 #![allow(dead_code)]
 
+pub(crate) mod catalog;
 pub(crate) mod commit;
 pub(crate) mod create;
 pub(crate) mod state;
