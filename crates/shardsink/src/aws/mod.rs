@@ -12,6 +12,9 @@
 //!   its events one at a time;
 //! - `s3`: [`ObjectStore`] — HeadBucket, conditional PutObject, GetObject,
 //!   ListObjectsV2;
+//! - `table_storage`: [`table_storage::S3TableStorage`] — Iceberg's file I/O
+//!   (`iceberg::io::Storage`) over the same S3 client: HeadObject, ranged
+//!   GetObject, conditional PutObject, DeleteObject(s), ListObjectsV2;
 //! - `retry`: the one retry loop every call goes through, and how each
 //!   service's failures are classified; `backoff`: its delays;
 //! - `tracked_read`: a GetObject body read on a blocking thread that tells
@@ -28,6 +31,7 @@ pub(crate) mod kinesis;
 pub(crate) mod recorder;
 pub(crate) mod retry;
 pub(crate) mod s3;
+pub mod table_storage;
 pub(crate) mod tracked_read;
 
 /// An SDK error, boxed.

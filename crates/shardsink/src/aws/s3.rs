@@ -474,10 +474,7 @@ impl ObjectStore {
             operation,
             bucket: self.bucket.clone(),
             key: key.to_owned(),
-            retriable: is_transport_or_server_failure(&err)
-                || code.is_some_and(|code| {
-                    RETRIABLE_CODES.contains(&code) || THROTTLING_CODES.contains(&code)
-                }),
+            retriable: is_retriable(&err),
             throttled: code.is_some_and(|code| THROTTLING_CODES.contains(&code))
                 || matches!(http_status(&err), Some(429 | 503)),
             source: Box::new(err),
@@ -496,8 +493,21 @@ fn is_missing_object(err: &SdkError<GetObjectError, HttpResponse>) -> bool {
     }
 }
 
+/// Whether a failed S3 call may succeed if retried after a backoff: a
+/// transport or server failure (timeouts, 5xx, 429), or a response with one
+/// of [`RETRIABLE_CODES`] or [`THROTTLING_CODES`] whatever its status.
+pub(super) fn is_retriable<E>(err: &SdkError<E, HttpResponse>) -> bool
+where
+    E: ProvideErrorMetadata,
+{
+    is_transport_or_server_failure(err)
+        || err
+            .code()
+            .is_some_and(|code| RETRIABLE_CODES.contains(&code) || THROTTLING_CODES.contains(&code))
+}
+
 /// The HTTP status of a service error response.
-fn http_status<E>(err: &SdkError<E, HttpResponse>) -> Option<u16> {
+pub(super) fn http_status<E>(err: &SdkError<E, HttpResponse>) -> Option<u16> {
     match err {
         SdkError::ServiceError(context) => Some(context.raw().status().as_u16()),
         _ => None,
