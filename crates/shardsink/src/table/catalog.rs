@@ -13,9 +13,16 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use aws_config::SdkConfig;
 use clap::ValueEnum;
-use iceberg::TableIdent;
+use iceberg::io::StorageFactory;
+use iceberg::{Catalog, CatalogBuilder, Error as IcebergError, ErrorKind, TableIdent};
+use iceberg_catalog_glue::GlueCatalogBuilder;
+use iceberg_catalog_rest::RestCatalogBuilder;
+use iceberg_catalog_s3tables::S3TablesCatalogBuilder;
+use iceberg_catalog_sql::{SqlBindStyle, SqlCatalogBuilder};
 
 /// The catalog kinds `--iceberg-catalog` takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -124,21 +131,218 @@ pub fn s3_warehouse(text: &str) -> Result<String, String> {
     Ok(text.trim_end_matches('/').to_owned())
 }
 
-/// The properties iceberg's catalogs take, from the settings.
-pub fn catalog_properties(uri: Option<&str>, warehouse: Option<&str>) -> HashMap<String, String> {
+/// The catalog settings, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CatalogSettings {
+    /// Which catalog.
+    pub kind: CatalogKind,
+    /// The catalog's name (`--iceberg-catalog-name`): for `sql`, the
+    /// `catalog_name` of its rows, as pyiceberg's `SqlCatalog(name)` reads
+    /// them.
+    pub name: String,
+    /// `--iceberg-catalog-uri`: the SQLite URI (`sql`), the endpoint
+    /// (`rest`), or an endpoint override (`glue`, `s3tables`).
+    pub uri: Option<String>,
+    /// `--iceberg-warehouse`: an `s3://` URI, or the table bucket's ARN.
+    pub warehouse: Option<String>,
+}
+
+/// Opens the catalog. Its table files are read and written through
+/// `storage` (the daemon's S3 client; tests pass a local one); Glue and S3
+/// Tables calls use `sdk` (the daemon's AWS configuration: region,
+/// credentials).
+///
+/// # Errors
+/// A setting the catalog rejects; for `sql`, a catalog file that cannot be
+/// created or opened.
+pub async fn open(
+    settings: &CatalogSettings,
+    storage: Arc<dyn StorageFactory>,
+    sdk: &SdkConfig,
+) -> Result<Arc<dyn Catalog>, IcebergError> {
+    let name = settings.name.clone();
     let mut props = HashMap::new();
-    if let Some(uri) = uri {
-        props.insert("uri".to_owned(), uri.to_owned());
+    if let Some(warehouse) = &settings.warehouse {
+        props.insert("warehouse".to_owned(), warehouse.clone());
     }
-    if let Some(warehouse) = warehouse {
-        props.insert("warehouse".to_owned(), warehouse.to_owned());
-    }
-    props
+    Ok(match settings.kind {
+        CatalogKind::Sql => {
+            let uri = settings.uri.as_deref().unwrap_or_default();
+            let path =
+                sqlite_path(uri).map_err(|err| IcebergError::new(ErrorKind::DataInvalid, err))?;
+            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent).map_err(|err| {
+                    IcebergError::new(
+                        ErrorKind::Unexpected,
+                        format!("creating the catalog's directory {}", parent.display()),
+                    )
+                    .with_source(err)
+                })?;
+            }
+            let catalog = SqlCatalogBuilder::default()
+                .uri(sqlx_uri(&path))
+                .warehouse_location(settings.warehouse.clone().unwrap_or_default())
+                .sql_bind_style(SqlBindStyle::QMark)
+                .with_storage_factory(storage)
+                .load(name, HashMap::new())
+                .await?;
+            Arc::new(catalog)
+        }
+        CatalogKind::Glue => {
+            if let Some(uri) = &settings.uri {
+                props.insert("uri".to_owned(), uri.clone());
+            }
+            if let Some(region) = sdk.region() {
+                props.insert("region_name".to_owned(), region.to_string());
+            }
+            let catalog = GlueCatalogBuilder::default()
+                .with_storage_factory(storage)
+                .load(name, props)
+                .await?;
+            Arc::new(catalog)
+        }
+        CatalogKind::S3Tables => {
+            let arn = settings.warehouse.clone().unwrap_or_default();
+            let mut config = aws_sdk_s3tables::config::Builder::from(sdk);
+            if let Some(uri) = &settings.uri {
+                config = config.endpoint_url(uri);
+            }
+            let catalog = S3TablesCatalogBuilder::default()
+                .with_client(aws_sdk_s3tables::Client::from_conf(config.build()))
+                .with_table_bucket_arn(arn)
+                .with_storage_factory(storage)
+                .load(name, HashMap::new())
+                .await?;
+            Arc::new(catalog)
+        }
+        CatalogKind::Rest => {
+            if let Some(uri) = &settings.uri {
+                props.insert("uri".to_owned(), uri.clone());
+            }
+            let catalog = RestCatalogBuilder::default()
+                .with_storage_factory(storage)
+                .load(name, props)
+                .await?;
+            Arc::new(catalog)
+        }
+    })
 }
 
 #[cfg(test)]
 mod tests {
+    use iceberg::io::LocalFsStorageFactory;
+
     use super::*;
+    use crate::output::bucket::TimeBucket;
+    use crate::table::commit::{CommitOutcome, commit_staged, read_state};
+    use crate::table::create::{NewTable, default_partition_spec, default_schema, find_or_create};
+    use crate::table::test_support::{live_files, staged};
+
+    fn sql_settings(dir: &Path, name: &str) -> CatalogSettings {
+        CatalogSettings {
+            kind: CatalogKind::Sql,
+            name: name.to_owned(),
+            uri: Some(format!("sqlite:///{}/catalog/c.db", dir.display())),
+            warehouse: Some(format!("file://{}/warehouse", dir.display())),
+        }
+    }
+
+    fn new_table() -> NewTable {
+        NewTable {
+            schema: default_schema(None).unwrap(),
+            partition_spec: default_partition_spec(TimeBucket::Minute).unwrap(),
+            location: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_sql_catalog_file_is_created_and_keeps_the_commits_across_openings() {
+        let dir = tempfile::tempdir().unwrap();
+        let sdk = SdkConfig::builder().build();
+        let settings = sql_settings(dir.path(), "shardsink");
+        let ident = table_ident("archive.events").unwrap();
+        let catalog = open(&settings, Arc::new(LocalFsStorageFactory), &sdk)
+            .await
+            .unwrap();
+        let table = find_or_create(catalog.as_ref(), &ident, new_table())
+            .await
+            .unwrap();
+        assert!(dir.path().join("catalog/c.db").is_file());
+        let batches = [staged(&table, "s0", "TRIM_HORIZON", "10", 20000)];
+        let outcome = commit_staged(catalog.as_ref(), &ident, &batches)
+            .await
+            .unwrap();
+        assert!(
+            matches!(outcome, CommitOutcome::Committed { .. }),
+            "{outcome:?}"
+        );
+        drop(catalog);
+
+        // Another process opening the same file sees the table and its state.
+        let again = open(&settings, Arc::new(LocalFsStorageFactory), &sdk)
+            .await
+            .unwrap();
+        let table = again.load_table(&ident).await.unwrap();
+        assert_eq!(read_state(&table).await.unwrap().shards["s0"], "10");
+        assert_eq!(live_files(&table).await.len(), 1);
+        // Under another catalog name the table is not there.
+        let other = open(
+            &sql_settings(dir.path(), "other"),
+            Arc::new(LocalFsStorageFactory),
+            &sdk,
+        )
+        .await
+        .unwrap();
+        assert!(!other.namespace_exists(ident.namespace()).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn two_workers_committing_through_one_sql_catalog_append_each_batch_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let sdk = SdkConfig::builder().build();
+        let settings = sql_settings(dir.path(), "shardsink");
+        let ident = table_ident("archive.events").unwrap();
+        let a = open(&settings, Arc::new(LocalFsStorageFactory), &sdk)
+            .await
+            .unwrap();
+        let b = open(&settings, Arc::new(LocalFsStorageFactory), &sdk)
+            .await
+            .unwrap();
+        let table = find_or_create(a.as_ref(), &ident, new_table())
+            .await
+            .unwrap();
+        // Overlapping views of the staged batches, committed at once by two
+        // catalog connections: the SQL catalog's compare-and-swap orders
+        // them, and the loser plans again.
+        let mut staged_a = Vec::new();
+        let mut staged_b = Vec::new();
+        for shard in 0..4 {
+            let shard = format!("s{shard}");
+            let first = staged(&table, &shard, "TRIM_HORIZON", "10", 20000);
+            let second = staged(&table, &shard, "10", "20", 20000);
+            staged_a.push(first.clone());
+            staged_b.push(first);
+            staged_b.push(second);
+        }
+        let (ra, rb) = tokio::join!(
+            commit_staged(a.as_ref(), &ident, &staged_a),
+            commit_staged(b.as_ref(), &ident, &staged_b)
+        );
+        let conflicts = |outcome: CommitOutcome| match outcome {
+            CommitOutcome::Committed { conflicts, .. }
+            | CommitOutcome::NothingToCommit { conflicts, .. } => conflicts,
+        };
+        let met = conflicts(ra.unwrap()) + conflicts(rb.unwrap());
+        println!("conflicts met: {met}");
+        let table = a.load_table(&ident).await.unwrap();
+        let live = live_files(&table).await;
+        assert_eq!(live.len(), 8, "{live:#?}");
+        let mut unique = live.clone();
+        unique.dedup();
+        assert_eq!(unique, live, "a data file appended twice");
+        let state = read_state(&table).await.unwrap();
+        assert!(state.shards.values().all(|end| end == "20"), "{state:?}");
+    }
 
     #[test]
     fn sqlite_uris_in_either_tool_s_form_name_the_same_file() {
