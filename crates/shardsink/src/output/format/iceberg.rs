@@ -81,13 +81,14 @@ use std::sync::Arc;
 use ::parquet::arrow::ArrowWriter;
 use ::parquet::errors::ParquetError;
 use ::parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
+use ::parquet::file::statistics::Statistics;
 use arrow_array::{ArrayRef, RecordBatch, new_null_array};
 use arrow_schema::ArrowError;
 use bytes::Bytes;
 use iceberg::arrow::{RecordBatchPartitionSplitter, schema_to_arrow_schema};
 use iceberg::spec::{
-    DataContentType, DataFile, DataFileBuilder, DataFileBuilderError, DataFileFormat, Literal,
-    PartitionSpecRef, PrimitiveType, SchemaRef, Struct, Type,
+    DataContentType, DataFile, DataFileBuilder, DataFileBuilderError, DataFileFormat, Datum,
+    Literal, PartitionSpecRef, PrimitiveType, Schema as IcebergSchema, SchemaRef, Struct, Type,
 };
 
 use super::parquet::column::ColumnBuilder;
@@ -629,7 +630,7 @@ impl IcebergBatch {
                     partition,
                     partition_path,
                     record_count: batch.num_rows() as u64,
-                    column_stats: ColumnStats::of(&metadata),
+                    column_stats: ColumnStats::of(&metadata, &layout.schema),
                     bytes,
                 })
             })
@@ -667,11 +668,15 @@ fn compare_partitions(a: &Struct, b: &Struct) -> Ordering {
         .unwrap_or(Ordering::Equal)
 }
 
+/// Most characters of a string bound: Iceberg's default metrics mode,
+/// `truncate(16)` (table property `write.metadata.metrics.default`).
+const STRING_BOUND_CHARS: usize = 16;
+
 /// Per-column metrics of a data file, keyed by Iceberg field id (leaf
-/// columns), as the manifest's `column_sizes`, `value_counts` and
-/// `null_value_counts` hold them (Iceberg spec, "Manifests", fields 108,
-/// 109, 110).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// columns), as a manifest's data file holds them (Iceberg spec,
+/// "Manifests": `column_sizes`, `value_counts`, `null_value_counts`,
+/// `lower_bounds`, `upper_bounds`).
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ColumnStats {
     /// Bytes of each column's chunks, compressed, headers included.
     pub column_sizes: HashMap<i32, u64>,
@@ -679,12 +684,21 @@ pub struct ColumnStats {
     pub value_counts: HashMap<i32, u64>,
     /// Nulls of each column.
     pub null_value_counts: HashMap<i32, u64>,
+    /// The least value of each top-level column of type `boolean`, `int`,
+    /// `long`, `float`, `double`, `date`, `timestamp`, `timestamptz` or
+    /// `string` that has a non-null value; a string's first 16 characters
+    /// (as `truncate(16)`, Iceberg's default metrics mode).
+    pub lower_bounds: HashMap<i32, Datum>,
+    /// The greatest value of the same columns; a string longer than 16
+    /// characters is cut to 16 with the last one incremented (left out
+    /// when no character can be).
+    pub upper_bounds: HashMap<i32, Datum>,
 }
 
 impl ColumnStats {
-    /// The metrics of the file whose footer is `metadata`; columns without
-    /// a field id are left out.
-    fn of(metadata: &ParquetMetaData) -> Self {
+    /// The metrics of the file whose footer is `metadata`, written with
+    /// `schema`; columns without a field id are left out.
+    fn of(metadata: &ParquetMetaData, schema: &IcebergSchema) -> Self {
         let mut stats = Self::default();
         for row_group in metadata.row_groups() {
             for column in row_group.columns() {
@@ -697,13 +711,108 @@ impl ColumnStats {
                     u64::try_from(column.compressed_size()).unwrap_or(0);
                 *stats.value_counts.entry(id).or_default() +=
                     u64::try_from(column.num_values()).unwrap_or(0);
-                if let Some(nulls) = column.statistics().and_then(|s| s.null_count_opt()) {
+                let Some(statistics) = column.statistics() else {
+                    continue;
+                };
+                if let Some(nulls) = statistics.null_count_opt() {
                     *stats.null_value_counts.entry(id).or_default() += nulls;
                 }
+                let primitive = schema
+                    .as_struct()
+                    .field_by_id(id)
+                    .and_then(|field| field.field_type.as_primitive_type());
+                let Some((lower, upper)) = primitive.and_then(|ty| bounds(ty, statistics)) else {
+                    continue;
+                };
+                merge_bound(&mut stats.lower_bounds, id, lower, Ordering::Less);
+                merge_bound(&mut stats.upper_bounds, id, upper, Ordering::Greater);
             }
         }
         stats
     }
+}
+
+/// Keeps in `bounds[id]` whichever of its value and `value` comes first in
+/// `order` (`Less`: the least).
+fn merge_bound(bounds: &mut HashMap<i32, Datum>, id: i32, value: Datum, order: Ordering) {
+    match bounds.get(&id) {
+        Some(kept) if kept.partial_cmp(&value) != Some(order.reverse()) => {}
+        _ => {
+            bounds.insert(id, value);
+        }
+    }
+}
+
+/// The lower and upper bounds of a column chunk of Iceberg type
+/// `primitive` from its Parquet `statistics`, when both are known and the
+/// type is one bounds are kept for.
+fn bounds(primitive: &PrimitiveType, statistics: &Statistics) -> Option<(Datum, Datum)> {
+    Some(match (primitive, statistics) {
+        (PrimitiveType::Boolean, Statistics::Boolean(s)) => {
+            (Datum::bool(*s.min_opt()?), Datum::bool(*s.max_opt()?))
+        }
+        (PrimitiveType::Int, Statistics::Int32(s)) => {
+            (Datum::int(*s.min_opt()?), Datum::int(*s.max_opt()?))
+        }
+        (PrimitiveType::Date, Statistics::Int32(s)) => {
+            (Datum::date(*s.min_opt()?), Datum::date(*s.max_opt()?))
+        }
+        (PrimitiveType::Long, Statistics::Int64(s)) => {
+            (Datum::long(*s.min_opt()?), Datum::long(*s.max_opt()?))
+        }
+        (PrimitiveType::Timestamp, Statistics::Int64(s)) => (
+            Datum::timestamp_micros(*s.min_opt()?),
+            Datum::timestamp_micros(*s.max_opt()?),
+        ),
+        (PrimitiveType::Timestamptz, Statistics::Int64(s)) => (
+            Datum::timestamptz_micros(*s.min_opt()?),
+            Datum::timestamptz_micros(*s.max_opt()?),
+        ),
+        // Values are finite (the payload's numbers are checked), so the
+        // bounds are never NaN.
+        (PrimitiveType::Float, Statistics::Float(s)) => {
+            (Datum::float(*s.min_opt()?), Datum::float(*s.max_opt()?))
+        }
+        (PrimitiveType::Double, Statistics::Double(s)) => {
+            (Datum::double(*s.min_opt()?), Datum::double(*s.max_opt()?))
+        }
+        (PrimitiveType::String, Statistics::ByteArray(s)) => {
+            let min = s.min_opt()?.as_utf8().ok()?;
+            let max = s.max_opt()?.as_utf8().ok()?;
+            (
+                Datum::string(truncate_chars(min, STRING_BOUND_CHARS)),
+                Datum::string(string_upper_bound(max, STRING_BOUND_CHARS)?),
+            )
+        }
+        _ => return None,
+    })
+}
+
+/// `text`'s first `chars` characters.
+fn truncate_chars(text: &str, chars: usize) -> &str {
+    text.char_indices()
+        .nth(chars)
+        .map_or(text, |(end, _)| &text[..end])
+}
+
+/// An upper bound of `max` of at most `chars` characters: `max` itself
+/// when short enough, else its first `chars` characters with the last
+/// that can be incremented incremented (and those after it dropped), as
+/// Iceberg's `truncate(L)` metrics mode does; `None` when none can be.
+fn string_upper_bound(max: &str, chars: usize) -> Option<String> {
+    if max.chars().nth(chars).is_none() {
+        return Some(max.to_owned());
+    }
+    let mut prefix: Vec<char> = max.chars().take(chars).collect();
+    while let Some(last) = prefix.pop() {
+        // The next code point, skipping the surrogates.
+        let next = (u32::from(last) + 1..=u32::from(char::MAX)).find_map(char::from_u32);
+        if let Some(next) = next {
+            prefix.push(next);
+            return Some(prefix.into_iter().collect());
+        }
+    }
+    None
 }
 
 /// One Parquet data file of a batch: the rows of one partition value.
@@ -728,7 +837,8 @@ impl PartitionFile {
     /// The manifest entry's data file for this file once stored at `path`
     /// (a full URI, e.g. `s3://bucket/table/data/…parquet`), written for
     /// partition spec `spec_id`: content `data`, format Parquet, its size,
-    /// rows, partition and column metrics (Iceberg spec, "Manifests").
+    /// rows, partition and column metrics ([`ColumnStats`]; Iceberg spec,
+    /// "Manifests").
     ///
     /// # Errors
     /// None expected: every field the builder requires is set.
@@ -744,6 +854,8 @@ impl PartitionFile {
             .column_sizes(self.column_stats.column_sizes.clone())
             .value_counts(self.column_stats.value_counts.clone())
             .null_value_counts(self.column_stats.null_value_counts.clone())
+            .lower_bounds(self.column_stats.lower_bounds.clone())
+            .upper_bounds(self.column_stats.upper_bounds.clone())
             .build()
     }
 }

@@ -655,7 +655,7 @@ fn data_file_describes_the_file() {
     let schema = default_schema();
     let layout = layout(schema.clone(), by_day(&schema));
     let mut batch = IcebergBatch::new(layout, SHARD);
-    batch.push(&view("1", None, NOV_28_MS, b"x")).unwrap();
+    batch.push(&view("1", None, NOV_28_MS + 9, b"x")).unwrap();
     batch.push(&view("2", Some(3), NOV_28_MS, b"yz")).unwrap();
     let files = batch.finish(Compression::None).unwrap();
     let file = &files[0];
@@ -769,4 +769,20 @@ async fn iceberg_reads_the_files_back_by_field_id() {
         .collect();
     assert_eq!(data, [Some(&b"p"[..]), Some(&b"q"[..])]);
     assert_eq!(layout.arrow_schema().fields().len(), 6);
+}
+
+#[test]
+fn string_upper_bounds_are_cut_and_incremented() {
+    assert_eq!(string_upper_bound("abc", 3).as_deref(), Some("abc"));
+    assert_eq!(string_upper_bound("abcd", 3).as_deref(), Some("abd"));
+    assert_eq!(
+        string_upper_bound("ab\u{10FFFF}d", 3).as_deref(),
+        Some("ac")
+    );
+    assert_eq!(
+        string_upper_bound("a\u{D7FF}xy", 2).as_deref(),
+        Some("a\u{E000}")
+    );
+    assert_eq!(string_upper_bound("\u{10FFFF}\u{10FFFF}x", 2), None);
+    assert_eq!(truncate_chars("ééé", 2), "éé");
 }

@@ -577,3 +577,53 @@ fn cut(text: &str) -> Cow<'_, str> {
         Some((end, _)) => Cow::Owned(format!("{}…", &text[..end])),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimals_are_exact_or_refused() {
+        let ok = |text, precision, scale| parse_decimal(text, precision, scale);
+        assert_eq!(ok("12.5", 9, 2), Some(Ok(1250)));
+        assert_eq!(ok("-0.05", 9, 2), Some(Ok(-5)));
+        assert_eq!(ok("12.500", 4, 2), Some(Ok(1250)));
+        assert_eq!(ok("1e2", 5, 2), Some(Ok(10_000)));
+        assert_eq!(ok("1.5E-1", 3, 2), Some(Ok(15)));
+        assert_eq!(ok("0", 1, 0), Some(Ok(0)));
+        assert_eq!(ok("007", 1, 0), Some(Ok(7)));
+        // A non-zero digit beyond the scale, or too many digits.
+        assert_eq!(ok("1.234", 9, 2), Some(Err(())));
+        assert_eq!(ok("100.00", 4, 2), Some(Err(())));
+        assert_eq!(ok("1e3", 5, 2), Some(Err(())));
+        assert_eq!(ok("1e-400", 9, 2), Some(Err(())));
+        assert_eq!(
+            ok("99999999999999999999999999999999999999", 38, 0),
+            Some(Ok(99_999_999_999_999_999_999_999_999_999_999_999_999))
+        );
+        assert_eq!(ok("1e38", 38, 0), Some(Err(())));
+        // Not decimal text.
+        for text in ["", "-", "1.", ".5", "+1", "1e", "0x10", "1.2.3", "NaN"] {
+            assert_eq!(ok(text, 9, 2), None, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn uuids_are_their_sixteen_bytes() {
+        assert_eq!(
+            parse_uuid("00112233-4455-6677-8899-AaBbCcDdEeFf"),
+            Some([
+                0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd,
+                0xee, 0xff
+            ])
+        );
+        for text in [
+            "00112233445566778899aabbccddeeff",
+            "00112233-4455-6677-8899-aabbccddeef",
+            "0011223-34455-6677-8899-aabbccddeeff",
+            "00112233-4455-6677-8899-aabbccddeefg",
+        ] {
+            assert_eq!(parse_uuid(text), None, "{text:?}");
+        }
+    }
+}
