@@ -46,7 +46,7 @@
 //! record is rejected (`required column "x" is missing or null`). A member
 //! of the wrong JSON type or out of range is rejected as the `parquet`
 //! format rejects it. The types `time`, `fixed(L)`, `timestamp_ns`,
-//! `timestamptz_ns` and `unknown` are refused when the layout is made
+//! `timestamptz_ns` are refused when the layout is made
 //! ([`IcebergLayoutError::Unsupported`]); so are required nested columns
 //! (`struct`, `list`, `map`), while an optional nested column is always
 //! written null (its payload member, if any, is counted as ignored).
@@ -62,7 +62,9 @@
 //! (identity, year, month, day, hour, bucket\[N\], truncate\[W\], void) by
 //! `iceberg::arrow::RecordBatchPartitionSplitter`; rows keep their push
 //! order within a file, and files come in ascending order of partition
-//! value (nulls first, field by field).
+//! value (nulls first, field by field). Each file's
+//! [`partition_path`](PartitionFile::partition_path) names its partition
+//! as Iceberg's Java and Python writers do.
 //!
 //! # Determinism
 //! As for the `parquet` format: the same writer settings (fixed
@@ -88,7 +90,8 @@ use bytes::Bytes;
 use iceberg::arrow::{RecordBatchPartitionSplitter, schema_to_arrow_schema};
 use iceberg::spec::{
     DataContentType, DataFile, DataFileBuilder, DataFileBuilderError, DataFileFormat, Datum,
-    Literal, PartitionSpecRef, PrimitiveType, Schema as IcebergSchema, SchemaRef, Struct, Type,
+    Literal, PartitionSpecRef, PrimitiveLiteral, PrimitiveType, Schema as IcebergSchema, SchemaRef,
+    Struct, Transform, Type,
 };
 
 use super::parquet::column::ColumnBuilder;
@@ -606,7 +609,7 @@ impl IcebergBatch {
         let mut files = groups
             .into_iter()
             .map(|(partition, batch)| {
-                let partition_path = spec.partition_to_path(&partition, layout.schema.clone());
+                let partition_path = partition_path(&layout, &partition);
                 (partition, partition_path, batch)
             })
             .collect::<Vec<_>>();
@@ -636,6 +639,78 @@ impl IcebergBatch {
             })
             .collect()
     }
+}
+
+/// The partition value `partition` as a path of `name=value` segments
+/// joined by `/`, as Iceberg's Java and Python writers name partition
+/// directories (Java `PartitionSpec.partitionToPath`, pyiceberg
+/// `PartitionSpec.partition_to_path`): `year`, `month` and `hour` values as
+/// `2026`, `2026-11`, `2026-11-28-05` (iceberg-rust's own
+/// `partition_to_path` gives their ordinals: `56`, `682`, …), other values
+/// as iceberg's `Transform::to_human_string` gives them (`day` as
+/// `2026-11-28`, a null as `null`); names and values form-URL-encoded
+/// (`URLEncoder`, UTF-8) so that a `/` in a value stays in its segment.
+fn partition_path(layout: &IcebergLayout, partition: &Struct) -> String {
+    let Ok(partition_type) = layout.spec.partition_type(&layout.schema) else {
+        // Checked when the layout was made.
+        return String::new();
+    };
+    layout
+        .spec
+        .fields()
+        .iter()
+        .zip(partition_type.fields())
+        .zip(partition.iter())
+        .map(|((field, result), value)| {
+            let ordinal = match value {
+                Some(Literal::Primitive(PrimitiveLiteral::Int(ordinal))) => Some(*ordinal),
+                _ => None,
+            };
+            let human = match (&field.transform, ordinal) {
+                (Transform::Year, Some(years)) => format!("{:04}", 1970 + i64::from(years)),
+                (Transform::Month, Some(months)) => {
+                    let months = i64::from(months);
+                    format!(
+                        "{:04}-{:02}",
+                        1970 + months.div_euclid(12),
+                        months.rem_euclid(12) + 1
+                    )
+                }
+                (Transform::Hour, Some(hours)) => {
+                    chrono::DateTime::from_timestamp(i64::from(hours) * 3600, 0).map_or_else(
+                        || hours.to_string(),
+                        |at| at.format("%Y-%m-%d-%H").to_string(),
+                    )
+                }
+                (transform, _) => transform.to_human_string(&result.field_type, value),
+            };
+            format!(
+                "{}={}",
+                form_url_encode(&field.name),
+                form_url_encode(&human)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// `text` form-URL-encoded as Java's `URLEncoder` does with UTF-8: ASCII
+/// letters, digits and `.-*_` kept, a space as `+`, every other byte as
+/// `%XX`.
+fn form_url_encode(text: &str) -> Cow<'_, str> {
+    let kept = |byte: u8| byte.is_ascii_alphanumeric() || b".-*_".contains(&byte);
+    if text.bytes().all(kept) {
+        return Cow::Borrowed(text);
+    }
+    let mut encoded = String::with_capacity(text.len() * 3);
+    for byte in text.bytes() {
+        match byte {
+            b' ' => encoded.push('+'),
+            byte if kept(byte) => encoded.push(char::from(byte)),
+            byte => encoded.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    Cow::Owned(encoded)
 }
 
 /// `batch` as one Parquet file written with `properties`.
@@ -821,9 +896,10 @@ pub struct PartitionFile {
     /// The partition value, one entry per field of the spec (the tuple a
     /// manifest entry's `partition` holds).
     pub partition: Struct,
-    /// The partition as a path, as `PartitionSpec::partition_to_path`
-    /// gives it: `approximate_arrival_timestamp_day=2026-11-28`; empty for
-    /// an unpartitioned table.
+    /// The partition as a path, as Iceberg's Java and Python writers name
+    /// partition directories: `approximate_arrival_timestamp_day=2026-11-28`,
+    /// `…_hour=2026-11-28-05`, `region=eu%2Fwest`; empty for a spec without
+    /// fields.
     pub partition_path: String,
     /// Rows in the file.
     pub record_count: u64,

@@ -786,3 +786,90 @@ fn string_upper_bounds_are_cut_and_incremented() {
     assert_eq!(string_upper_bound("\u{10FFFF}\u{10FFFF}x", 2), None);
     assert_eq!(truncate_chars("ééé", 2), "éé");
 }
+
+#[test]
+fn iceberg_transforms_give_the_partition_values_and_paths() {
+    let hours = i32::try_from(NOV_28_MS / 3_600_000).unwrap();
+    let years = 2026 - 1970;
+    let cases = [
+        (
+            APPROXIMATE_ARRIVAL_TIMESTAMP,
+            Transform::Year,
+            vec![("x=2026", Literal::int(years))],
+        ),
+        (
+            APPROXIMATE_ARRIVAL_TIMESTAMP,
+            Transform::Month,
+            vec![("x=2026-11", Literal::int(years * 12 + 10))],
+        ),
+        (
+            APPROXIMATE_ARRIVAL_TIMESTAMP,
+            Transform::Hour,
+            vec![
+                ("x=2026-11-28-00", Literal::int(hours)),
+                ("x=2026-11-28-01", Literal::int(hours + 1)),
+            ],
+        ),
+        (
+            PARTITION_KEY,
+            Transform::Truncate(2),
+            vec![("x=pk", Literal::string("pk"))],
+        ),
+    ];
+    for (source, transform, expected) in cases {
+        let schema = default_schema();
+        let layout = layout(schema.clone(), spec(&schema, &[(source, "x", transform)]));
+        let mut batch = IcebergBatch::new(layout, SHARD);
+        // 2026-11-28T01:00Z, then 00:00Z: two hours of the same month.
+        batch
+            .push(&view("1", None, NOV_28_MS + 3_600_000, b"a"))
+            .unwrap();
+        batch.push(&view("2", None, NOV_28_MS, b"b")).unwrap();
+        let files = batch.finish(Compression::None).unwrap();
+        let found: Vec<_> = files
+            .iter()
+            .map(|file| (file.partition_path.as_str(), file.partition.clone()))
+            .collect();
+        let expected: Vec<_> = expected
+            .into_iter()
+            .map(|(path, value)| (path, Struct::from_iter([Some(value)])))
+            .collect();
+        assert_eq!(found, expected, "{transform}");
+    }
+}
+
+#[test]
+fn a_spec_of_void_fields_gives_one_file_of_null_values() {
+    let schema = default_schema();
+    let spec = spec(&schema, &[(SHARD_ID, "nothing", Transform::Void)]);
+    let layout = layout(schema, spec);
+    let mut batch = IcebergBatch::new(layout, SHARD);
+    batch.push(&view("1", None, NOV_28_MS, b"a")).unwrap();
+    batch.push(&view("2", None, NOV_27_LAST_MS, b"b")).unwrap();
+    let files = batch.finish(Compression::None).unwrap();
+    assert_eq!(files.len(), 1);
+    assert_eq!(files[0].partition, Struct::from_iter([None]));
+    assert_eq!(files[0].partition_path, "nothing=null");
+    assert_eq!(files[0].record_count, 2);
+}
+
+#[test]
+fn partition_paths_are_url_encoded() {
+    assert_eq!(form_url_encode("eu-west_1.*"), "eu-west_1.*");
+    assert_eq!(form_url_encode("a/b c+é"), "a%2Fb+c%2B%C3%A9");
+    let schema = schema_with(vec![NestedField::optional(
+        6,
+        "region",
+        Type::Primitive(PrimitiveType::String),
+    )]);
+    let layout = layout(
+        schema.clone(),
+        spec(&schema, &[("region", "region", Transform::Identity)]),
+    );
+    let mut batch = IcebergBatch::new(layout, SHARD);
+    batch
+        .push(&view("1", None, NOV_28_MS, br#"{"region": "eu/west"}"#))
+        .unwrap();
+    let files = batch.finish(Compression::None).unwrap();
+    assert_eq!(files[0].partition_path, "region=eu%2Fwest");
+}
