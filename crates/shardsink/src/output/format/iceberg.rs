@@ -27,8 +27,9 @@
 //! # Payload columns
 //! With at least one payload column the payload must be one JSON object
 //! (else the record is rejected); its members are matched to columns by
-//! exact name, converted as follows, and members no column names are
-//! skipped and counted ([`IcebergBatch::ignored_fields`]):
+//! exact name, converted as follows, and members no payload column reads
+//! (those named like a metadata column or `data` included) are skipped and
+//! counted ([`IcebergBatch::ignored_fields`]):
 //!
 //! | Iceberg type            | JSON value accepted                                       | Arrow type |
 //! |-------------------------|-----------------------------------------------------------|------------|
@@ -364,6 +365,22 @@ impl IcebergLayout {
             )?;
         }
         let arrow_schema = Arc::new(schema_to_arrow_schema(&schema)?);
+        // Every column filled (not always null) has a builder of its Arrow
+        // type: what `IcebergBatch::new` relies on.
+        for ((source, field), arrow_field) in sources
+            .iter()
+            .zip(schema.as_struct().fields())
+            .zip(arrow_schema.fields())
+        {
+            if *source != Source::Null
+                && ColumnBuilder::for_arrow(arrow_field.data_type()).is_none()
+            {
+                return Err(IcebergLayoutError::Unsupported {
+                    column: field.name.clone(),
+                    column_type: field.field_type.to_string(),
+                });
+            }
+        }
         Ok(Self {
             schema,
             spec,
@@ -439,8 +456,7 @@ impl IcebergBatch {
             .zip(layout.arrow_schema.fields())
             .map(|(source, field)| match source {
                 Source::Null => None,
-                // Every non-null column has a primitive type, whose Arrow
-                // type has a builder (checked by the layout's tests).
+                // Checked by `IcebergLayout::new`.
                 _ => ColumnBuilder::for_arrow(field.data_type()),
             })
             .collect();
@@ -536,8 +552,9 @@ impl IcebergBatch {
         self.rows
     }
 
-    /// Payload members, over all rows pushed so far, that no column of the
-    /// table names (each skipped member of each row counts once).
+    /// Payload members, over all rows pushed so far, that no payload column
+    /// reads (each skipped member of each row counts once; rejected records
+    /// count none).
     pub fn ignored_fields(&self) -> u64 {
         self.ignored_fields
     }

@@ -873,3 +873,16 @@ fn partition_paths_are_url_encoded() {
     let files = batch.finish(Compression::None).unwrap();
     assert_eq!(files[0].partition_path, "region=eu%2Fwest");
 }
+
+#[test]
+fn memory_bytes_counts_what_the_columns_hold() {
+    let schema = default_schema();
+    let layout = layout(schema.clone(), by_day(&schema));
+    let mut batch = IcebergBatch::new(layout, SHARD);
+    batch.push(&view("1", None, NOV_28_MS, b"xyz")).unwrap();
+    // shard id 20 + 4, sequence number 1 + 4, a null long 8, partition key
+    // 4 + 4, arrival 8, data 3 + 8 (a 64-bit offset).
+    assert_eq!(batch.memory_bytes(), 24 + 5 + 8 + 8 + 8 + 11);
+    batch.push(&view("2", Some(1), NOV_28_MS, b"")).unwrap();
+    assert_eq!(batch.memory_bytes(), 64 + 24 + 5 + 8 + 8 + 8 + 8);
+}
