@@ -27,15 +27,17 @@ impl Rejection {
 /// `shardsink_records_errored_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RejectReason {
-    /// The payload is not UTF-8 (`json`, or `parquet` with a schema).
+    /// The payload is not UTF-8 (`json`, `parquet` with a schema, Iceberg
+    /// data files with payload columns or a `string` `data` column).
     NotUtf8,
-    /// The payload is not one JSON object (`json`, or `parquet` with a
-    /// schema).
+    /// The payload is not one JSON object (`json`, `parquet` with a
+    /// schema, Iceberg data files with payload columns).
     NotJsonObject,
     /// The payload already has the metadata field (`json`).
     MetadataFieldPresent,
     /// A payload field does not have its schema column's type (`parquet`
-    /// with a schema).
+    /// with a schema), or does not fit its Iceberg table column (wrong type,
+    /// or missing from a required column).
     SchemaMismatch,
 }
 

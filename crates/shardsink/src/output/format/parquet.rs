@@ -40,8 +40,8 @@
 //! - `row`: a payload decoded into a schema's typed cells, or a
 //!   [`Rejection`].
 
-mod column;
-mod row;
+pub(crate) mod column;
+pub(crate) mod row;
 #[cfg(test)]
 mod tests;
 
@@ -80,7 +80,7 @@ pub const MAX_ROW_GROUP_ROWS: usize = 1 << 20;
 const UTC: &str = "UTC";
 
 /// Bytes a variable-width value costs besides its own: its 4-byte offset.
-const OFFSET_BYTES: u64 = 4;
+pub(crate) const OFFSET_BYTES: u64 = 4;
 
 /// The Arrow schema of the files written with `schema`: the five
 /// [`METADATA_COLUMNS`](super::schema::METADATA_COLUMNS), then `data` (Binary, not null) without a schema,
@@ -129,7 +129,9 @@ fn data_type(column_type: ColumnType) -> DataType {
 ///
 /// # Errors
 /// A gzip level above 9 or a zstd level above 22.
-fn writer_properties(compression: Compression) -> Result<WriterProperties, ParquetError> {
+pub(crate) fn writer_properties(
+    compression: Compression,
+) -> Result<WriterProperties, ParquetError> {
     let codec = match compression {
         Compression::None => PageCompression::UNCOMPRESSED,
         Compression::Gzip(level) => PageCompression::GZIP(GzipLevel::try_new(level)?),
@@ -233,7 +235,7 @@ impl ParquetBatch {
                 schema,
                 columns: typed,
             } => {
-                let cells = parse_row(schema, record.data)?;
+                let cells = parse_row(schema.as_ref(), record.data)?.cells;
                 typed
                     .iter_mut()
                     .zip(cells)
