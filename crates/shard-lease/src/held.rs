@@ -60,6 +60,11 @@ enum LeaseWrite {
     Renew,
     RecordPendingBatch(PendingBatch),
     Checkpoint(Checkpoint),
+    StageBatch(String),
+    CheckpointCommitted {
+        checkpoint: Checkpoint,
+        keep: Vec<String>,
+    },
     Release,
 }
 
@@ -72,6 +77,12 @@ impl LeaseWrite {
             Self::RecordPendingBatch(batch) => lease.pending_batch.as_ref() == Some(batch),
             Self::Checkpoint(checkpoint) => {
                 lease.checkpoint == *checkpoint && lease.pending_batch.is_none()
+            }
+            Self::StageBatch(entry) => {
+                lease.staged_batches.last() == Some(entry) && lease.pending_batch.is_none()
+            }
+            Self::CheckpointCommitted { checkpoint, keep } => {
+                lease.checkpoint == *checkpoint && lease.staged_batches == *keep
             }
             Self::Release => lease.lease_owner.is_none(),
         }
@@ -153,6 +164,38 @@ impl HeldLease {
         self.write(LeaseWrite::Checkpoint(checkpoint.clone())).await
     }
 
+    /// Stages a batch for an Iceberg table ([`LeaseTable::stage_batch`]):
+    /// appends `entry` to the row's staged batches and clears the pending
+    /// batch; the checkpoint stays.
+    ///
+    /// # Errors
+    /// As [`LeaseTable::stage_batch`] (`StagedFull` leaves the lease held);
+    /// `LeaseLost` at once after a loss.
+    pub async fn stage_batch(&self, entry: &str) -> Result<(), LeaseError> {
+        self.write(LeaseWrite::StageBatch(entry.to_owned())).await
+    }
+
+    /// Moves the checkpoint to the end a table commit reached and keeps
+    /// only `keep` of the staged batches
+    /// ([`LeaseTable::checkpoint_committed`]); `keep` is taken from the
+    /// staged batches of [`snapshot`](Self::snapshot), which only this
+    /// lease's writes change.
+    ///
+    /// # Errors
+    /// As [`LeaseTable::checkpoint_committed`]; `LeaseLost` at once after a
+    /// loss.
+    pub async fn checkpoint_committed(
+        &self,
+        checkpoint: &Checkpoint,
+        keep: &[String],
+    ) -> Result<(), LeaseError> {
+        self.write(LeaseWrite::CheckpointCommitted {
+            checkpoint: checkpoint.clone(),
+            keep: keep.to_vec(),
+        })
+        .await
+    }
+
     /// Releases the lease ([`LeaseTable::release_lease`]); afterwards the lease
     /// counts as lost for this worker. A retriable failure (throttling) leaves
     /// the lease held, so the caller can try again.
@@ -202,6 +245,12 @@ impl HeldLease {
             }
             LeaseWrite::Checkpoint(checkpoint) => {
                 self.table.checkpoint(&lease, checkpoint, &token).await
+            }
+            LeaseWrite::StageBatch(entry) => self.table.stage_batch(&lease, entry, &token).await,
+            LeaseWrite::CheckpointCommitted { checkpoint, keep } => {
+                self.table
+                    .checkpoint_committed(&lease, checkpoint, keep, &token)
+                    .await
             }
             LeaseWrite::Release => self.table.release_lease(&lease, &token).await,
         };
