@@ -107,7 +107,7 @@ impl HeldLease {
     }
 
     /// Start of the last successful write (take, renew, pending batch,
-    /// checkpoint). A worker that lost the lease cannot see it confirmed
+    /// checkpoint, staged batch). A worker that lost the lease cannot see it confirmed
     /// again; another worker takes the lease only after it has been
     /// unchanged for the failover time, i.e. not before
     /// `confirmed_at() + failover time`. Writes to S3 that must not outlive
@@ -559,6 +559,53 @@ mod tests {
             ),
             (1, 1, 1),
             "the checkpoint is not sent again"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_stage_in_doubt_adopted_by_a_renewal_is_not_sent_again() {
+        let entry = r#"{"files":["a.parquet"]}"#;
+        let stamped: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+        let (s1, s2) = (stamped.clone(), stamped.clone());
+        let stage_attempt = mock!(Client::update_item).then_compute_response(move |input| {
+            *s1.lock().unwrap() = Some(stamped_token(input));
+            unavailable()
+        });
+        let read = mock!(Client::get_item).then_compute_output(move |_| {
+            let mut row = lease(2, "me");
+            row.staged_batches = vec![entry.to_owned()];
+            row.last_write_token = s2.lock().unwrap().clone();
+            GetItemOutput::builder()
+                .set_item(Some(row.to_item()))
+                .build()
+        });
+        let renewal = mock!(Client::update_item).then_output(move || {
+            let mut row = lease(3, "me");
+            row.staged_batches = vec![entry.to_owned()];
+            row.last_write_token = Some("renewal".to_owned());
+            UpdateItemOutput::builder()
+                .set_attributes(Some(row.to_item()))
+                .build()
+        });
+        let client = mock_client!(
+            aws_sdk_dynamodb,
+            RuleMode::Sequential,
+            [&stage_attempt, &read, &renewal],
+            |c| c.retry_config(RetryConfig::disabled())
+        );
+        let held = held_at_counter_1(client);
+        assert!(held.stage_batch(entry).await.unwrap_err().is_retriable());
+        held.renew().await.unwrap();
+        held.stage_batch(entry).await.unwrap();
+        assert_eq!(held.snapshot().await.staged_batches, [entry]);
+        assert_eq!(
+            (
+                stage_attempt.num_calls(),
+                read.num_calls(),
+                renewal.num_calls()
+            ),
+            (1, 1, 1),
+            "the entry is not staged twice"
         );
     }
 }
