@@ -60,6 +60,11 @@ enum LeaseWrite {
     Renew,
     RecordPendingBatch(PendingBatch),
     Checkpoint(Checkpoint),
+    StageBatch(String),
+    CheckpointCommitted {
+        checkpoint: Checkpoint,
+        keep: Vec<String>,
+    },
     Release,
 }
 
@@ -72,6 +77,12 @@ impl LeaseWrite {
             Self::RecordPendingBatch(batch) => lease.pending_batch.as_ref() == Some(batch),
             Self::Checkpoint(checkpoint) => {
                 lease.checkpoint == *checkpoint && lease.pending_batch.is_none()
+            }
+            Self::StageBatch(entry) => {
+                lease.staged_batches.last() == Some(entry) && lease.pending_batch.is_none()
+            }
+            Self::CheckpointCommitted { checkpoint, keep } => {
+                lease.checkpoint == *checkpoint && lease.staged_batches == *keep
             }
             Self::Release => lease.lease_owner.is_none(),
         }
@@ -96,7 +107,7 @@ impl HeldLease {
     }
 
     /// Start of the last successful write (take, renew, pending batch,
-    /// checkpoint). A worker that lost the lease cannot see it confirmed
+    /// checkpoint, staged batch). A worker that lost the lease cannot see it confirmed
     /// again; another worker takes the lease only after it has been
     /// unchanged for the failover time, i.e. not before
     /// `confirmed_at() + failover time`. Writes to S3 that must not outlive
@@ -153,6 +164,38 @@ impl HeldLease {
         self.write(LeaseWrite::Checkpoint(checkpoint.clone())).await
     }
 
+    /// Stages a batch for an Iceberg table ([`LeaseTable::stage_batch`]):
+    /// appends `entry` to the row's staged batches and clears the pending
+    /// batch; the checkpoint stays.
+    ///
+    /// # Errors
+    /// As [`LeaseTable::stage_batch`] (`StagedFull` leaves the lease held);
+    /// `LeaseLost` at once after a loss.
+    pub async fn stage_batch(&self, entry: &str) -> Result<(), LeaseError> {
+        self.write(LeaseWrite::StageBatch(entry.to_owned())).await
+    }
+
+    /// Moves the checkpoint to the end a table commit reached and keeps
+    /// only `keep` of the staged batches
+    /// ([`LeaseTable::checkpoint_committed`]); `keep` is taken from the
+    /// staged batches of [`snapshot`](Self::snapshot), which only this
+    /// lease's writes change.
+    ///
+    /// # Errors
+    /// As [`LeaseTable::checkpoint_committed`]; `LeaseLost` at once after a
+    /// loss.
+    pub async fn checkpoint_committed(
+        &self,
+        checkpoint: &Checkpoint,
+        keep: &[String],
+    ) -> Result<(), LeaseError> {
+        self.write(LeaseWrite::CheckpointCommitted {
+            checkpoint: checkpoint.clone(),
+            keep: keep.to_vec(),
+        })
+        .await
+    }
+
     /// Releases the lease ([`LeaseTable::release_lease`]); afterwards the lease
     /// counts as lost for this worker. A retriable failure (throttling) leaves
     /// the lease held, so the caller can try again.
@@ -202,6 +245,12 @@ impl HeldLease {
             }
             LeaseWrite::Checkpoint(checkpoint) => {
                 self.table.checkpoint(&lease, checkpoint, &token).await
+            }
+            LeaseWrite::StageBatch(entry) => self.table.stage_batch(&lease, entry, &token).await,
+            LeaseWrite::CheckpointCommitted { checkpoint, keep } => {
+                self.table
+                    .checkpoint_committed(&lease, checkpoint, keep, &token)
+                    .await
             }
             LeaseWrite::Release => self.table.release_lease(&lease, &token).await,
         };
@@ -510,6 +559,53 @@ mod tests {
             ),
             (1, 1, 1),
             "the checkpoint is not sent again"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_stage_in_doubt_adopted_by_a_renewal_is_not_sent_again() {
+        let entry = r#"{"files":["a.parquet"]}"#;
+        let stamped: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+        let (s1, s2) = (stamped.clone(), stamped.clone());
+        let stage_attempt = mock!(Client::update_item).then_compute_response(move |input| {
+            *s1.lock().unwrap() = Some(stamped_token(input));
+            unavailable()
+        });
+        let read = mock!(Client::get_item).then_compute_output(move |_| {
+            let mut row = lease(2, "me");
+            row.staged_batches = vec![entry.to_owned()];
+            row.last_write_token = s2.lock().unwrap().clone();
+            GetItemOutput::builder()
+                .set_item(Some(row.to_item()))
+                .build()
+        });
+        let renewal = mock!(Client::update_item).then_output(move || {
+            let mut row = lease(3, "me");
+            row.staged_batches = vec![entry.to_owned()];
+            row.last_write_token = Some("renewal".to_owned());
+            UpdateItemOutput::builder()
+                .set_attributes(Some(row.to_item()))
+                .build()
+        });
+        let client = mock_client!(
+            aws_sdk_dynamodb,
+            RuleMode::Sequential,
+            [&stage_attempt, &read, &renewal],
+            |c| c.retry_config(RetryConfig::disabled())
+        );
+        let held = held_at_counter_1(client);
+        assert!(held.stage_batch(entry).await.unwrap_err().is_retriable());
+        held.renew().await.unwrap();
+        held.stage_batch(entry).await.unwrap();
+        assert_eq!(held.snapshot().await.staged_batches, [entry]);
+        assert_eq!(
+            (
+                stage_attempt.num_calls(),
+                read.num_calls(),
+                renewal.num_calls()
+            ),
+            (1, 1, 1),
+            "the entry is not staged twice"
         );
     }
 }

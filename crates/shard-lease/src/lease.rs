@@ -60,6 +60,14 @@ pub mod attr {
     /// of its own and this one, so workers with different settings (during a
     /// rolling change) still fence each other.
     pub const OWNER_FAILOVER_TIME_MILLIS: &str = "ownerFailoverTimeMillis";
+    /// `L` of `S` (shardsink): the batches the owner has staged for an
+    /// Iceberg table — data files written to S3, not yet committed to the
+    /// table — oldest first, each an opaque entry (JSON) made by the caller.
+    /// Appended by [`crate::LeaseTable::stage_batch`], trimmed to what is
+    /// still uncommitted by [`crate::LeaseTable::checkpoint_committed`];
+    /// absent when there is none. Kept across changes of owner: the next
+    /// owner continues from them.
+    pub const STAGED_BATCHES: &str = "stagedBatches";
 }
 
 /// The batch a lease owner is about to PUT, recorded in the lease row before
@@ -105,6 +113,10 @@ pub struct Lease {
     /// `ownerFailoverTimeMillis`: the owner's failover time, recorded when
     /// it took the lease.
     pub owner_failover_time: Option<Duration>,
+    /// `stagedBatches`: the batches staged for an Iceberg table and not yet
+    /// committed, oldest first; each entry is opaque to this crate. Empty
+    /// when the attribute is absent.
+    pub staged_batches: Vec<String>,
 }
 
 impl Lease {
@@ -130,6 +142,7 @@ impl Lease {
             last_write_token: None,
             creation_token: Some(crate::WriteToken::random().as_str().to_owned()),
             owner_failover_time: None,
+            staged_batches: Vec::new(),
         }
     }
 
@@ -188,6 +201,9 @@ impl Lease {
                 attr::OWNER_FAILOVER_TIME_MILLIS.to_owned(),
                 number(millis(failover)),
             );
+        }
+        if let Some(staged) = staged_batches_value(&self.staged_batches) {
+            item.insert(attr::STAGED_BATCHES.to_owned(), staged);
         }
         let optional = [
             (attr::SHARD_ENDED_AT, &self.shard_ended_at),
@@ -256,6 +272,22 @@ impl Lease {
             }
         };
         parent_shard_ids.sort();
+        let staged_batches = match item.get(attr::STAGED_BATCHES) {
+            None | Some(AttributeValue::Null(_)) => Vec::new(),
+            Some(AttributeValue::L(entries)) => entries
+                .iter()
+                .map(|entry| entry.as_s().cloned())
+                .collect::<Result<_, _>>()
+                .map_err(|_| {
+                    malformed(format!(
+                        "{} has an element that is not a string",
+                        attr::STAGED_BATCHES
+                    ))
+                })?,
+            Some(_) => {
+                return Err(malformed(format!("{} is not a list", attr::STAGED_BATCHES)));
+            }
+        };
         Ok(Self {
             lease_owner: string(item, attr::LEASE_OWNER, key)?,
             lease_counter: unsigned(item, attr::LEASE_COUNTER, key)?
@@ -275,6 +307,7 @@ impl Lease {
             creation_token: string(item, attr::CREATION_TOKEN, key)?,
             owner_failover_time: unsigned(item, attr::OWNER_FAILOVER_TIME_MILLIS, key)?
                 .map(Duration::from_millis),
+            staged_batches,
             lease_key,
         })
     }
@@ -296,6 +329,19 @@ pub(crate) fn pending_batch_attributes(batch: &PendingBatch) -> [(String, Attrib
             AttributeValue::S(batch.last.to_string()),
         ),
     ]
+}
+
+/// The `stagedBatches` value for `entries`: a list of strings, or `None`
+/// for no entry (the attribute is then absent, never an empty list).
+pub(crate) fn staged_batches_value(entries: &[String]) -> Option<AttributeValue> {
+    (!entries.is_empty()).then(|| {
+        AttributeValue::L(
+            entries
+                .iter()
+                .map(|entry| AttributeValue::S(entry.clone()))
+                .collect(),
+        )
+    })
 }
 
 /// A DynamoDB number attribute.
@@ -377,6 +423,7 @@ mod tests {
             first: SequenceNumber::from(1u64),
             last: SequenceNumber::from(2u64),
         });
+        lease.staged_batches = vec![r#"{"files":["a"]}"#.to_owned(), "{}".to_owned()];
         lease
     }
 
@@ -393,6 +440,7 @@ mod tests {
             "pendingCheckpoint",
             "ownerSwitchesSinceCheckpoint",
             "parentShardId",
+            "stagedBatches",
         ] {
             assert!(item.contains_key(name), "missing {name}");
         }
@@ -413,6 +461,7 @@ mod tests {
         assert!(!item.contains_key("leaseOwner"));
         assert!(!item.contains_key("parentShardId"));
         assert!(!item.contains_key("pendingCheckpoint"));
+        assert!(!item.contains_key("stagedBatches"));
         assert_eq!(Lease::from_item(&item).unwrap(), lease);
     }
 
@@ -442,6 +491,28 @@ mod tests {
                 .unwrap_err()
                 .reason
                 .contains("invalid sequence number")
+        );
+        let mut item = sample().to_item();
+        item.insert(
+            "stagedBatches".to_owned(),
+            AttributeValue::L(vec![AttributeValue::N("1".to_owned())]),
+        );
+        assert!(
+            Lease::from_item(&item)
+                .unwrap_err()
+                .reason
+                .contains("stagedBatches has an element that is not a string")
+        );
+        let mut item = sample().to_item();
+        item.insert(
+            "stagedBatches".to_owned(),
+            AttributeValue::S("{}".to_owned()),
+        );
+        assert!(
+            Lease::from_item(&item)
+                .unwrap_err()
+                .reason
+                .contains("stagedBatches is not a list")
         );
         assert!(
             Lease::from_item(&HashMap::new())

@@ -1,5 +1,6 @@
 //! The writes that take, hold and give up a lease — take, renew, record a
-//! pending batch, checkpoint, release — as [`LeaseTable`] methods, and what a
+//! pending batch, checkpoint, stage a batch for an Iceberg table, checkpoint
+//! what a table commit took, release — as [`LeaseTable`] methods, and what a
 //! failed condition means.
 //!
 //! Protocol (see `docs/DESIGN.md`, "Leases"): every write to a row increments
@@ -19,12 +20,23 @@ use std::time::SystemTime;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use tracing::debug;
 
-use crate::lease::{attr, millis, number, pending_batch_attributes};
+use crate::lease::{attr, millis, number, pending_batch_attributes, staged_batches_value};
 use crate::retry::{Kind, kind};
 use crate::{
     Checkpoint, Condition, Expressions, Lease, LeaseError, LeaseTable, PendingBatch, Update,
     WriteToken,
 };
+
+/// The most a row's staged batches (`stagedBatches`) may hold, in bytes of
+/// the entries' UTF-8 (`str::len`, summed over the entries).
+/// [`LeaseTable::stage_batch`] refuses an entry that would take the row past
+/// it ([`LeaseError::StagedFull`]). A DynamoDB item is at most 400 KB,
+/// attribute names and values included ("Items" in [Constraints in Amazon
+/// DynamoDB]); this leaves the rest of the row, and the list's own few
+/// bytes per element, ample room.
+///
+/// [Constraints in Amazon DynamoDB]: https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Constraints.html
+pub const MAX_STAGED_BYTES: usize = 256 * 1024;
 
 impl LeaseTable {
     /// Takes `observed` for `worker_id`: sets `leaseOwner`, increments
@@ -145,23 +157,7 @@ impl LeaseTable {
         checkpoint: &Checkpoint,
         token: &WriteToken,
     ) -> Result<Lease, LeaseError> {
-        let mut update = Update::new()
-            .add(attr::LEASE_COUNTER, 1)
-            .set(
-                attr::CHECKPOINT,
-                AttributeValue::S(checkpoint.to_attribute()),
-            )
-            .set(attr::CHECKPOINT_SUB_SEQUENCE_NUMBER, number(0))
-            .set(attr::OWNER_SWITCHES_SINCE_CHECKPOINT, number(0));
-        // SHARD_END also stamps the wall-clock time, from which the ended
-        // lease's retention is counted.
-        if checkpoint.is_shard_end() {
-            update = update.set(
-                attr::SHARD_ENDED_AT,
-                AttributeValue::S(humantime::format_rfc3339_millis(SystemTime::now()).to_string()),
-            );
-        }
-        let update = update
+        let update = checkpoint_update(checkpoint)
             .remove(attr::PENDING_CHECKPOINT)
             .remove(attr::PENDING_BATCH_KEY)
             .remove(attr::PENDING_BATCH_FIRST);
@@ -177,6 +173,118 @@ impl LeaseTable {
                 && &current.checkpoint == checkpoint
                 && current.pending_batch.is_none()
         })
+        .await
+    }
+
+    /// Stages a batch for an Iceberg table: appends `entry` (opaque to this
+    /// crate; the caller's JSON naming the batch's data files and range) to
+    /// `held`'s `stagedBatches` and clears the pending batch, in one
+    /// conditional write on owner, counter and the checkpoint being the one
+    /// `held` holds — as [`checkpoint`](Self::checkpoint), except that the
+    /// checkpoint does not move: it moves when a table commit has taken the
+    /// batch ([`checkpoint_committed`](Self::checkpoint_committed)).
+    /// `token`: as for [`renew_lease`](Self::renew_lease).
+    ///
+    /// # Errors
+    /// [`LeaseError::StagedFull`], before any call, when `held`'s entries
+    /// and `entry` would take more than [`MAX_STAGED_BYTES`];
+    /// [`LeaseError::LeaseLost`]; [`LeaseError::CheckpointConflict`] as for
+    /// [`checkpoint`](Self::checkpoint); plus those of [`Self::get_lease`].
+    pub async fn stage_batch(
+        &self,
+        held: &Lease,
+        entry: &str,
+        token: &WriteToken,
+    ) -> Result<Lease, LeaseError> {
+        let bytes = staged_bytes(&held.staged_batches) + entry.len();
+        if bytes > MAX_STAGED_BYTES {
+            return Err(LeaseError::StagedFull {
+                shard_id: held.lease_key.clone(),
+                bytes,
+            });
+        }
+        let update = Update::new()
+            .add(attr::LEASE_COUNTER, 1)
+            .append(
+                attr::STAGED_BATCHES,
+                vec![AttributeValue::S(entry.to_owned())],
+            )
+            .remove(attr::PENDING_CHECKPOINT)
+            .remove(attr::PENDING_BATCH_KEY)
+            .remove(attr::PENDING_BATCH_FIRST);
+        let condition = owner_condition(held).equals(
+            attr::CHECKPOINT,
+            AttributeValue::S(held.checkpoint.to_attribute()),
+        );
+        let owner = held.lease_owner.clone();
+        let expected_counter = held.lease_counter + 1;
+        self.conditional_update("stage batch", held, token, update, condition, |current| {
+            current.lease_owner == owner
+                && current.lease_counter == expected_counter
+                && current.staged_batches.last().map(String::as_str) == Some(entry)
+                && current.pending_batch.is_none()
+        })
+        .await
+    }
+
+    /// Moves `held`'s checkpoint to `checkpoint` — the end a table commit
+    /// reached — and replaces its staged batches with `keep`, the entries
+    /// that commit did not take (the attribute is removed when `keep` is
+    /// empty), in one write conditional on owner, counter, the checkpoint
+    /// being the one `held` holds and the staged batches being exactly
+    /// `held`'s, so that no entry staged meanwhile is lost. Resets
+    /// `ownerSwitchesSinceCheckpoint` and stamps `shardEndedAt` at
+    /// `SHARD_END`, as [`checkpoint`](Self::checkpoint). The pending batch is
+    /// left alone: it belongs to a batch being written after the staged ones,
+    /// which [`stage_batch`](Self::stage_batch) clears. `keep` is a
+    /// subsequence of `held.staged_batches`. `token`: as for
+    /// [`renew_lease`](Self::renew_lease).
+    ///
+    /// # Errors
+    /// [`LeaseError::LeaseLost`]; [`LeaseError::CheckpointConflict`] as for
+    /// [`checkpoint`](Self::checkpoint); [`LeaseError::StagedConflict`] when
+    /// the lease and checkpoint are still ours but the staged batches
+    /// differ from `held`'s; plus those of [`Self::get_lease`].
+    pub async fn checkpoint_committed(
+        &self,
+        held: &Lease,
+        checkpoint: &Checkpoint,
+        keep: &[String],
+        token: &WriteToken,
+    ) -> Result<Lease, LeaseError> {
+        debug_assert!(
+            is_subsequence(keep, &held.staged_batches),
+            "only staged entries can be kept"
+        );
+        let update = checkpoint_update(checkpoint);
+        let update = match staged_batches_value(keep) {
+            Some(kept) => update.set(attr::STAGED_BATCHES, kept),
+            None => update.remove(attr::STAGED_BATCHES),
+        };
+        let condition = owner_condition(held)
+            .equals(
+                attr::CHECKPOINT,
+                AttributeValue::S(held.checkpoint.to_attribute()),
+            )
+            .equals_or_absent(
+                attr::STAGED_BATCHES,
+                staged_batches_value(&held.staged_batches),
+            );
+        let owner = held.lease_owner.clone();
+        let expected_counter = held.lease_counter + 1;
+        self.conditional_update(
+            "checkpoint committed",
+            held,
+            token,
+            update,
+            condition,
+            |current| {
+                current.lease_owner == owner
+                    && current.lease_counter == expected_counter
+                    && &current.checkpoint == checkpoint
+                    && current.staged_batches == keep
+            },
+        )
         .await
     }
 
@@ -265,6 +373,8 @@ impl LeaseTable {
     ///   → the write did apply (an earlier attempt succeeded, its response was
     ///   lost) → success;
     /// - same owner and counter but another checkpoint → `CheckpointConflict`;
+    /// - same owner, counter and checkpoint but other staged batches →
+    ///   `StagedConflict`;
     /// - anything else, or no row → `LeaseLost`.
     async fn resolve_conflict(
         &self,
@@ -285,9 +395,50 @@ impl LeaseTable {
                     actual: current.checkpoint,
                 })
             }
+            Some(current)
+                if current.lease_owner == observed.lease_owner
+                    && current.lease_counter == observed.lease_counter
+                    && current.staged_batches != observed.staged_batches =>
+            {
+                Err(LeaseError::StagedConflict { shard_id })
+            }
             _ => Err(LeaseError::LeaseLost { shard_id }),
         }
     }
+}
+
+/// The update that moves a checkpoint to `checkpoint`: the counter, the
+/// checkpoint, its sub-sequence number, `ownerSwitchesSinceCheckpoint`
+/// reset, and at `SHARD_END` the wall-clock time, from which the ended
+/// lease's retention is counted.
+fn checkpoint_update(checkpoint: &Checkpoint) -> Update {
+    let update = Update::new()
+        .add(attr::LEASE_COUNTER, 1)
+        .set(
+            attr::CHECKPOINT,
+            AttributeValue::S(checkpoint.to_attribute()),
+        )
+        .set(attr::CHECKPOINT_SUB_SEQUENCE_NUMBER, number(0))
+        .set(attr::OWNER_SWITCHES_SINCE_CHECKPOINT, number(0));
+    if checkpoint.is_shard_end() {
+        return update.set(
+            attr::SHARD_ENDED_AT,
+            AttributeValue::S(humantime::format_rfc3339_millis(SystemTime::now()).to_string()),
+        );
+    }
+    update
+}
+
+/// Bytes of `entries`' UTF-8, summed: what [`MAX_STAGED_BYTES`] bounds.
+fn staged_bytes(entries: &[String]) -> usize {
+    entries.iter().map(String::len).sum()
+}
+
+/// Whether `part` is `whole` with some entries left out, in order.
+fn is_subsequence(part: &[String], whole: &[String]) -> bool {
+    let mut rest = whole.iter();
+    part.iter()
+        .all(|entry| rest.any(|candidate| candidate == entry))
 }
 
 /// `leaseOwner = owner AND leaseCounter = counter AND lastWriteToken =

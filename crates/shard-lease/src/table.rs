@@ -1,7 +1,8 @@
 //! [`LeaseTable`]: the handle on the lease table, and its calls that are not
 //! an owner's writes: create the table, scan it, read a row, create and
 //! delete lease rows. The owner's writes are in [`crate::owner_writes`], the
-//! heartbeats in [`crate::heartbeat`]. Every write to a lease row is
+//! heartbeats in [`crate::heartbeat`], the Iceberg committer row in
+//! [`crate::committer`]. Every write to a lease row is
 //! conditional; a heartbeat row, written only by its own worker, is not.
 
 use std::collections::HashMap;
@@ -13,11 +14,14 @@ use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
 use tracing::{debug, info, warn};
 
+use crate::committer::{COMMITTER_KEY, ICEBERG_KEY_PREFIX};
 use crate::heartbeat::WORKER_KEY_PREFIX;
 use crate::lease::{attr, number};
 use crate::provision::{self, TableCreation, TableSetupError};
 use crate::retry::{ErrorClass, Kind, Modeled, classify, kind};
-use crate::{Condition, Expressions, Lease, LeaseError, Update, WorkerHeartbeat, WriteToken};
+use crate::{
+    CommitterLease, Condition, Expressions, Lease, LeaseError, Update, WorkerHeartbeat, WriteToken,
+};
 
 /// The lease table: one row per shard, keyed by `leaseKey` (the shard id).
 ///
@@ -30,13 +34,36 @@ pub struct LeaseTable {
     pub(crate) failover_time: Option<Duration>,
 }
 
-/// Everything in the lease table: leases and worker heartbeats.
+/// Everything in the lease table: leases, worker heartbeats and the Iceberg
+/// committer row.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TableScan {
     /// Lease rows, by `leaseKey`.
     pub leases: Vec<Lease>,
     /// Heartbeat rows, by worker id.
     pub workers: Vec<WorkerHeartbeat>,
+    /// The committer row ([`COMMITTER_KEY`]), when there is one.
+    pub committer: Option<CommitterLease>,
+}
+
+/// What kind of row a `leaseKey` names.
+enum RowKind {
+    Lease,
+    Worker,
+    Committer,
+    /// Another `iceberg#` row, which this version does not know.
+    OtherIceberg,
+}
+
+impl RowKind {
+    fn of(item: &HashMap<String, AttributeValue>) -> Self {
+        match item.get(attr::LEASE_KEY).and_then(|key| key.as_s().ok()) {
+            Some(key) if key.starts_with(WORKER_KEY_PREFIX) => Self::Worker,
+            Some(key) if key == COMMITTER_KEY => Self::Committer,
+            Some(key) if key.starts_with(ICEBERG_KEY_PREFIX) => Self::OtherIceberg,
+            _ => Self::Lease,
+        }
+    }
 }
 
 /// What [`LeaseTable::create_lease`] did.
@@ -111,9 +138,10 @@ impl LeaseTable {
         Ok(outcome)
     }
 
-    /// Every row, read with a consistent [Scan] (all pages): the leases and
-    /// the worker heartbeats. Rows that do not decode are logged and skipped,
-    /// so a foreign row cannot stop the worker.
+    /// Every row, read with a consistent [Scan] (all pages): the leases, the
+    /// worker heartbeats and the committer row; other `iceberg#` rows are
+    /// skipped. Rows that do not decode are logged and skipped, so a
+    /// foreign row cannot stop the worker.
     ///
     /// [Scan]: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Scan.html
     ///
@@ -133,14 +161,14 @@ impl LeaseTable {
                 .await
                 .map_err(|err| self.sdk_error("Scan", err))?;
             for item in page.items() {
-                let is_worker = item
-                    .get(attr::LEASE_KEY)
-                    .and_then(|key| key.as_s().ok())
-                    .is_some_and(|key| key.starts_with(WORKER_KEY_PREFIX));
-                let decoded = if is_worker {
-                    WorkerHeartbeat::from_item(item).map(|worker| scan.workers.push(worker))
-                } else {
-                    Lease::from_item(item).map(|lease| scan.leases.push(lease))
+                let decoded = match RowKind::of(item) {
+                    RowKind::Worker => {
+                        WorkerHeartbeat::from_item(item).map(|worker| scan.workers.push(worker))
+                    }
+                    RowKind::Committer => CommitterLease::from_item(item)
+                        .map(|committer| scan.committer = Some(committer)),
+                    RowKind::OtherIceberg => Ok(()),
+                    RowKind::Lease => Lease::from_item(item).map(|lease| scan.leases.push(lease)),
                 };
                 if let Err(err) = decoded {
                     warn!(table = %self.table_name, error = %err, "skipping lease table row");
@@ -156,7 +184,8 @@ impl LeaseTable {
         Ok(scan)
     }
 
-    /// Every lease row ([`scan`](Self::scan) without the heartbeats).
+    /// Every lease row ([`scan`](Self::scan) without the heartbeats and the
+    /// committer row).
     ///
     /// # Errors
     /// As [`scan`](Self::scan).

@@ -3,10 +3,11 @@
 //! into the request fields DynamoDB takes.
 //!
 //! Only the forms the lease table writes exist: `SET` of a value, of
-//! `attr + value` and of `if_not_exists(attr, value) + value`; `REMOVE`; and
-//! conditions made of `attr = value` and `attribute_not_exists(attr)` joined
-//! by `AND`. See the DynamoDB developer guide, [Update expressions] and
-//! [Condition expressions].
+//! `attr + value`, of `if_not_exists(attr, value) + value` and of
+//! `list_append(if_not_exists(attr, []), list)`; `REMOVE`; and conditions
+//! made of `attr = value` and `attribute_not_exists(attr)` joined by `AND`.
+//! See the DynamoDB developer guide, [Update expressions] and [Condition
+//! expressions].
 //!
 //! [Update expressions]: https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Expressions.UpdateExpressions.html
 //! [Condition expressions]: https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Expressions.ConditionExpressions.html
@@ -33,6 +34,11 @@ pub enum SetValue {
         /// The increment.
         by: u64,
     },
+    /// `#a = list_append(if_not_exists(#a, :empty), :elements)`: the
+    /// attribute's list (`L`), or an empty one when it is absent, with
+    /// `elements` appended. DynamoDB fails the request
+    /// (`ValidationException`) when the attribute is not a list.
+    Append(Vec<AttributeValue>),
 }
 
 /// The actions of an update: `SET` assignments, then `REMOVE`d attributes,
@@ -81,6 +87,14 @@ impl Update {
     #[must_use]
     pub fn add_or_start(self, attribute: impl Into<String>, start: u64, by: u64) -> Self {
         self.assign(attribute.into(), SetValue::AddOrStart { start, by })
+    }
+
+    /// Adds `SET attribute = list_append(if_not_exists(attribute, []),
+    /// elements)`: `elements` appended to the list `attribute`, which is
+    /// created when absent.
+    #[must_use]
+    pub fn append(self, attribute: impl Into<String>, elements: Vec<AttributeValue>) -> Self {
+        self.assign(attribute.into(), SetValue::Append(elements))
     }
 
     /// Adds `REMOVE attribute`.
@@ -136,6 +150,11 @@ impl Update {
                     "{name} = if_not_exists({name}, {}) + {}",
                     placeholders.number(*start),
                     placeholders.number(*by)
+                ),
+                SetValue::Append(elements) => format!(
+                    "{name} = list_append(if_not_exists({name}, {}), {})",
+                    placeholders.value(AttributeValue::L(Vec::new())),
+                    placeholders.value(AttributeValue::L(elements.clone()))
                 ),
             });
         }
@@ -357,6 +376,19 @@ mod tests {
         assert_eq!(values[":v0"], s("me"));
         assert_eq!(values[":v2"], number(0));
         assert_eq!(values[":v4"], number(7));
+    }
+
+    #[test]
+    fn renders_a_list_append_that_starts_an_absent_list() {
+        let update = Update::new().append("stagedBatches", vec![s("e")]);
+        let rendered = Expressions::new(&update, &Condition::new());
+        assert_eq!(
+            rendered.update.as_deref(),
+            Some("SET #a0 = list_append(if_not_exists(#a0, :v0), :v1)")
+        );
+        let values = rendered.values.unwrap();
+        assert_eq!(values[":v0"], AttributeValue::L(vec![]));
+        assert_eq!(values[":v1"], AttributeValue::L(vec![s("e")]));
     }
 
     #[test]

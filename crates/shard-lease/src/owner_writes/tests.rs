@@ -346,3 +346,265 @@ async fn take_records_the_failover_time_and_checks_the_creation_token() {
     );
     assert_eq!(update.num_calls(), 1);
 }
+
+/// A table in memory with `SHARD`'s lease created and taken by `worker-a`.
+async fn fake_with_taken_lease() -> (
+    std::sync::Arc<crate::test_util::FakeTable>,
+    LeaseTable,
+    Lease,
+) {
+    let fake = std::sync::Arc::new(crate::test_util::FakeTable::default());
+    let table = LeaseTable::new(crate::test_util::fake_client(fake.clone()), "leases");
+    let crate::CreateOutcome::Created(created) = table
+        .create_lease(&Lease::new(SHARD, seq(100), vec![]))
+        .await
+        .unwrap()
+    else {
+        panic!("the table is empty")
+    };
+    let taken = table.take_lease(&created, "worker-a").await.unwrap();
+    (fake, table, taken)
+}
+
+fn entry(n: u32) -> String {
+    format!(r#"{{"batch":{n},"files":["s3://b/data/{n}.parquet"]}}"#)
+}
+
+fn batch(first: u64, last: u64) -> PendingBatch {
+    PendingBatch {
+        key: format!("k-{first}-{last}"),
+        first: SequenceNumber::from(first),
+        last: SequenceNumber::from(last),
+    }
+}
+
+#[tokio::test]
+async fn staged_batches_accumulate_then_a_commit_checkpoints_and_keeps_the_rest() {
+    let (_, table, taken) = fake_with_taken_lease().await;
+    let held = crate::HeldLease::new(table.clone(), taken, tokio::time::Instant::now());
+    held.record_pending_batch(&batch(101, 150)).await.unwrap();
+    held.stage_batch(&entry(1)).await.unwrap();
+    held.record_pending_batch(&batch(151, 200)).await.unwrap();
+    held.stage_batch(&entry(2)).await.unwrap();
+    let row = table.get_lease(SHARD).await.unwrap().unwrap();
+    assert_eq!(row.staged_batches, [entry(1), entry(2)]);
+    assert_eq!(row.pending_batch, None, "staging clears the pending batch");
+    assert_eq!(
+        row.checkpoint,
+        seq(100),
+        "staging does not move the checkpoint"
+    );
+    assert_eq!(row.lease_counter, 5);
+
+    // A commit took the first batch: its end is the new checkpoint.
+    held.checkpoint_committed(&seq(150), &[entry(2)])
+        .await
+        .unwrap();
+    let row = table.get_lease(SHARD).await.unwrap().unwrap();
+    assert_eq!(row.checkpoint, seq(150));
+    assert_eq!(row.staged_batches, [entry(2)]);
+    assert_eq!(row.owner_switches_since_checkpoint, 0);
+    assert_eq!(row, held.snapshot().await);
+
+    // The next commit took the rest: the attribute goes.
+    held.checkpoint_committed(&seq(200), &[]).await.unwrap();
+    let row = table.get_lease(SHARD).await.unwrap().unwrap();
+    assert_eq!(row.checkpoint, seq(200));
+    assert!(row.staged_batches.is_empty());
+}
+
+#[tokio::test]
+async fn a_commit_checkpoint_leaves_the_pending_batch_of_the_next_batch() {
+    let (_, table, taken) = fake_with_taken_lease().await;
+    let staged = table
+        .stage_batch(&taken, &entry(1), &WriteToken::random())
+        .await
+        .unwrap();
+    let pending = table
+        .record_pending_batch(&staged, &batch(151, 200), &WriteToken::random())
+        .await
+        .unwrap();
+    let after = table
+        .checkpoint_committed(&pending, &seq(150), &[], &WriteToken::random())
+        .await
+        .unwrap();
+    assert_eq!(after.pending_batch, Some(batch(151, 200)));
+    assert!(after.staged_batches.is_empty());
+}
+
+#[tokio::test]
+async fn a_worker_that_lost_the_lease_stages_nothing() {
+    let (fake, table, taken) = fake_with_taken_lease().await;
+    let stolen = table.take_lease(&taken, "worker-b").await.unwrap();
+    let err = table
+        .stage_batch(&taken, &entry(1), &WriteToken::random())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, LeaseError::LeaseLost { ref shard_id } if shard_id == SHARD),
+        "{err:?}"
+    );
+    assert!(!fake.items.lock().unwrap()[SHARD].contains_key("stagedBatches"));
+    let err = table
+        .checkpoint_committed(&taken, &seq(150), &[], &WriteToken::random())
+        .await
+        .unwrap_err();
+    assert!(err.is_lease_lost(), "{err:?}");
+    assert_eq!(table.get_lease(SHARD).await.unwrap(), Some(stolen));
+}
+
+#[tokio::test]
+async fn staging_past_the_bound_is_refused_without_a_write() {
+    let (_, table, taken) = fake_with_taken_lease().await;
+    let big = "x".repeat(MAX_STAGED_BYTES - 10);
+    let staged = table
+        .stage_batch(&taken, &big, &WriteToken::random())
+        .await
+        .unwrap();
+    let err = table
+        .stage_batch(&staged, &"y".repeat(11), &WriteToken::random())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LeaseError::StagedFull { ref shard_id, bytes }
+                if shard_id == SHARD && bytes == MAX_STAGED_BYTES + 1
+        ),
+        "{err:?}"
+    );
+    assert!(!err.is_retriable() && !err.is_lease_lost());
+    assert_eq!(table.get_lease(SHARD).await.unwrap(), Some(staged.clone()));
+    // Up to the bound exactly is accepted (and fits in a DynamoDB item).
+    let full = table
+        .stage_batch(&staged, &"y".repeat(10), &WriteToken::random())
+        .await
+        .unwrap();
+    assert_eq!(full.staged_batches.len(), 2);
+}
+
+#[tokio::test]
+async fn a_full_held_lease_stays_held() {
+    let (_, table, taken) = fake_with_taken_lease().await;
+    let held = crate::HeldLease::new(table, taken, tokio::time::Instant::now());
+    held.stage_batch(&"x".repeat(MAX_STAGED_BYTES))
+        .await
+        .unwrap();
+    let err = held.stage_batch("{}").await.unwrap_err();
+    assert!(matches!(err, LeaseError::StagedFull { .. }), "{err:?}");
+    assert!(!held.is_lost());
+    held.renew().await.unwrap();
+}
+
+#[tokio::test]
+async fn taking_and_releasing_a_lease_keep_its_staged_batches() {
+    let (_, table, taken) = fake_with_taken_lease().await;
+    let staged = table
+        .stage_batch(&taken, &entry(1), &WriteToken::random())
+        .await
+        .unwrap();
+    let staged = table
+        .stage_batch(&staged, &entry(2), &WriteToken::random())
+        .await
+        .unwrap();
+    let stolen = table.take_lease(&staged, "worker-b").await.unwrap();
+    assert_eq!(stolen.staged_batches, [entry(1), entry(2)]);
+    let released = table
+        .release_lease(&stolen, &WriteToken::random())
+        .await
+        .unwrap();
+    assert_eq!(released.staged_batches, [entry(1), entry(2)]);
+    let row = table.get_lease(SHARD).await.unwrap().unwrap();
+    assert_eq!(row.staged_batches, [entry(1), entry(2)]);
+}
+
+#[tokio::test]
+async fn staged_batches_changed_under_their_owner_are_a_conflict() {
+    let (fake, table, taken) = fake_with_taken_lease().await;
+    let staged = table
+        .stage_batch(&taken, &entry(1), &WriteToken::random())
+        .await
+        .unwrap();
+    // Another tool appends an entry without touching counter or token.
+    let edited = AttributeValue::L(vec![
+        AttributeValue::S(entry(1)),
+        AttributeValue::S(entry(9)),
+    ]);
+    fake.items
+        .lock()
+        .unwrap()
+        .get_mut(SHARD)
+        .unwrap()
+        .insert("stagedBatches".to_owned(), edited);
+    let err = table
+        .checkpoint_committed(&staged, &seq(150), &[], &WriteToken::random())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, LeaseError::StagedConflict { ref shard_id } if shard_id == SHARD),
+        "{err:?}"
+    );
+    assert!(err.is_lease_lost());
+    let row = table.get_lease(SHARD).await.unwrap().unwrap();
+    assert_eq!(row.staged_batches, [entry(1), entry(9)], "entry 9 survives");
+    assert_eq!(row.checkpoint, seq(100));
+}
+
+#[tokio::test]
+async fn a_stage_whose_response_was_lost_is_found_applied() {
+    // The first attempt appended the entry; the retry failed the condition.
+    // The re-read row carries this write's token and ends with the entry.
+    let sent_token = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+    let (record, read) = (sent_token.clone(), sent_token);
+    let update = mock!(Client::update_item)
+        .match_requests(move |input| {
+            let token =
+                update_value(input, "lastWriteToken").and_then(|value| value.as_s().ok().cloned());
+            *record.lock().unwrap() = token;
+            true
+        })
+        .then_error(condition_failed);
+    let get = mock!(Client::get_item).then_output(move || {
+        let mut row = held(6, seq(100));
+        row.staged_batches = vec![entry(0), entry(1)];
+        row.last_write_token = read.lock().unwrap().clone();
+        get_output(Some(row))
+    });
+    let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&update, &get]);
+    let table = LeaseTable::new(client, "leases");
+    let mut before = held(5, seq(100));
+    before.staged_batches = vec![entry(0)];
+    let after = table
+        .stage_batch(&before, &entry(1), &WriteToken::random())
+        .await
+        .unwrap();
+    assert_eq!(after.staged_batches, [entry(0), entry(1)]);
+    assert_eq!(after.lease_counter, 6);
+}
+
+#[tokio::test]
+async fn a_commit_checkpoint_is_conditional_on_the_staged_batches() {
+    let mut lease = held(5, seq(100));
+    lease.staged_batches = vec![entry(1), entry(2)];
+    let update = mock!(Client::update_item)
+        .match_requests(|input| {
+            let staged = AttributeValue::L(vec![
+                AttributeValue::S(entry(1)),
+                AttributeValue::S(entry(2)),
+            ]);
+            condition_value(input, "stagedBatches") == Some(staged)
+                && condition_value(input, "checkpoint") == Some(AttributeValue::S("100".into()))
+                && update_value(input, "stagedBatches")
+                    == Some(AttributeValue::L(vec![AttributeValue::S(entry(2))]))
+        })
+        .then_error(condition_failed);
+    let get = mock!(Client::get_item).then_output(|| get_output(None));
+    let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&update, &get]);
+    let table = LeaseTable::new(client, "leases");
+    let err = table
+        .checkpoint_committed(&lease, &seq(150), &[entry(2)], &WriteToken::random())
+        .await
+        .unwrap_err();
+    assert!(err.is_lease_lost(), "{err:?}");
+    assert_eq!(update.num_calls(), 1, "the request matched");
+}

@@ -27,7 +27,9 @@ pub fn holds(condition: &Condition, item: Option<&HashMap<String, AttributeValue
 /// # Errors
 /// [`ExpressionError::Absent`] for `#a = #a + :v` on an item without `#a`;
 /// [`ExpressionError::NotANumber`] when the attribute added to is not a
-/// whole non-negative number, or the sum overflows.
+/// whole non-negative number, or the sum overflows;
+/// [`ExpressionError::NotAList`] when the attribute appended to is not a
+/// list.
 pub fn apply(
     update: &Update,
     item: &mut HashMap<String, AttributeValue>,
@@ -52,6 +54,13 @@ pub fn apply(
                 };
                 sum(base, *by)?
             }
+            SetValue::Append(elements) => match item.get(attribute) {
+                None => AttributeValue::L(elements.clone()),
+                Some(AttributeValue::L(current)) => {
+                    AttributeValue::L(current.iter().chain(elements).cloned().collect())
+                }
+                Some(_) => return Err(ExpressionError::NotAList(attribute.clone())),
+            },
         };
         assigned.push((attribute.clone(), new));
     }
@@ -117,6 +126,20 @@ mod tests {
         assert_eq!(
             apply(&Update::new().add("o", 1), &mut item),
             Err(ExpressionError::NotANumber("o".to_owned()))
+        );
+    }
+
+    #[test]
+    fn appends_start_an_absent_list_and_extend_a_present_one() {
+        let s = |text: &str| AttributeValue::S(text.to_owned());
+        let mut item = HashMap::from([("o".to_owned(), s("me"))]);
+        let append = |text: &str| Update::new().append("l", vec![s(text)]);
+        apply(&append("a"), &mut item).unwrap();
+        apply(&append("b"), &mut item).unwrap();
+        assert_eq!(item["l"], AttributeValue::L(vec![s("a"), s("b")]));
+        assert_eq!(
+            apply(&Update::new().append("o", vec![s("x")]), &mut item),
+            Err(ExpressionError::NotAList("o".to_owned()))
         );
     }
 }

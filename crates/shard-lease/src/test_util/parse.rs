@@ -3,6 +3,7 @@
 //!
 //! It accepts exactly the forms the builder renders (`SET` before `REMOVE`,
 //! `#a = :v`, `#a = #a + :v`, `#a = if_not_exists(#a, :v) + :v`,
+//! `#a = list_append(if_not_exists(#a, :v), :v)`,
 //! `attribute_not_exists(#a)`, `AND`), every name and value through a
 //! placeholder. Like DynamoDB, it rejects a placeholder that is undefined or
 //! unused, an empty placeholder map, and an update that writes an attribute
@@ -49,6 +50,10 @@ pub enum ExpressionError {
     /// the attribute it adds to.
     #[error("{0} is not a non-negative integer")]
     NotANumber(String),
+    /// `list_append` with an operand that is not a list (`L`), in the
+    /// request or in the item.
+    #[error("{0} is not a list")]
+    NotAList(String),
     /// `#a = #a + :v` on an item without `#a`.
     #[error("the update adds to {0}, which the item does not have")]
     Absent(String),
@@ -240,6 +245,7 @@ impl Reader<'_> {
                     SetValue::Value(value) => update.set(attribute, value),
                     SetValue::Add(by) => update.add(attribute, by),
                     SetValue::AddOrStart { start, by } => update.add_or_start(attribute, start, by),
+                    SetValue::Append(elements) => update.append(attribute, elements),
                 };
                 if !cursor.take(Token::Symbol(',')) {
                     break;
@@ -262,14 +268,32 @@ impl Reader<'_> {
         }
     }
 
-    /// `#a = :v`, `#a = #a + :v` or `#a = if_not_exists(#a, :v) + :v`.
+    /// `#a = :v`, `#a = #a + :v`, `#a = if_not_exists(#a, :v) + :v` or
+    /// `#a = list_append(if_not_exists(#a, :v), :v)` (the first list
+    /// empty, as the builder renders it).
     fn assignment(
         &mut self,
         cursor: &mut Cursor<'_>,
     ) -> Result<(String, SetValue), ExpressionError> {
         let attribute = self.name(cursor)?;
         cursor.expect('=')?;
-        let value = if cursor.take(Token::Word("if_not_exists")) {
+        let value = if cursor.take(Token::Word("list_append")) {
+            cursor.expect('(')?;
+            if !cursor.take(Token::Word("if_not_exists")) {
+                return Err(cursor.unexpected(cursor.peek()));
+            }
+            cursor.expect('(')?;
+            self.base(cursor, &attribute)?;
+            cursor.expect(',')?;
+            if !self.list(cursor)?.is_empty() {
+                return Err(cursor.error("list_append starts from a non-empty list".to_owned()));
+            }
+            cursor.expect(')')?;
+            cursor.expect(',')?;
+            let elements = self.list(cursor)?;
+            cursor.expect(')')?;
+            SetValue::Append(elements)
+        } else if cursor.take(Token::Word("if_not_exists")) {
             cursor.expect('(')?;
             self.base(cursor, &attribute)?;
             cursor.expect(',')?;
@@ -339,6 +363,14 @@ impl Reader<'_> {
         }
     }
 
+    /// Reads a value placeholder that stands for a list: its elements.
+    fn list(&mut self, cursor: &mut Cursor<'_>) -> Result<Vec<AttributeValue>, ExpressionError> {
+        match self.value(cursor)? {
+            AttributeValue::L(elements) => Ok(elements),
+            other => Err(ExpressionError::NotAList(format!("{other:?}"))),
+        }
+    }
+
     /// Reads a value placeholder that stands for a whole non-negative number.
     fn number(&mut self, cursor: &mut Cursor<'_>) -> Result<u64, ExpressionError> {
         let value = self.value(cursor)?;
@@ -398,6 +430,9 @@ mod tests {
             "[a-z =#:(),]{0,8}".prop_map(|s| SetValue::Value(AttributeValue::S(s))),
             any::<u64>().prop_map(SetValue::Add),
             (any::<u64>(), any::<u64>()).prop_map(|(start, by)| SetValue::AddOrStart { start, by }),
+            prop::collection::vec("[a-z{}\":,]{0,8}", 0..3).prop_map(|elements| {
+                SetValue::Append(elements.into_iter().map(AttributeValue::S).collect())
+            }),
         ]
     }
 
@@ -417,6 +452,7 @@ mod tests {
                         SetValue::Value(value) => update.set(attribute, value),
                         SetValue::Add(by) => update.add(attribute, by),
                         SetValue::AddOrStart { start, by } => update.add_or_start(attribute, start, by),
+                        SetValue::Append(elements) => update.append(attribute, elements),
                     };
                 }
             }
