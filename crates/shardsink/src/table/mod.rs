@@ -8,6 +8,8 @@
 //! - `state`: [`CommitState`](state::CommitState), each shard's committed
 //!   end, which every commit writes beside its snapshot; the staged batches;
 //!   the plan of which staged batches continue the table;
+//! - `staging`: a batch's data file paths and the staged batch recorded
+//!   in the lease row;
 //! - `commit`: one table commit of staged batches, pinned to the table it
 //!   was planned on, with the check of a commit whose outcome is unknown.
 //!
@@ -20,7 +22,9 @@
 
 pub(crate) mod catalog;
 pub(crate) mod commit;
+pub(crate) mod committer;
 pub(crate) mod create;
+pub(crate) mod staging;
 pub(crate) mod state;
 
 #[cfg(test)]

@@ -1,0 +1,149 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use shard_lease::test_util::{FakeTable, fake_client};
+use shard_lease::{Checkpoint, HeldLease, Lease, LeaseTable};
+
+use super::*;
+use crate::output::bucket::TimeBucket;
+use crate::table::create::{NewTable, default_partition_spec, default_schema, find_or_create};
+use crate::table::test_support::{live_files, memory_catalog, staged};
+
+const INTERVAL: Duration = Duration::from_secs(60);
+const FAILOVER: Duration = Duration::from_secs(10);
+
+struct World {
+    leases: LeaseTable,
+    catalog: Arc<dyn Catalog>,
+    ident: TableIdent,
+    table: iceberg::table::Table,
+}
+
+async fn world() -> World {
+    let fake = Arc::new(FakeTable::keyed_by("leaseKey"));
+    let leases = LeaseTable::new(fake_client(fake), "leases");
+    let catalog = memory_catalog().await;
+    let ident = TableIdent::from_strs(["archive", "events"]).unwrap();
+    let new = NewTable {
+        schema: default_schema(None).unwrap(),
+        partition_spec: default_partition_spec(TimeBucket::Minute).unwrap(),
+        location: None,
+    };
+    let table = find_or_create(&catalog, &ident, new).await.unwrap();
+    World {
+        leases,
+        catalog: Arc::new(catalog),
+        ident,
+        table,
+    }
+}
+
+impl World {
+    fn committer(&self, worker: &str) -> Committer {
+        Committer::new(
+            self.leases.clone(),
+            self.catalog.clone(),
+            self.ident.clone(),
+            CommitterOptions {
+                worker_id: worker.to_owned(),
+                interval: INTERVAL,
+                failover_time: FAILOVER,
+            },
+        )
+    }
+
+    /// A lease on `shard` held by `worker`.
+    async fn held(&self, shard: &str, worker: &str) -> HeldLease {
+        let lease = Lease::new(shard, Checkpoint::TrimHorizon, Vec::new());
+        self.leases.create_lease(&lease).await.unwrap();
+        let observed = self.leases.get_lease(shard).await.unwrap().unwrap();
+        let taken = self.leases.take_lease(&observed, worker).await.unwrap();
+        HeldLease::new(self.leases.clone(), taken, tokio::time::Instant::now())
+    }
+
+    async fn stage(&self, held: &HeldLease, after: &str, last: &str) {
+        let batch = staged(&self.table, held.shard_id(), after, last, 20000);
+        held.stage_batch(&serde_json::to_string(&batch).unwrap())
+            .await
+            .unwrap();
+    }
+
+    async fn snapshots(&self) -> usize {
+        let table = self.catalog.load_table(&self.ident).await.unwrap();
+        table.metadata().snapshots().count()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_worker_commits_every_worker_s_staged_batches_once_per_interval() {
+    let w = world().await;
+    let s0 = w.held("s0", "a").await;
+    let s1 = w.held("s1", "b").await;
+    w.stage(&s0, "TRIM_HORIZON", "10").await;
+    w.stage(&s1, "TRIM_HORIZON", "20").await;
+    let (mut a, mut b) = (w.committer("a"), w.committer("b"));
+
+    assert_eq!(a.round().await.unwrap(), Round::Took);
+    assert_eq!(
+        b.round().await.unwrap(),
+        Round::Following {
+            owner: Some("a".to_owned())
+        }
+    );
+    // Within the interval the committer only renews.
+    tokio::time::advance(INTERVAL / 2).await;
+    assert_eq!(a.round().await.unwrap(), Round::Renewed);
+    assert_eq!(w.snapshots().await, 0);
+
+    tokio::time::advance(INTERVAL / 2).await;
+    let Round::Committed(outcome) = a.round().await.unwrap() else {
+        panic!("no commit after an interval");
+    };
+    assert_eq!(outcome.state().shards["s0"], "10");
+    assert_eq!(outcome.state().shards["s1"], "20");
+    let table = w.catalog.load_table(&w.ident).await.unwrap();
+    assert_eq!(live_files(&table).await.len(), 2);
+
+    // The other worker reads the published state for its shards.
+    b.round().await.unwrap();
+    assert_eq!(b.published().unwrap().shards["s1"], "20");
+
+    // Many rounds in the next interval: one commit, with the new batch.
+    w.stage(&s1, "20", "30").await;
+    for _ in 0..10 {
+        tokio::time::advance(INTERVAL / 10).await;
+        a.round().await.unwrap();
+        b.round().await.unwrap();
+    }
+    assert_eq!(w.snapshots().await, 2);
+    assert_eq!(a.published().unwrap().shards["s1"], "30");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_committer_that_stops_renewing_is_replaced_after_the_failover_time() {
+    let w = world().await;
+    let s0 = w.held("s0", "a").await;
+    w.stage(&s0, "TRIM_HORIZON", "10").await;
+    let (mut a, mut b) = (w.committer("a"), w.committer("b"));
+    assert_eq!(a.round().await.unwrap(), Round::Took);
+    b.round().await.unwrap();
+    // A stops (paused, or gone); B sees the counter stand still.
+    tokio::time::advance(FAILOVER / 2).await;
+    assert!(matches!(b.round().await.unwrap(), Round::Following { .. }));
+    tokio::time::advance(FAILOVER).await;
+    assert_eq!(b.round().await.unwrap(), Round::Took);
+    // B's first commit waits one interval from the take.
+    assert_eq!(b.round().await.unwrap(), Round::Renewed);
+    tokio::time::advance(INTERVAL).await;
+    assert!(matches!(b.round().await.unwrap(), Round::Committed(_)));
+    // A, back, is no longer the committer: its writes fail on the counter
+    // and it follows.
+    let round = a.round().await.unwrap();
+    assert_eq!(
+        round,
+        Round::Following {
+            owner: Some("b".to_owned())
+        }
+    );
+    assert_eq!(w.snapshots().await, 1);
+}
