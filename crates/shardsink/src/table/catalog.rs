@@ -233,10 +233,9 @@ mod tests {
     use iceberg::io::LocalFsStorageFactory;
 
     use super::*;
-    use crate::output::bucket::TimeBucket;
     use crate::table::commit::{CommitOutcome, commit_staged, read_state};
-    use crate::table::create::{NewTable, default_partition_spec, default_schema, find_or_create};
-    use crate::table::test_support::{live_files, staged};
+    use crate::table::create::find_or_create;
+    use crate::table::test_support::{default_new_table, live_files, staged};
 
     fn sql_settings(dir: &Path, name: &str) -> CatalogSettings {
         CatalogSettings {
@@ -244,14 +243,6 @@ mod tests {
             name: name.to_owned(),
             uri: Some(format!("sqlite:///{}/catalog/c.db", dir.display())),
             warehouse: Some(format!("file://{}/warehouse", dir.display())),
-        }
-    }
-
-    fn new_table() -> NewTable {
-        NewTable {
-            schema: default_schema(None).unwrap(),
-            partition_spec: default_partition_spec(TimeBucket::Minute).unwrap(),
-            location: None,
         }
     }
 
@@ -264,7 +255,7 @@ mod tests {
         let catalog = open(&settings, Arc::new(LocalFsStorageFactory), &sdk)
             .await
             .unwrap();
-        let table = find_or_create(catalog.as_ref(), &ident, new_table())
+        let table = find_or_create(catalog.as_ref(), &ident, default_new_table())
             .await
             .unwrap();
         assert!(dir.path().join("catalog/c.db").is_file());
@@ -308,7 +299,7 @@ mod tests {
         let b = open(&settings, Arc::new(LocalFsStorageFactory), &sdk)
             .await
             .unwrap();
-        let table = find_or_create(a.as_ref(), &ident, new_table())
+        let table = find_or_create(a.as_ref(), &ident, default_new_table())
             .await
             .unwrap();
         // Overlapping views of the staged batches, committed at once by two

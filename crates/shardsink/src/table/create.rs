@@ -169,17 +169,13 @@ pub async fn find_or_create(
 mod tests {
     use super::*;
     use crate::output::format::schema::SchemaColumn;
-    use crate::table::test_support::memory_catalog;
+    use crate::table::test_support::{default_new_table, memory_catalog};
 
     #[tokio::test]
     async fn a_missing_table_is_created_partitioned_by_arrival_day_and_then_loaded() {
         let catalog = memory_catalog().await;
         let ident = TableIdent::from_strs(["archive", "events"]).unwrap();
-        let new = NewTable {
-            schema: default_schema(None).unwrap(),
-            partition_spec: default_partition_spec(TimeBucket::Minute).unwrap(),
-            location: None,
-        };
+        let new = default_new_table();
         let created = find_or_create(&catalog, &ident, new.clone()).await.unwrap();
         let names: Vec<_> = created
             .metadata()

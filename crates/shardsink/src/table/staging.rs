@@ -81,16 +81,14 @@ mod tests {
 
     use arrow_array::cast::AsArray;
     use futures::TryStreamExt;
-    use iceberg::{Catalog, TableIdent};
+    use iceberg::Catalog;
 
     use super::*;
-    use crate::output::bucket::TimeBucket;
     use crate::output::compression::Compression;
     use crate::output::format::iceberg::{IcebergBatch, IcebergLayout};
     use crate::read::record::UserRecordView;
     use crate::table::commit::commit_staged;
-    use crate::table::create::{NewTable, default_partition_spec, default_schema, find_or_create};
-    use crate::table::test_support::memory_catalog;
+    use crate::table::test_support::{events_table, memory_catalog};
 
     /// 2026-11-27T23:59:59.999Z and a millisecond later, in milliseconds.
     const NOV_27_LAST_MS: i64 = 1_795_823_999_999;
@@ -98,13 +96,7 @@ mod tests {
     #[tokio::test]
     async fn a_batch_encoded_written_staged_and_committed_reads_back_as_its_records() {
         let catalog = memory_catalog().await;
-        let ident = TableIdent::from_strs(["archive", "events"]).unwrap();
-        let new = NewTable {
-            schema: default_schema(None).unwrap(),
-            partition_spec: default_partition_spec(TimeBucket::Minute).unwrap(),
-            location: None,
-        };
-        let table = find_or_create(&catalog, &ident, new).await.unwrap();
+        let (ident, table) = events_table(&catalog).await;
         let metadata = table.metadata();
         let layout = IcebergLayout::new(
             metadata.current_schema().clone(),

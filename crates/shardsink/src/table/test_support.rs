@@ -9,7 +9,11 @@ use iceberg::spec::{
 };
 use iceberg::table::Table;
 
+use iceberg::{Catalog, TableIdent};
+
+use super::create::{NewTable, default_partition_spec, default_schema, find_or_create};
 use super::state::{StagedBatch, StagedFile};
+use crate::output::bucket::TimeBucket;
 
 /// A memory catalog with an in-memory warehouse.
 pub(crate) async fn memory_catalog() -> MemoryCatalog {
@@ -23,6 +27,25 @@ pub(crate) async fn memory_catalog() -> MemoryCatalog {
         )
         .await
         .expect("a memory catalog")
+}
+
+/// The table shardsink creates by default: the `data` column, partitioned
+/// by arrival day.
+pub(crate) fn default_new_table() -> NewTable {
+    NewTable {
+        schema: default_schema(None).expect("the default schema"),
+        partition_spec: default_partition_spec(TimeBucket::Minute).expect("the default spec"),
+        location: None,
+    }
+}
+
+/// `archive.events`, found or created in `catalog` as shardsink creates it.
+pub(crate) async fn events_table(catalog: &dyn Catalog) -> (TableIdent, Table) {
+    let ident = TableIdent::from_strs(["archive", "events"]).expect("a table name");
+    let table = find_or_create(catalog, &ident, default_new_table())
+        .await
+        .expect("the table");
+    (ident, table)
 }
 
 /// A staged batch of `shard` after `after` up to `last`, with one data file

@@ -2,20 +2,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::*;
-use crate::output::bucket::TimeBucket;
-use crate::table::create::{NewTable, default_partition_spec, default_schema, find_or_create};
-use crate::table::test_support::{live_files, memory_catalog, staged};
-
-async fn new_table(catalog: &dyn Catalog) -> (TableIdent, Table) {
-    let ident = TableIdent::from_strs(["archive", "events"]).unwrap();
-    let new = NewTable {
-        schema: default_schema(None).unwrap(),
-        partition_spec: default_partition_spec(TimeBucket::Minute).unwrap(),
-        location: None,
-    };
-    let table = find_or_create(catalog, &ident, new).await.unwrap();
-    (ident, table)
-}
+use crate::table::test_support::{events_table, live_files, memory_catalog, staged};
 
 /// Each live data file's path once: a path listed twice is a file appended
 /// twice.
@@ -28,7 +15,7 @@ fn assert_each_file_once(live: &[String]) {
 #[tokio::test]
 async fn staged_batches_are_appended_once_with_the_state_beside_them() {
     let catalog = memory_catalog().await;
-    let (ident, table) = new_table(&catalog).await;
+    let (ident, table) = events_table(&catalog).await;
     let batches = [
         staged(&table, "s0", "TRIM_HORIZON", "100", 20000),
         staged(&table, "s0", "100", "200", 20001),
@@ -101,7 +88,7 @@ impl CatalogHook for CommitsFirst<'_> {
 #[tokio::test]
 async fn a_conflicting_commit_is_planned_again_without_appending_twice() {
     let catalog = memory_catalog().await;
-    let (ident, table) = new_table(&catalog).await;
+    let (ident, table) = events_table(&catalog).await;
     // Two committers see overlapping staged batches: B's commit lands while
     // A's is on its way.
     let a = [
@@ -163,7 +150,7 @@ impl CatalogHook for LostResponse {
 async fn a_commit_whose_response_was_lost_is_found_in_the_table_not_made_again() {
     for lands in [true, false] {
         let catalog = memory_catalog().await;
-        let (ident, table) = new_table(&catalog).await;
+        let (ident, table) = events_table(&catalog).await;
         let batches = [
             staged(&table, "s0", "TRIM_HORIZON", "100", 20000),
             staged(&table, "s1", "TRIM_HORIZON", "5", 20000),
@@ -206,7 +193,7 @@ async fn iceberg_does_not_retry_a_pinned_commit_on_its_own() {
     // A conflict that keeps coming back ends the call after MAX_CONFLICTS
     // plans, each one catalog commit: iceberg's own retries would make more.
     let catalog = memory_catalog().await;
-    let (ident, table) = new_table(&catalog).await;
+    let (ident, table) = events_table(&catalog).await;
     let batches = [staged(&table, "s0", "TRIM_HORIZON", "100", 20000)];
     let hooked = HookedCatalog {
         inner: &catalog,

@@ -5,9 +5,7 @@ use shard_lease::test_util::{FakeTable, fake_client};
 use shard_lease::{Checkpoint, HeldLease, Lease, LeaseTable};
 
 use super::*;
-use crate::output::bucket::TimeBucket;
-use crate::table::create::{NewTable, default_partition_spec, default_schema, find_or_create};
-use crate::table::test_support::{live_files, memory_catalog, staged};
+use crate::table::test_support::{events_table, live_files, memory_catalog, staged};
 
 const INTERVAL: Duration = Duration::from_secs(60);
 const FAILOVER: Duration = Duration::from_secs(10);
@@ -23,13 +21,7 @@ async fn world() -> World {
     let fake = Arc::new(FakeTable::keyed_by("leaseKey"));
     let leases = LeaseTable::new(fake_client(fake), "leases");
     let catalog = memory_catalog().await;
-    let ident = TableIdent::from_strs(["archive", "events"]).unwrap();
-    let new = NewTable {
-        schema: default_schema(None).unwrap(),
-        partition_spec: default_partition_spec(TimeBucket::Minute).unwrap(),
-        location: None,
-    };
-    let table = find_or_create(&catalog, &ident, new).await.unwrap();
+    let (ident, table) = events_table(&catalog).await;
     World {
         leases,
         catalog: Arc::new(catalog),
