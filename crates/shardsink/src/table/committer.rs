@@ -16,6 +16,9 @@
 //!    ([`commit_staged`]), and publish the state in the row;
 //! 3. otherwise take the row when it is missing or expired.
 //!
+//! After a commit, at most once an hour, the committer also expires the
+//! snapshots older than the retention (`table::expiry`).
+//!
 //! The row only keeps commits rare: exactness does not depend on it
 //! (docs/DESIGN.md, "Iceberg tables"). Two workers that both believe they
 //! hold it (one of them paused past its expiry) commit on the table's
@@ -30,6 +33,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::commit::{CommitError, CommitOutcome, commit_staged};
+use super::expiry::{EXPIRY_INTERVAL, cutoff, expire_snapshots};
 use super::state::{CommitState, StagedBatch};
 
 /// How the committer runs.
@@ -42,6 +46,9 @@ pub struct CommitterOptions {
     /// `--failover-time`: a committer row whose counter has not moved for
     /// this long is taken.
     pub failover_time: Duration,
+    /// `--iceberg-snapshot-retention`: snapshots older than this are
+    /// expired, at most once an hour, after a commit.
+    pub snapshot_retention: Duration,
 }
 
 /// What a round did.
@@ -85,6 +92,8 @@ pub struct Committer {
     seen: Option<(u64, Instant)>,
     /// When this worker last committed or took the row.
     last_commit: Option<Instant>,
+    /// When this worker last expired snapshots.
+    last_expiry: Option<Instant>,
     /// The state the row publishes, as last read.
     published: Option<CommitState>,
 }
@@ -106,6 +115,7 @@ impl Committer {
             row: None,
             seen: None,
             last_commit: None,
+            last_expiry: None,
             published: None,
         }
     }
@@ -192,6 +202,18 @@ impl Committer {
         self.read_published(Some(&published));
         self.row = Some(published);
         self.last_commit = Some(now);
+        if self
+            .last_expiry
+            .is_none_or(|last| now.duration_since(last) >= EXPIRY_INTERVAL)
+        {
+            self.last_expiry = Some(now);
+            let older_than = cutoff(self.options.snapshot_retention);
+            if let Err(err) = expire_snapshots(self.catalog.as_ref(), &self.table, older_than).await
+            {
+                // The next hour tries again; commits go on meanwhile.
+                warn!(table = %self.table, error = %err, "snapshot expiry failed");
+            }
+        }
         Ok(Round::Committed(outcome))
     }
 

@@ -12,6 +12,8 @@
 //!   in the lease row;
 //! - `commit`: one table commit of staged batches, pinned to the table it
 //!   was planned on, with the check of a commit whose outcome is unknown.
+//! - `expiry`: dropping snapshots older than the retention from the
+//!   table's metadata;
 //!
 //! Why each record ends up in exactly one live data file: docs/DESIGN.md,
 //! "Iceberg tables".
@@ -24,6 +26,7 @@ pub(crate) mod catalog;
 pub(crate) mod commit;
 pub(crate) mod committer;
 pub(crate) mod create;
+pub(crate) mod expiry;
 pub(crate) mod staging;
 pub(crate) mod state;
 

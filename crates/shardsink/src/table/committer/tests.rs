@@ -40,6 +40,7 @@ impl World {
                 worker_id: worker.to_owned(),
                 interval: INTERVAL,
                 failover_time: FAILOVER,
+                snapshot_retention: Duration::from_secs(86_400),
             },
         )
     }
