@@ -1,19 +1,30 @@
-//! An in-memory catalog and staged batches for the tests.
+//! An in-memory catalog, staged batches and small Parquet data files for
+//! the tests.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
+use arrow_array::{
+    ArrayRef, Int64Array, LargeBinaryArray, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
+use arrow_schema::DataType;
 use iceberg::CatalogBuilder;
 use iceberg::memory::{MEMORY_CATALOG_WAREHOUSE, MemoryCatalog, MemoryCatalogBuilder};
 use iceberg::spec::{
-    DataContentType, DataFileBuilder, DataFileFormat, Literal, Struct, serialize_data_file_to_json,
+    DataContentType, DataFile, DataFileBuilder, DataFileFormat, Literal, Struct,
+    serialize_data_file_to_json,
 };
 use iceberg::table::Table;
-
 use iceberg::{Catalog, TableIdent};
+use parquet::arrow::ArrowWriter;
 
 use super::create::{NewTable, default_partition_spec, default_schema, find_or_create};
 use super::state::{StagedBatch, StagedFile};
 use crate::output::bucket::TimeBucket;
+use crate::output::format::schema::{
+    APPROXIMATE_ARRIVAL_TIMESTAMP, DATA, PARTITION_KEY, SEQUENCE_NUMBER, SHARD_ID,
+    SUB_SEQUENCE_NUMBER,
+};
 
 /// A memory catalog with an in-memory warehouse.
 pub(crate) async fn memory_catalog() -> MemoryCatalog {
@@ -50,13 +61,10 @@ pub(crate) async fn events_table(catalog: &dyn Catalog) -> (TableIdent, Table) {
 
 /// A staged batch of `shard` after `after` up to `last`, with one data file
 /// of `records` rows in the partition of day `day` (days since 1970-01-01)
-/// of `table`'s default spec.
+/// of `table`'s default spec. The file is named, not written.
 pub(crate) fn staged(table: &Table, shard: &str, after: &str, last: &str, day: i32) -> StagedBatch {
     let metadata = table.metadata();
     let spec = metadata.default_partition_spec();
-    let partition_type = spec
-        .partition_type(metadata.current_schema())
-        .expect("a partition type");
     let file = DataFileBuilder::default()
         .content(DataContentType::Data)
         .file_path(format!(
@@ -70,6 +78,23 @@ pub(crate) fn staged(table: &Table, shard: &str, after: &str, last: &str, day: i
         .partition_spec_id(spec.spec_id())
         .build()
         .expect("a data file");
+    staged_with(table, shard, after, last, file)
+}
+
+/// A staged batch of `shard` after `after` up to `last` whose one data file
+/// is `file` (of `table`'s default spec).
+pub(crate) fn staged_with(
+    table: &Table,
+    shard: &str,
+    after: &str,
+    last: &str,
+    file: DataFile,
+) -> StagedBatch {
+    let metadata = table.metadata();
+    let spec = metadata.default_partition_spec();
+    let partition_type = spec
+        .partition_type(metadata.current_schema())
+        .expect("a partition type");
     StagedBatch {
         shard_id: shard.to_owned(),
         after: after.to_owned(),
@@ -84,6 +109,73 @@ pub(crate) fn staged(table: &Table, shard: &str, after: &str, last: &str, day: i
             .expect("a data file as JSON"),
         }],
     }
+}
+
+/// Writes a real Parquet data file named `name` in the partition of day
+/// `day` of `table` (a table with the default schema of `data` payloads and
+/// the default day spec), through the table's file I/O, holding one row per
+/// `(shard id, sequence number)` (no sub-sequence number), with Iceberg field
+/// ids; returns its path and its data file entry.
+pub(crate) async fn write_data_file(
+    table: &Table,
+    name: &str,
+    day: i32,
+    rows: &[(&str, &str)],
+) -> (String, DataFile) {
+    let metadata = table.metadata();
+    let schema = Arc::new(
+        iceberg::arrow::schema_to_arrow_schema(metadata.current_schema()).expect("an arrow schema"),
+    );
+    let micros = i64::from(day) * 86_400 * 1_000_000;
+    let columns: Vec<ArrayRef> = schema
+        .fields()
+        .iter()
+        .map(|field| -> ArrayRef {
+            match (field.name().as_str(), field.data_type()) {
+                (SHARD_ID, _) => Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))),
+                (SEQUENCE_NUMBER, _) => {
+                    Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1)))
+                }
+                (SUB_SEQUENCE_NUMBER, _) => Arc::new(Int64Array::from(vec![None; rows.len()])),
+                (PARTITION_KEY, _) => {
+                    Arc::new(StringArray::from_iter_values(rows.iter().map(|_| "key")))
+                }
+                (APPROXIMATE_ARRIVAL_TIMESTAMP, DataType::Timestamp(_, zone)) => Arc::new(
+                    TimestampMicrosecondArray::from(vec![micros; rows.len()])
+                        .with_timezone_opt(zone.clone()),
+                ),
+                (DATA, _) => Arc::new(LargeBinaryArray::from_iter_values(
+                    rows.iter().map(|_| b"{}"),
+                )),
+                (other, _) => panic!("no test values for column {other}"),
+            }
+        })
+        .collect();
+    let batch = RecordBatch::try_new(schema.clone(), columns).expect("a record batch");
+    let mut bytes = Vec::new();
+    let mut writer = ArrowWriter::try_new(&mut bytes, schema, None).expect("a parquet writer");
+    writer.write(&batch).expect("rows written");
+    writer.close().expect("a parquet file");
+    let path = format!("{}/data/day={day}/{name}.parquet", metadata.location());
+    let size = bytes.len() as u64;
+    table
+        .file_io()
+        .new_output(&path)
+        .expect("an output file")
+        .write(bytes.into())
+        .await
+        .expect("the file written");
+    let file = DataFileBuilder::default()
+        .content(DataContentType::Data)
+        .file_path(path.clone())
+        .file_format(DataFileFormat::Parquet)
+        .file_size_in_bytes(size)
+        .record_count(rows.len() as u64)
+        .partition(Struct::from_iter([Some(Literal::int(day))]))
+        .partition_spec_id(metadata.default_partition_spec().spec_id())
+        .build()
+        .expect("a data file");
+    (path, file)
 }
 
 /// The paths of the live data files of the table's current snapshot,

@@ -36,6 +36,10 @@
 //!   other and its decisions object.
 //! - `window.rs`: check 7 without I/O — each shard's records keyed as they
 //!   are read (`ShardEvents`), then the kept copies and the duplicates.
+//! - `table.rs`: the audit of an Iceberg table (`--format iceberg`): its
+//!   live rows against the commit state the table records (a record twice,
+//!   a record after its shard's committed end), and data files no snapshot
+//!   names.
 //! - `report.rs`: `Audit`, everything found, and the summary on stdout.
 //! - `progress.rs`: progress on stderr, a bar or plain lines.
 //! - `test_support.rs`: objects and records for the unit tests.
@@ -59,6 +63,7 @@ mod progress;
 mod render;
 mod report;
 mod stream;
+mod table;
 #[cfg(test)]
 mod test_support;
 mod window;
