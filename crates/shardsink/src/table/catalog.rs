@@ -24,6 +24,8 @@ use iceberg_catalog_rest::RestCatalogBuilder;
 use iceberg_catalog_s3tables::S3TablesCatalogBuilder;
 use iceberg_catalog_sql::{SqlBindStyle, SqlCatalogBuilder};
 
+use super::create::Instants;
+
 /// The catalog kinds `--iceberg-catalog` takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum CatalogKind {
@@ -39,6 +41,14 @@ pub enum CatalogKind {
 }
 
 impl CatalogKind {
+    /// How a table this catalog creates types its instants.
+    pub fn instants(self) -> Instants {
+        match self {
+            Self::Glue => Instants::Utc,
+            Self::Sql | Self::S3Tables | Self::Rest => Instants::WithZone,
+        }
+    }
+
     /// The setting's value.
     pub fn as_str(self) -> &'static str {
         match self {

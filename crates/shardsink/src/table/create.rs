@@ -30,6 +30,28 @@ use crate::output::format::schema::{
     SHARD_ID, SUB_SEQUENCE_NUMBER,
 };
 
+/// How a created table types its instants (the arrival time and typed
+/// `timestamp` payload columns); the values are UTC instants either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Instants {
+    /// `timestamptz`: the spec's type for an instant.
+    WithZone,
+    /// `timestamp`, holding UTC: for the Glue catalog, whose iceberg-rust
+    /// client converts no `timestamptz` column to Glue's column types
+    /// (`iceberg-catalog-glue` 0.10, "Conversion from Timestamptz is not
+    /// supported"); Athena reads either.
+    Utc,
+}
+
+impl Instants {
+    fn primitive(self) -> PrimitiveType {
+        match self {
+            Self::WithZone => PrimitiveType::Timestamptz,
+            Self::Utc => PrimitiveType::Timestamp,
+        }
+    }
+}
+
 /// The schema of a table shardsink creates: the metadata columns (required
 /// but `sub_sequence_number`), then `data` (required) or the typed columns
 /// of `payload` (optional: a missing member is a null). Field ids from 1 in
@@ -37,7 +59,10 @@ use crate::output::format::schema::{
 ///
 /// # Errors
 /// iceberg's schema validation (not expected: the names are distinct).
-pub fn default_schema(payload: Option<&ParquetSchema>) -> IcebergResult<Schema> {
+pub fn default_schema(
+    payload: Option<&ParquetSchema>,
+    instants: Instants,
+) -> IcebergResult<Schema> {
     let string = || Type::Primitive(PrimitiveType::String);
     let mut fields = vec![
         NestedField::required(1, SHARD_ID, string()),
@@ -47,7 +72,7 @@ pub fn default_schema(payload: Option<&ParquetSchema>) -> IcebergResult<Schema> 
         NestedField::required(
             5,
             APPROXIMATE_ARRIVAL_TIMESTAMP,
-            Type::Primitive(PrimitiveType::Timestamptz),
+            Type::Primitive(instants.primitive()),
         ),
     ];
     match payload {
@@ -61,7 +86,7 @@ pub fn default_schema(payload: Option<&ParquetSchema>) -> IcebergResult<Schema> 
                 fields.push(NestedField::optional(
                     id,
                     &column.name,
-                    Type::Primitive(iceberg_type(column.column_type)),
+                    Type::Primitive(iceberg_type(column.column_type, instants)),
                 ));
             }
         }
@@ -72,7 +97,7 @@ pub fn default_schema(payload: Option<&ParquetSchema>) -> IcebergResult<Schema> 
 }
 
 /// The Iceberg type of a typed payload column.
-pub fn iceberg_type(column_type: ColumnType) -> PrimitiveType {
+pub fn iceberg_type(column_type: ColumnType, instants: Instants) -> PrimitiveType {
     match column_type {
         ColumnType::String | ColumnType::Json => PrimitiveType::String,
         ColumnType::Boolean => PrimitiveType::Boolean,
@@ -80,7 +105,7 @@ pub fn iceberg_type(column_type: ColumnType) -> PrimitiveType {
         ColumnType::Int64 => PrimitiveType::Long,
         ColumnType::Float32 => PrimitiveType::Float,
         ColumnType::Float64 => PrimitiveType::Double,
-        ColumnType::Timestamp => PrimitiveType::Timestamptz,
+        ColumnType::Timestamp => instants.primitive(),
         ColumnType::Date => PrimitiveType::Date,
     }
 }
@@ -212,13 +237,30 @@ mod tests {
             SchemaColumn::new("at", ColumnType::Timestamp),
         ])
         .unwrap();
-        let schema = default_schema(Some(&payload)).unwrap();
+        let schema = default_schema(Some(&payload), Instants::WithZone).unwrap();
         let user = schema.field_by_name("user_id").unwrap();
         assert_eq!((user.id, user.required), (6, false));
         assert_eq!(*user.field_type, Type::Primitive(PrimitiveType::Long));
         assert!(schema.field_by_name(DATA).is_none());
+        let at = schema.field_by_name("at").unwrap();
+        assert_eq!(*at.field_type, Type::Primitive(PrimitiveType::Timestamptz));
         let spec = default_partition_spec(TimeBucket::Hour).unwrap();
         assert_eq!(spec.fields()[0].transform, Transform::Hour);
         assert_eq!(spec.fields()[0].name, "approximate_arrival_timestamp_hour");
+    }
+
+    #[test]
+    fn utc_instants_are_timestamps_without_a_zone_for_glue() {
+        let payload =
+            ParquetSchema::new(vec![SchemaColumn::new("at", ColumnType::Timestamp)]).unwrap();
+        let schema = default_schema(Some(&payload), Instants::Utc).unwrap();
+        for name in [APPROXIMATE_ARRIVAL_TIMESTAMP, "at"] {
+            let field = schema.field_by_name(name).unwrap();
+            assert_eq!(
+                *field.field_type,
+                Type::Primitive(PrimitiveType::Timestamp),
+                "{name}"
+            );
+        }
     }
 }

@@ -18,7 +18,7 @@ use iceberg::table::Table;
 use iceberg::{Catalog, TableIdent};
 use parquet::arrow::ArrowWriter;
 
-use super::create::{NewTable, default_partition_spec, default_schema, find_or_create};
+use super::create::{Instants, NewTable, default_partition_spec, default_schema, find_or_create};
 use super::state::{StagedBatch, StagedFile};
 use crate::output::bucket::TimeBucket;
 use crate::output::format::schema::{
@@ -44,7 +44,7 @@ pub(crate) async fn memory_catalog() -> MemoryCatalog {
 /// by arrival day.
 pub(crate) fn default_new_table() -> NewTable {
     NewTable {
-        schema: default_schema(None).expect("the default schema"),
+        schema: default_schema(None, Instants::WithZone).expect("the default schema"),
         partition_spec: default_partition_spec(TimeBucket::Minute).expect("the default spec"),
         location: None,
     }

@@ -8,24 +8,12 @@ use iceberg::spec::{
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
 use super::*;
-use crate::output::bucket::TimeBucket;
 use crate::table::commit::commit_staged;
-use crate::table::create::{NewTable, default_partition_spec, default_schema, find_or_create};
+use crate::table::create::{NewTable, find_or_create};
 use crate::table::state::StagedBatch;
-use crate::table::test_support::{memory_catalog, staged_with, write_data_file};
+use crate::table::test_support::{events_table, memory_catalog, staged_with, write_data_file};
 
 const DAY: i32 = 20000;
-
-async fn new_table(catalog: &dyn Catalog) -> (TableIdent, Table) {
-    let ident = TableIdent::from_strs(["archive", "events"]).unwrap();
-    let new = NewTable {
-        schema: default_schema(None).unwrap(),
-        partition_spec: default_partition_spec(TimeBucket::Minute).unwrap(),
-        location: None,
-    };
-    let table = find_or_create(catalog, &ident, new).await.unwrap();
-    (ident, table)
-}
 
 /// Lists `paths` under a prefix, as a store would.
 fn listing(
@@ -80,7 +68,7 @@ fn no_files(shard: &str, after: &str, last: &str) -> StagedBatch {
 #[tokio::test]
 async fn a_table_committed_through_the_plan_is_exact_with_each_shards_rows() {
     let catalog = memory_catalog().await;
-    let (ident, table) = new_table(&catalog).await;
+    let (ident, table) = events_table(&catalog).await;
     // Sequence numbers whose text order is not their order: "9" > "200" as
     // text, so a text comparison would find 9 beyond the end 200.
     let (a, file_a) = write_data_file(&table, "s0-a", DAY, &[("s0", "9"), ("s0", "10")]).await;
@@ -132,7 +120,7 @@ async fn a_table_committed_through_the_plan_is_exact_with_each_shards_rows() {
 #[tokio::test]
 async fn a_file_appended_twice_is_a_duplicate_of_each_of_its_records() {
     let catalog = memory_catalog().await;
-    let (ident, table) = new_table(&catalog).await;
+    let (ident, table) = events_table(&catalog).await;
     let (a, file_a) = write_data_file(&table, "s0-a", DAY, &[("s0", "1"), ("s0", "2")]).await;
     commit_staged(
         &catalog,
@@ -169,7 +157,7 @@ async fn a_file_appended_twice_is_a_duplicate_of_each_of_its_records() {
 #[tokio::test]
 async fn rows_past_the_committed_end_or_of_a_shard_the_state_lacks_are_beyond() {
     let catalog = memory_catalog().await;
-    let (ident, table) = new_table(&catalog).await;
+    let (ident, table) = events_table(&catalog).await;
     let (a, file_a) = write_data_file(
         &table,
         "s0-a",
@@ -223,7 +211,7 @@ async fn rows_past_the_committed_end_or_of_a_shard_the_state_lacks_are_beyond() 
 #[tokio::test]
 async fn an_uncommitted_file_is_an_orphan_and_a_shard_without_rows_is_empty_both_harmless() {
     let catalog = memory_catalog().await;
-    let (ident, table) = new_table(&catalog).await;
+    let (ident, table) = events_table(&catalog).await;
     let (a, file_a) = write_data_file(&table, "s0-a", DAY, &[("s0", "1")]).await;
     // s1's batch had no kept record: committed, without a file.
     commit_staged(
@@ -267,7 +255,7 @@ async fn an_uncommitted_file_is_an_orphan_and_a_shard_without_rows_is_empty_both
 #[tokio::test]
 async fn a_file_only_an_older_snapshot_names_is_no_orphan() {
     let catalog = memory_catalog().await;
-    let (ident, table) = new_table(&catalog).await;
+    let (ident, table) = events_table(&catalog).await;
     let (a, file_a) = write_data_file(&table, "s0-a", DAY, &[("s0", "1")]).await;
     let (b, file_b) = write_data_file(&table, "s0-b", DAY, &[("s0", "2")]).await;
     commit_staged(
