@@ -10,19 +10,30 @@
 //! - `pipeline, raw`: the payloads and a newline;
 //! - `pipeline, parquet`: rows appended, then the Parquet file written
 //!   (pages uncompressed, to compare encoding with encoding);
+//! - `parquet rows only`: the same user records appended to the `parquet`
+//!   format's rows directly (no batch, no grouping by minute), then the
+//!   file written — the bar for the Iceberg data files;
+//! - `pipeline, iceberg`: the same user records appended to the Iceberg
+//!   rows of the table shardsink creates (`data` binary, partitioned by
+//!   arrival day: one minute's rows make one data file), then the file
+//!   written with its partition value and column metrics;
 //! - `reader's sequence number check`: what reading adds per record before
 //!   the pipeline (the text checked and kept as a `SequenceNumber`);
 //! - compression of a whole batch with zstd level 3 and gzip level 6.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 use std::hint::black_box;
+use std::sync::Arc;
 
 use base64::Engine as _;
 use bytes::Bytes;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use sequence_range::{RangeSet, SequenceNumber, SequenceRange};
 use serde::Serialize;
-use shardsink::bench::{Batch, Bucket, Compression, Format, MainBody, MemoryBudget, ShardRecord};
+use shardsink::bench::{
+    Batch, Bucket, Compression, Format, IcebergBatch, IcebergLayout, MainBody, MemoryBudget,
+    ParquetBatch, ShardRecord, TimeBucket, default_partition_spec, default_schema,
+};
 
 const RECORDS: usize = 10_000;
 const SHARD: &str = "shardId-000000000007";
@@ -147,6 +158,17 @@ fn pipeline(records: &[ShardRecord], written: Option<&RangeSet>, format: &Format
     batch
 }
 
+/// The layout of the table shardsink creates by default: the `data`
+/// column, partitioned by arrival day.
+fn default_table_layout() -> Arc<IcebergLayout> {
+    let schema = Arc::new(default_schema(None).unwrap());
+    let spec = default_partition_spec(TimeBucket::Minute)
+        .unwrap()
+        .bind(schema.clone())
+        .unwrap();
+    Arc::new(IcebergLayout::new(schema, Arc::new(spec)).unwrap())
+}
+
 fn bench(c: &mut Criterion) {
     let records = records();
     let mut group = c.benchmark_group("10k records of 1 KiB");
@@ -188,6 +210,36 @@ fn bench(c: &mut Criterion) {
                 MainBody::Bytes(_) => unreachable!("parquet rows"),
             }
         })
+    });
+    // The two encoders alone, on the same user records: the Iceberg rows
+    // are not behind `Format` (the batch) yet, so the fair comparison is
+    // this one against `pipeline, iceberg`.
+    group.bench_function("parquet rows only, written uncompressed", |b| {
+        b.iter(|| {
+            let mut rows = ParquetBatch::new(None);
+            for record in black_box(&records) {
+                for view in record.views(SHARD) {
+                    rows.push(&view).unwrap();
+                }
+            }
+            rows.finish(Compression::None).unwrap().len()
+        })
+    });
+    let layout = default_table_layout();
+    let iceberg_rows = |records: &[ShardRecord]| {
+        let mut rows = IcebergBatch::new(layout.clone(), SHARD);
+        for record in records {
+            for view in record.views(SHARD) {
+                rows.push(&view).unwrap();
+            }
+        }
+        rows.finish(Compression::None).unwrap()
+    };
+    let files = iceberg_rows(&records);
+    assert_eq!(files.len(), 1, "one arrival minute: one partition");
+    assert_eq!(files[0].record_count, RECORDS as u64);
+    group.bench_function("pipeline, iceberg, written uncompressed", |b| {
+        b.iter(|| iceberg_rows(black_box(&records)).len())
     });
     // What the reader adds per record before the pipeline: the sequence
     // number's check, on the `String` GetRecords returned.

@@ -93,9 +93,10 @@ pub use worker::{Summary, run};
 
 /// What the benchmarks in `benches/` and the end-to-end DynamoDB store test
 /// drive: the batch, its time bucket, format and compression, the record,
-/// the memory budget, and the DynamoDB event store with its rule (the local
-/// store's benchmarks are in the `event-store` crate). Built only with
-/// the `bench` feature; not a stable API.
+/// the memory budget, the `parquet` format's rows and the Iceberg data files
+/// of the table shardsink creates, and the DynamoDB event store with its
+/// rule (the local store's benchmarks are in the `event-store` crate).
+/// Built only with the `bench` feature; not a stable API.
 #[cfg(feature = "bench")]
 pub mod bench {
     pub use sequence_range::SequenceNumber;
@@ -107,9 +108,12 @@ pub mod bench {
     pub use crate::memory::MemoryBudget;
     pub use crate::ops::metrics::Metrics;
     pub use crate::output::batch::Batch;
-    pub use crate::output::bucket::Bucket;
+    pub use crate::output::bucket::{Bucket, TimeBucket};
     pub use crate::output::compression::Compression;
+    pub use crate::output::format::iceberg::{IcebergBatch, IcebergLayout};
+    pub use crate::output::format::parquet::ParquetBatch;
     pub use crate::output::format::{Format, MainBody};
     pub use crate::read::record::ShardRecord;
     pub use crate::read::record::UserRecordView;
+    pub use crate::table::create::{default_partition_spec, default_schema};
 }
