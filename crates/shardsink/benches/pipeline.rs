@@ -31,8 +31,8 @@ use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_mai
 use sequence_range::{RangeSet, SequenceNumber, SequenceRange};
 use serde::Serialize;
 use shardsink::bench::{
-    Batch, Bucket, Compression, Format, IcebergBatch, IcebergLayout, MainBody, MemoryBudget,
-    ParquetBatch, ShardRecord, TimeBucket, default_partition_spec, default_schema,
+    Batch, Bucket, Compression, Format, IcebergBatch, IcebergLayout, Instants, MainBody,
+    MemoryBudget, ParquetBatch, ShardRecord, TimeBucket, default_partition_spec, default_schema,
 };
 
 const RECORDS: usize = 10_000;
@@ -161,7 +161,7 @@ fn pipeline(records: &[ShardRecord], written: Option<&RangeSet>, format: &Format
 /// The layout of the table shardsink creates by default: the `data`
 /// column, partitioned by arrival day.
 fn default_table_layout() -> Arc<IcebergLayout> {
-    let schema = Arc::new(default_schema(None).unwrap());
+    let schema = Arc::new(default_schema(None, Instants::WithZone).unwrap());
     let spec = default_partition_spec(TimeBucket::Minute)
         .unwrap()
         .bind(schema.clone())

@@ -115,5 +115,5 @@ pub mod bench {
     pub use crate::output::format::{Format, MainBody};
     pub use crate::read::record::ShardRecord;
     pub use crate::read::record::UserRecordView;
-    pub use crate::table::create::{default_partition_spec, default_schema};
+    pub use crate::table::create::{Instants, default_partition_spec, default_schema};
 }
