@@ -139,11 +139,11 @@ async fn release(lease: &HeldLease) {
         .run(|| lease.release())
         .await;
     match released {
-        Ok(()) => debug!(shard_id = %lease.shard_id(), "lease released"),
+        Ok(()) => info!(shard_id = %lease.shard_id(), "lease released"),
         // Lost already: nothing to release.
         Err(Stopped::Cancelled) => {}
         Err(Stopped::Final(err) | Stopped::GaveUp(err)) => {
-            debug!(shard_id = %lease.shard_id(), error = %error_chain(&err), "lease release failed; it expires instead");
+            warn!(shard_id = %lease.shard_id(), error = %error_chain(&err), "lease release failed; it expires instead");
         }
     }
 }
