@@ -178,22 +178,18 @@ pub async fn commit_staged(
             inner: catalog,
             hook: Pinned { base: base.clone() },
         };
+        // The new snapshot's id when the commit landed.
         let landed = match tx.commit(&pinned).await {
-            Ok(committed) => Some(committed),
+            Ok(committed) => Some(find_attempt(&committed, &base, &attempt).unwrap_or_default()),
             Err(err) if err.kind() == ErrorKind::CatalogCommitConflicts => None,
             Err(err) => {
                 warn!(table = %name, error = %err, attempt, "commit outcome unknown; looking for it in the table");
                 let now = catalog.load_table(table).await.map_err(iceberg)?;
-                if find_attempt(&now, &base, &attempt).is_some() {
-                    Some(now)
-                } else {
-                    None
-                }
+                find_attempt(&now, &base, &attempt)
             }
         };
         match landed {
-            Some(committed) => {
-                let snapshot_id = find_attempt(&committed, &base, &attempt).unwrap_or_default();
+            Some(snapshot_id) => {
                 info!(
                     table = %name,
                     commit = next.commit,
