@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 use super::archive::{Archive, ArchiveArgs, is_stream_name};
 use super::error::ConfigError;
 use super::events::{EventArgs, EventDedup, EventStoreArgs};
+use super::iceberg::{IcebergArgs, IcebergSettings};
 use super::values::{
     RecordDelimiter, parse_byte_size, parse_delimiter, parse_duration, parse_timestamp,
 };
@@ -115,7 +116,8 @@ pub struct Config {
     /// beside the Kinesis metadata; .jsonl), json (JSON Lines of the
     /// payloads, which must be JSON objects, with the metadata under
     /// --metadata-field; .jsonl), raw (the payload bytes, each followed by
-    /// --record-delimiter; .raw) or parquet (one row per record; .parquet).
+    /// --record-delimiter; .raw), parquet (one row per record; .parquet) or
+    /// iceberg (rows of an Apache Iceberg table: see --iceberg-catalog).
     #[arg(
         long,
         env = "SHARDSINK_FORMAT",
@@ -137,8 +139,9 @@ pub struct Config {
     #[arg(long, env = "SHARDSINK_RECORD_DELIMITER", value_parser = parse_delimiter, value_name = "TEXT", allow_hyphen_values = true)]
     pub record_delimiter: Option<RecordDelimiter>,
 
-    /// With --format parquet: a JSON file listing the columns to make of
-    /// each JSON payload's fields instead of the data column, e.g.
+    /// With --format parquet (or iceberg, for the table it creates): a JSON
+    /// file listing the columns to make of each JSON payload's fields
+    /// instead of the data column, e.g.
     /// [{"name":"user_id","type":"int64"}]; see docs/CONFIGURATION.md.
     #[arg(long, env = "SHARDSINK_PARQUET_SCHEMA", value_name = "FILE")]
     pub parquet_schema: Option<std::path::PathBuf>,
@@ -167,6 +170,10 @@ pub struct Config {
         value_name = "BUCKET"
     )]
     pub time_bucket: TimeBucket,
+
+    /// The Iceberg table, with --format iceberg.
+    #[command(flatten)]
+    pub iceberg: IcebergArgs,
 
     /// Which records are the same event (event deduplication; off unless
     /// --event-id is set).
@@ -317,6 +324,11 @@ pub struct Settings {
     /// The enhanced fan-out stream consumer's name, with `--read-mode
     /// fan-out`; `None` when polling.
     pub consumer_name: Option<String>,
+    /// The Iceberg table and its commits, with `--format iceberg`; then
+    /// `output`'s format is `parquet` (with `--parquet-schema`'s columns),
+    /// the columns of a table created, until start-up has opened the table
+    /// and made it the table's own.
+    pub iceberg: Option<IcebergSettings>,
 }
 
 impl Config {
@@ -472,6 +484,17 @@ impl Config {
         let consumer_name = self.consumer_name()?;
         let format = self.output_format()?;
         let events = EventDedup::resolve(&self.events, &self.event_store, &lease_table)?;
+        let iceberg = self
+            .iceberg
+            .validate(self.format == OutputFormat::Iceberg)?;
+        if iceberg.is_some() && events.is_some() {
+            // The decisions' window is rebuilt from the archive's objects,
+            // which a table does not have.
+            return Err(ConfigError::new(
+                "event-id",
+                "not supported with --format iceberg yet",
+            ));
+        }
         let layout = KeyLayout::new(prefix.clone(), self.key_layout, self.time_bucket);
         let output = Output::new(layout, error_prefix, duplicates_prefix, format)
             .with_compression(Compression::new(self.compression, self.compression_level));
@@ -488,6 +511,7 @@ impl Config {
             lease_taking_interval,
             metrics_address,
             consumer_name,
+            iceberg,
         })
     }
 
@@ -528,8 +552,10 @@ impl Config {
         if self.record_delimiter.is_some() && self.format != OutputFormat::Raw {
             return Err(only_with("record-delimiter", "raw"));
         }
-        if self.parquet_schema.is_some() && self.format != OutputFormat::Parquet {
-            return Err(only_with("parquet-schema", "parquet"));
+        if self.parquet_schema.is_some()
+            && !matches!(self.format, OutputFormat::Parquet | OutputFormat::Iceberg)
+        {
+            return Err(only_with("parquet-schema", "parquet or iceberg"));
         }
         Ok(match self.format {
             OutputFormat::Envelope => Format::Envelope,
@@ -546,7 +572,8 @@ impl Config {
                     .clone()
                     .map_or_else(|| b"\n".to_vec(), |delimiter| delimiter.0),
             },
-            OutputFormat::Parquet => Format::Parquet {
+            // The table's own layout replaces it at start-up.
+            OutputFormat::Parquet | OutputFormat::Iceberg => Format::Parquet {
                 schema: match &self.parquet_schema {
                     None => None,
                     Some(path) => Some(std::sync::Arc::new(

@@ -9,6 +9,8 @@
 //!   [`Settings`];
 //! - `events`: event deduplication — which records are the same event,
 //!   where accepted copies are kept;
+//! - `iceberg`: the Iceberg catalog and table (`--format iceberg`), and its
+//!   commits;
 //! - `values`: the enums and parsers of setting values;
 //! - `error`: [`ConfigError`], and clap's errors as one line naming the
 //!   setting.
@@ -17,6 +19,7 @@ mod archive;
 mod daemon;
 mod error;
 mod events;
+mod iceberg;
 mod values;
 
 pub use crate::aws::kinesis::StreamRef;
@@ -32,6 +35,7 @@ pub use daemon::{Config, Settings};
 pub use error::{ConfigError, one_line_error};
 pub(crate) use events::only_with_event_id;
 pub use events::{EventArgs, EventDedup, EventStoreKind, EventStoreSetting};
+pub use iceberg::{IcebergArgs, IcebergSettings, IcebergTableArgs, IcebergTarget};
 pub(crate) use values::parse_timestamp;
 
 /// Parses flags only, for tests: environment lookup is switched off so that

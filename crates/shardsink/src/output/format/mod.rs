@@ -51,6 +51,9 @@ pub enum OutputFormat {
     Raw,
     /// Apache Parquet, one row per record (`.parquet`).
     Parquet,
+    /// Rows of an Apache Iceberg table: Parquet data files committed to
+    /// the table.
+    Iceberg,
 }
 
 impl OutputFormat {
@@ -61,6 +64,7 @@ impl OutputFormat {
             Self::Json => "json",
             Self::Raw => "raw",
             Self::Parquet => "parquet",
+            Self::Iceberg => "iceberg",
         }
     }
 }
