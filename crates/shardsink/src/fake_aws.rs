@@ -288,6 +288,10 @@ pub fn clients(
         kinesis: kinesis_client(stream),
         s3: s3_client(bucket),
         dynamodb: fake_client(table),
+        shared: aws_config::SdkConfig::builder()
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("us-east-1"))
+            .build(),
     }
 }
 

@@ -72,6 +72,10 @@ pub struct AwsClients {
     pub s3: aws_sdk_s3::Client,
     /// DynamoDB (lease table).
     pub dynamodb: aws_sdk_dynamodb::Client,
+    /// The shared configuration the clients were built from (region,
+    /// credentials, endpoints), for the clients of an Iceberg catalog
+    /// (Glue, S3 Tables).
+    pub shared: aws_config::SdkConfig,
 }
 
 impl AwsClients {
@@ -111,6 +115,7 @@ impl AwsClients {
             kinesis: aws_sdk_kinesis::Client::from_conf(kinesis_config.build()),
             s3: aws_sdk_s3::Client::from_conf(s3_config.build()),
             dynamodb: aws_sdk_dynamodb::Client::from_conf(dynamodb_config.build()),
+            shared,
         }
     }
 }
@@ -126,6 +131,7 @@ impl AwsClients {
             ),
             s3: rebuilt!(aws_sdk_s3, self.s3, interceptor(interceptor.clone())),
             dynamodb: rebuilt!(aws_sdk_dynamodb, self.dynamodb, interceptor(interceptor)),
+            shared: self.shared,
         }
     }
 }
