@@ -207,7 +207,7 @@ fn bench(c: &mut Criterion) {
             let batch = pipeline(black_box(&records), None, &format).unwrap();
             match batch.into_bodies().0.main {
                 MainBody::Parquet(rows) => rows.finish(Compression::None).unwrap().len(),
-                MainBody::Bytes(_) => unreachable!("parquet rows"),
+                MainBody::Bytes(_) | MainBody::Iceberg(_) => unreachable!("parquet rows"),
             }
         })
     });

@@ -11,6 +11,7 @@ use crate::events::rule::Outcome;
 use crate::memory::MemoryBudget;
 use crate::output::compression::Compression;
 use crate::output::compression::CompressionCodec;
+use crate::output::format::iceberg::PartitionFile;
 use crate::output::format::{Bodies, BodyKind, BodyShape, Format, MainBody};
 use crate::output::read_back::metadata::{
     DECISIONS_COMPRESSION, DUPLICATES_FORMAT, ERRORS_FORMAT, FORMAT_METADATA,
@@ -85,7 +86,14 @@ impl ObjectBody {
 #[derive(Debug)]
 pub struct EncodedBatch {
     /// The main object's body; written even when every record was rejected.
+    /// For a table batch it holds no bytes and is not written: the batch's
+    /// rows are in `table_files`.
     pub main: ObjectBody,
+    /// A table batch's data files, one per partition value (none when every
+    /// record was rejected or a duplicate); `None` for an object batch.
+    pub table_files: Option<Vec<PartitionFile>>,
+    /// A table batch's payload members that no column reads.
+    pub ignored_fields: u64,
     /// The error object's body, when a record was rejected.
     pub errors: Option<ObjectBody>,
     /// The duplicates object's body, when a record was a duplicate.
@@ -105,7 +113,10 @@ impl EncodedBatch {
             (ObjectRole::Decisions, self.decisions.as_ref()),
             (ObjectRole::Errors, self.errors.as_ref()),
             (ObjectRole::Duplicates, self.duplicates.as_ref()),
-            (ObjectRole::Main, Some(&self.main)),
+            (
+                ObjectRole::Main,
+                self.table_files.is_none().then_some(&self.main),
+            ),
         ]
         .into_iter()
         .filter_map(|(role, body)| Some((role, body?)))
@@ -169,11 +180,17 @@ pub fn encode(
         Ok((plain, bytes))
     };
     let error_records = usize::try_from(bodies.error_records()).unwrap_or(usize::MAX);
+    let (mut table_files, mut ignored_fields) = (None, 0);
     let (plain, bytes) = match bodies.main {
         MainBody::Bytes(plain) => plain_and_bytes(plain, kind.codec)?,
         MainBody::Parquet(rows) => {
             let file = Bytes::from(rows.finish(compression).map_err(std::io::Error::other)?);
             (file.clone(), file)
+        }
+        MainBody::Iceberg(rows) => {
+            ignored_fields = rows.ignored_fields();
+            table_files = Some(rows.finish(compression).map_err(std::io::Error::other)?);
+            (Bytes::new(), Bytes::new())
         }
     };
     let main = ObjectBody {
@@ -231,6 +248,8 @@ pub fn encode(
     };
     Ok(EncodedBatch {
         main,
+        table_files,
+        ignored_fields,
         errors,
         duplicates,
         decisions,

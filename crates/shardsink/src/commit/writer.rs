@@ -16,12 +16,22 @@
 //! A crash between 1 and 3 leaves the pending batch in the row; whoever holds
 //! the lease next replays exactly that batch — same key, same bytes — before
 //! anything else ([`BatchWriter::replay`]).
+//!
+//! Into an Iceberg table (`--format iceberg`, [`BatchWriter::with_table`]),
+//! 2 PUTs the batch's data files instead of the main object (to the table's
+//! location, at paths named by the batch, with `If-None-Match: *` as
+//! objects) and 3 stages the batch in the lease row instead of moving the
+//! checkpoint: the checkpoint moves once a table commit has taken the batch
+//! ([`BatchWriter::apply_committed`]). The pending batch's key then names
+//! the batch as the key layout would (its error and duplicates objects are
+//! under that name); no object is written at it.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use shard_lease::{Checkpoint, HeldLease, LeaseError, PendingBatch};
+use sequence_range::SequenceNumber;
+use shard_lease::{Checkpoint, HeldLease, LeaseError, MAX_STAGED_BYTES, PendingBatch};
 use tracing::{error, info, warn};
 
 use super::body::{self, EncodedBatch, ObjectBody, ObjectRole};
@@ -36,8 +46,11 @@ use crate::output::Output;
 use crate::output::batch::{Batch, FlushReason};
 use crate::output::compression::Compression;
 use crate::output::decisions::decisions_key;
+use crate::output::format::iceberg::PartitionFile;
 use crate::output::format::{BodyKind, Format};
 use crate::output::key::body_kind_of_key;
+use crate::table::sink::TableSink;
+use crate::table::state::StagedBatch;
 
 /// A batch as written: the pending batch it was recorded as (its last
 /// sequence number is now the checkpoint), and what the PUT did.
@@ -59,6 +72,8 @@ pub struct BatchWriter {
     pub(super) metrics: Arc<Metrics>,
     /// The event settings' description, stored with decisions objects.
     pub(super) events: Option<Arc<str>>,
+    /// The Iceberg table the batches go into, with `--format iceberg`.
+    pub(super) table: Option<Arc<TableSink>>,
 }
 
 /// Why one PUT attempt failed.
@@ -99,7 +114,15 @@ impl BatchWriter {
             lease,
             metrics,
             events: None,
+            table: None,
         }
+    }
+
+    /// Batches go into `table`: their data files are written and staged,
+    /// and the checkpoint moves when a table commit has taken them.
+    pub fn with_table(mut self, table: Arc<TableSink>) -> Self {
+        self.table = Some(table);
+        self
     }
 
     /// Decisions objects record `description` (the event settings).
@@ -226,6 +249,14 @@ impl BatchWriter {
         })?;
         reservation.grow(encoded.objects().map(|(_, body)| body.held_bytes()).sum());
         let mut encoded = encoded;
+        let table_files = encoded.table_files.take();
+        reservation.grow(
+            table_files
+                .iter()
+                .flatten()
+                .map(|file| file.bytes.len() as u64)
+                .sum(),
+        );
         encoded.main = encoded.main.with_budget(reservation.budget());
         let (mut bytes_written, mut outcome) = (0, PutOutcome::Created);
         for (role, body) in encoded.objects() {
@@ -249,7 +280,7 @@ impl BatchWriter {
                     body.kind,
                 ),
             };
-            let put = self.put(&key, body).await?;
+            let put = self.put(&self.store, &key, body).await?;
             if put == PutOutcome::Created {
                 bytes_written += body.bytes.len();
             }
@@ -260,23 +291,41 @@ impl BatchWriter {
                 ObjectRole::Duplicates => failpoint("after-duplicates-put").await,
             }
         }
+        let mut table_written = None;
+        if let Some(files) = table_files {
+            let (written, created) = self.put_data_files(&pending, format, files).await?;
+            bytes_written += created;
+            table_written = Some(written);
+        }
         let EncodedBatch {
             main,
             errors,
             duplicates,
             rejected,
             outcomes,
+            ignored_fields,
             ..
         } = encoded;
         let error_records = errors.as_ref().map_or(0, |errors| errors.records);
         let duplicate_records = duplicates.as_ref().map_or(0, |d| d.records);
         let records = main.records + error_records + duplicate_records;
         drop((main, errors, duplicates, reservation));
-        failpoint("after-put").await;
-        let checkpoint = Checkpoint::SequenceNumber(pending.last.clone());
-        self.lease_write("checkpoint", || self.lease.checkpoint(&checkpoint))
-            .await?;
-        failpoint("after-checkpoint").await;
+        let data_files = table_written.as_ref().map(Vec::len);
+        match table_written {
+            None => {
+                failpoint("after-put").await;
+                let checkpoint = Checkpoint::SequenceNumber(pending.last.clone());
+                self.lease_write("checkpoint", || self.lease.checkpoint(&checkpoint))
+                    .await?;
+                failpoint("after-checkpoint").await;
+            }
+            Some(written) => {
+                failpoint("after-data-files-put").await;
+                self.stage(&pending, &written).await?;
+                failpoint("after-stage").await;
+                self.metrics.iceberg.fields_ignored.inc_by(ignored_fields);
+            }
+        }
         match outcome {
             PutOutcome::Created => self.metrics.batch_written(Outcome::created),
             PutOutcome::AlreadyExists => self.metrics.batch_written(Outcome::already_present),
@@ -299,18 +348,176 @@ impl BatchWriter {
             bytes = bytes_written,
             reason = reason.as_str(),
             already_present = outcome == PutOutcome::AlreadyExists,
+            data_files,
             "batch written"
         );
         Ok(WrittenBatch { pending, outcome })
     }
 
-    /// PUT with `If-None-Match: *`, retried until it succeeds or the lease is
-    /// lost (the batch is recorded in the row: the new owner replays it).
-    async fn put(&self, key: &str, body: &ObjectBody) -> Result<PutOutcome, CommitError> {
+    /// PUTs a table batch's data files to the table's location, each at the
+    /// path the batch and its partition name; returns each file with its
+    /// path, and the bytes created (not found present).
+    async fn put_data_files(
+        &self,
+        pending: &PendingBatch,
+        format: &Format,
+        files: Vec<PartitionFile>,
+    ) -> Result<(Vec<(String, PartitionFile)>, usize), CommitError> {
+        let table = self.table_sink()?;
+        let mut written = Vec::with_capacity(files.len());
+        let mut created = 0;
+        for file in files {
+            let (path, key) =
+                table.data_file(&file, self.shard_id(), &pending.first, &pending.last);
+            let body = ObjectBody {
+                kind: BodyKind::PARQUET,
+                bytes: file.bytes.clone(),
+                plain: file.bytes.clone(),
+                records: usize::try_from(file.record_count).unwrap_or(usize::MAX),
+                format: format.description(),
+                main_format: None,
+                main_extension: None,
+                budget: None,
+            };
+            if self.put(table.store(), &key, &body).await? == PutOutcome::Created {
+                created += body.bytes.len();
+            }
+            written.push((path, file));
+        }
+        Ok((written, created))
+    }
+
+    fn table_sink(&self) -> Result<&Arc<TableSink>, CommitError> {
+        self.table.as_ref().ok_or_else(|| CommitError::Internal {
+            shard_id: self.shard_id().to_owned(),
+            message: "a table batch without a table",
+        })
+    }
+
+    /// Stages the written batch in the lease row, after the previous staged
+    /// batch (or the checkpoint), waiting for table commits while the row
+    /// has no room for it.
+    async fn stage(
+        &self,
+        pending: &PendingBatch,
+        written: &[(String, PartitionFile)],
+    ) -> Result<(), CommitError> {
+        let table = self.table_sink()?;
+        let mut published = table.subscribe();
+        loop {
+            let lease = self.lease.snapshot().await;
+            let after = staged_after(&lease.staged_batches, &lease.checkpoint);
+            let entry = table
+                .staged_entry(self.shard_id(), &after, &pending.last, written)
+                .map_err(|err| {
+                    error!(error = %err, "cannot describe a batch's data files");
+                    CommitError::Internal {
+                        shard_id: self.shard_id().to_owned(),
+                        message: "a staged batch cannot be described",
+                    }
+                })?;
+            let held: usize = lease.staged_batches.iter().map(String::len).sum();
+            if held + entry.len() <= MAX_STAGED_BYTES {
+                return self
+                    .lease_write("stage batch", || self.lease.stage_batch(&entry))
+                    .await;
+            }
+            if self.apply_committed().await? {
+                continue;
+            }
+            warn!(
+                staged_bytes = held,
+                "the lease row's staged batches are full; waiting for a table commit"
+            );
+            tokio::select! {
+                biased;
+                () = self.lease.lost().cancelled() => return Err(self.lease_lost()),
+                changed = published.changed() => {
+                    if changed.is_err() {
+                        // The committer stopped: the worker is shutting down.
+                        return Err(self.lease_lost());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Moves the checkpoint to the shard's committed end in the latest
+    /// state the committer published, and drops the staged batches that
+    /// end at or below it. Returns whether the lease row changed.
+    ///
+    /// # Errors
+    /// As [`checkpoint`](Self::checkpoint).
+    pub async fn apply_committed(&self) -> Result<bool, CommitError> {
+        let Some(state) = self.table.as_ref().and_then(|table| table.published()) else {
+            return Ok(false);
+        };
+        match state.committed_end(self.shard_id()) {
+            Ok(Some(end)) => self.move_to_committed(&end).await,
+            Ok(None) => Ok(false),
+            Err(err) => {
+                warn!(error = %err, "the published table state does not parse; ignored");
+                Ok(false)
+            }
+        }
+    }
+
+    /// Moves the checkpoint to `end`, a committed end of the shard's (the
+    /// table holds every record up to it), unless it is there or past it,
+    /// and drops the staged batches ending at or below it. Returns whether
+    /// the lease row changed.
+    ///
+    /// # Errors
+    /// As [`checkpoint`](Self::checkpoint).
+    pub async fn move_to_committed(&self, end: &SequenceNumber) -> Result<bool, CommitError> {
+        let lease = self.lease.snapshot().await;
+        if lease.checkpoint.is_shard_end() {
+            return Ok(false);
+        }
+        let behind = lease
+            .checkpoint
+            .sequence_number()
+            .is_none_or(|checkpoint| checkpoint < end);
+        let keep: Vec<String> = lease
+            .staged_batches
+            .iter()
+            .filter(|entry| StagedBatch::last_of(entry).is_none_or(|last| last > *end))
+            .cloned()
+            .collect();
+        if !behind && keep.len() == lease.staged_batches.len() {
+            return Ok(false);
+        }
+        let checkpoint = if behind {
+            Checkpoint::SequenceNumber(end.clone())
+        } else {
+            lease.checkpoint.clone()
+        };
+        self.lease_write("checkpoint committed", || {
+            self.lease.checkpoint_committed(&checkpoint, &keep)
+        })
+        .await?;
+        info!(
+            checkpoint = %checkpoint,
+            committed_batches = lease.staged_batches.len() - keep.len(),
+            staged_batches = keep.len(),
+            "checkpointed records committed to the table"
+        );
+        Ok(true)
+    }
+
+    /// PUT with `If-None-Match: *` to `store`, retried until it succeeds or
+    /// the lease is lost (the batch is recorded in the row: the new owner
+    /// replays it).
+    async fn put(
+        &self,
+        store: &ObjectStore,
+        key: &str,
+        body: &ObjectBody,
+    ) -> Result<PutOutcome, CommitError> {
         let put = Retry::new("PutObject")
             .metrics(&self.metrics)
             .until(self.lease.lost())
-            .run(|| self.put_once(key, body))
+            .run(|| self.put_once(store, key, body))
             .await;
         match put {
             Ok(outcome) => Ok(outcome),
@@ -327,15 +534,16 @@ impl BatchWriter {
 
     /// One PUT attempt, fenced by the lease (confirmed first whenever it is
     /// not confirmed recently); a 412 is checked against the records.
-    async fn put_once(&self, key: &str, body: &ObjectBody) -> Result<PutOutcome, PutError> {
+    async fn put_once(
+        &self,
+        store: &ObjectStore,
+        key: &str,
+        body: &ObjectBody,
+    ) -> Result<PutOutcome, PutError> {
         let metadata = body.metadata();
         loop {
-            let put = self.store.put_if_absent(
-                key,
-                body.bytes.clone(),
-                body.kind.content_type(),
-                &metadata,
-            );
+            let put =
+                store.put_if_absent(key, body.bytes.clone(), body.kind.content_type(), &metadata);
             let Some(attempt) = self.fence.within(put).await else {
                 // Another worker could take the lease soon: confirm it (or
                 // learn it is lost), then try again.
@@ -352,12 +560,12 @@ impl BatchWriter {
                 PutOutcome::Created => Ok(PutOutcome::Created),
                 PutOutcome::AlreadyExists => {
                     self.metrics.conditional_write_conflicts.inc();
-                    match same_records(&self.store, key, body).await {
+                    match same_records(store, key, body).await {
                         Ok(true) => Ok(PutOutcome::AlreadyExists),
                         Ok(false) => {
                             error!(key, "object exists with different records");
                             Err(PutError::Stop(CommitError::ObjectConflict {
-                                bucket: self.store.bucket().to_owned(),
+                                bucket: store.bucket().to_owned(),
                                 key: key.to_owned(),
                             }))
                         }
@@ -375,7 +583,7 @@ impl BatchWriter {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<(), LeaseError>>,
     {
-        let is_checkpoint = what == "checkpoint";
+        let is_checkpoint = what.starts_with("checkpoint");
         let written = Retry::new(what)
             .metrics(&self.metrics)
             .run(|| async {
@@ -397,6 +605,15 @@ impl BatchWriter {
             }
         }
     }
+}
+
+/// Where the next staged batch continues from: the last staged batch's
+/// end, else the checkpoint.
+fn staged_after(staged: &[String], checkpoint: &Checkpoint) -> Checkpoint {
+    staged
+        .last()
+        .and_then(|entry| StagedBatch::last_of(entry))
+        .map_or_else(|| checkpoint.clone(), Checkpoint::SequenceNumber)
 }
 
 /// Encodes a batch's bodies off the async threads: a 64 MiB batch takes

@@ -14,7 +14,13 @@
 //! `after-decisions-put`, `after-error-put`, `after-duplicates-put` (that
 //! object written, each when the batch has one; the main object not yet),
 //! `after-put` (the main object written, not yet checkpointed),
-//! `after-checkpoint`.
+//! `after-checkpoint`. Into an Iceberg table, instead of the last two:
+//! `after-data-files-put` (the batch's data files written, not yet staged
+//! in the lease row), `after-stage`; and on the committer,
+//! `before-table-commit` (its state object written, the catalog commit not
+//! sent), `after-table-commit` (committed, the state not yet published in
+//! the committer row), `after-publish` (published; the owners' checkpoints
+//! not yet moved).
 
 /// Acts on the failpoint `name` if `FAILPOINTS` switches it on.
 #[inline]

@@ -9,6 +9,7 @@
 
 mod collectors;
 mod fan_out;
+mod iceberg;
 mod labels;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +24,7 @@ use crate::lock::lock;
 
 use self::collectors::{BuildInfo, CheckpointAges, UnarchivedAges};
 pub use self::fan_out::ReadMetrics;
+pub use self::iceberg::IcebergMetrics;
 pub use self::labels::*;
 
 /// Every metric shardsink exports.
@@ -88,6 +90,8 @@ pub struct Metrics {
     pub retention_gaps: Counter,
     /// The read mode, and enhanced fan-out subscriptions.
     pub read: ReadMetrics,
+    /// Iceberg table commits.
+    pub iceberg: IcebergMetrics,
     last_checkpoint: std::sync::Arc<CheckpointAges>,
     unarchived: std::sync::Arc<UnarchivedAges>,
 }
@@ -120,6 +124,7 @@ impl Metrics {
             leases_held: Gauge::default(),
             retention_gaps: Counter::default(),
             read: ReadMetrics::default(),
+            iceberg: IcebergMetrics::default(),
             last_checkpoint: metrics_last_checkpoint.clone(),
             unarchived: unarchived.clone(),
             registry: Registry::default(),
@@ -227,6 +232,7 @@ impl Metrics {
             metrics.retention_gaps.clone(),
         );
         metrics.read.register(&mut registry);
+        metrics.iceberg.register(&mut registry);
         registry.register_collector(Box::new(BuildInfo));
         registry.register_collector(Box::new(metrics_last_checkpoint));
         registry.register_collector(Box::new(unarchived));

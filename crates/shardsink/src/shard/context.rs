@@ -15,6 +15,8 @@ use crate::ops::metrics::Metrics;
 use crate::output::Output;
 use crate::output::batch::BufferLimits;
 use crate::read::mode::ReadSource;
+use crate::table::sink::TableSink;
+use crate::table::state::StagedBatch;
 
 /// What every shard task shares.
 #[derive(Debug, Clone)]
@@ -44,6 +46,8 @@ pub struct ShardContext {
     pub failover_time: Duration,
     /// Event deduplication, with `--event-id`.
     pub events: Option<Arc<EventRuntime>>,
+    /// The Iceberg table the records go into, with `--format iceberg`.
+    pub table: Option<Arc<TableSink>>,
 }
 
 /// How a shard task ended, when it did not fail.
@@ -60,10 +64,19 @@ pub enum ShardExit {
 
 impl ShardContext {
     /// Where reading starts: the pending batch's first record, after the
-    /// checkpoint, or the initial position.
+    /// last batch staged for a table, after the checkpoint, or the initial
+    /// position.
     pub fn start_position(&self, lease: &Lease) -> StartingPosition {
         if let Some(pending) = &lease.pending_batch {
             return StartingPosition::AtSequenceNumber(pending.first.clone());
+        }
+        // Batches staged for a table are written: the next one follows them.
+        if let Some(last) = lease
+            .staged_batches
+            .last()
+            .and_then(|entry| StagedBatch::last_of(entry))
+        {
+            return StartingPosition::AfterSequenceNumber(last);
         }
         match &lease.checkpoint {
             Checkpoint::SequenceNumber(n) => StartingPosition::AfterSequenceNumber(n.clone()),

@@ -42,7 +42,7 @@ use crate::ops::metrics::Metrics;
 use crate::output::bucket::Bucket;
 use crate::output::key::{KeyLayout, KeyParseError};
 use crate::output::read_back::decisions::parse_decisions_name;
-use crate::output::read_back::listing::{batch_range, list_ranges, list_written};
+use crate::output::read_back::listing::{Listing, batch_range, list_ranges, list_written};
 
 /// ResumeSkip state of one shard, with what it needs to list the shard's objects.
 #[derive(Debug)]
@@ -57,6 +57,8 @@ pub struct ResumeSkip {
     shard_id: String,
     metrics: Arc<Metrics>,
     enabled: bool,
+    /// Whether the prefix holds main objects to list (not for a table).
+    main_objects: bool,
     /// The bucket whose written ranges are loaded, those ranges, and the
     /// bucket's uncommitted batches.
     loaded: Option<(Bucket, RangeSet, Vec<Uncommitted>)>,
@@ -80,9 +82,17 @@ impl ResumeSkip {
             shard_id: shard_id.into(),
             metrics,
             enabled: true,
+            main_objects: true,
             loaded: None,
             excluded_since_write: false,
         }
+    }
+
+    /// No main objects are listed (batches go into a table): only the
+    /// side objects' uncommitted batches are found.
+    pub fn without_main_objects(mut self) -> Self {
+        self.main_objects = false;
+        self
     }
 
     /// Also lists the shard's error objects under `error_layout`, to find
@@ -136,11 +146,15 @@ impl ResumeSkip {
             .is_none_or(|(loaded, _, _)| *loaded != bucket);
         if stale {
             let prefix = self.layout.shard_bucket_prefix(bucket, &self.shard_id);
-            let listing = Retry::new("resume skip listing")
-                .metrics(&self.metrics)
-                .until(stop)
-                .run(|| list_written(&self.store, &prefix, sequence_number))
-                .await?;
+            let listing = if self.main_objects {
+                Retry::new("resume skip listing")
+                    .metrics(&self.metrics)
+                    .until(stop)
+                    .run(|| list_written(&self.store, &prefix, sequence_number))
+                    .await?
+            } else {
+                Listing::default()
+            };
             self.metrics.dedup_list_requests.inc_by(listing.requests);
             debug!(
                 shard_id = self.shard_id,

@@ -86,6 +86,9 @@ impl ShardTask {
             ctx.metrics.clone(),
             ctx.failover_time,
         );
+        if let Some(table) = &ctx.table {
+            writer = writer.with_table(table.clone());
+        }
         let events = ctx.events.as_ref().map(|runtime| {
             writer = writer.clone().with_events(&runtime.description);
             ShardEvents::new(
@@ -105,6 +108,11 @@ impl ShardTask {
             lease.shard_id(),
             ctx.metrics.clone(),
         );
+        if ctx.table.is_some() {
+            // Records committed to the table are behind the start
+            // (`adopt_committed_end`); the prefix holds no main objects.
+            resume = resume.without_main_objects();
+        }
         if ctx.output.format.can_reject() {
             resume = resume.with_error_layout(ctx.output.error_layout.clone());
         }
@@ -157,6 +165,11 @@ impl ShardTask {
         if lease.checkpoint.is_shard_end() {
             return Ok(ShardExit::ShardEnd(Vec::new()));
         }
+        let lease = match self.adopt_committed_end(&shutdown).await? {
+            Some(true) => self.lease.snapshot().await,
+            Some(false) => lease,
+            None => return Ok(ShardExit::Shutdown),
+        };
         self.frontier = Frontier::new(lease.checkpoint.clone());
         let start = self.ctx.start_position(&lease);
         info!(checkpoint = %lease.checkpoint, start = ?start, pending_batch = ?lease.pending_batch.as_ref().map(|p| &p.key), "shard started");
@@ -188,6 +201,44 @@ impl ShardTask {
 
     fn lease_lost(&self) -> ShardError {
         ShardError::lease_lost(&self.shard_id)
+    }
+
+    /// With a table: moves the checkpoint to the shard's committed end as
+    /// the table records it, when the lease row is behind it (its staged
+    /// batches or its whole row lost with the lease table), so that reading
+    /// goes on after the table's records. The table is read until it
+    /// answers. `Some(changed)`, or `None` on shutdown.
+    async fn adopt_committed_end(
+        &mut self,
+        shutdown: &CancellationToken,
+    ) -> Result<Option<bool>, ShardError> {
+        let Some(table) = self.ctx.table.clone() else {
+            return Ok(Some(false));
+        };
+        let lost = self.lease.lost().clone();
+        let shard_id = self.shard_id.clone();
+        let retry = Retry::new("load the table's commit state")
+            .metrics(&self.ctx.metrics)
+            .until(&lost);
+        let read =
+            retry.run(|| async { table.committed_end(&shard_id).await.map_err(TableReadError) });
+        let end = tokio::select! {
+            biased;
+            () = shutdown.cancelled() => return Ok(None),
+            end = read => end,
+        };
+        let end = match end {
+            Ok(end) => end,
+            Err(_) => return Err(self.lease_lost()),
+        };
+        let Some(end) = end else {
+            return Ok(Some(false));
+        };
+        let changed = self.writer.move_to_committed(&end).await?;
+        if changed {
+            info!(committed_end = %end, "the table holds the shard's records up to its committed end; reading on from there");
+        }
+        Ok(Some(changed))
     }
 
     async fn on_record(&mut self, record: ShardRecord) -> Result<(), ShardError> {
@@ -371,6 +422,11 @@ impl ShardTask {
     /// Checkpoints past records the resume skip found in S3 when nothing is buffered and
     /// no write has checkpointed them for a while (or at shutdown).
     async fn checkpoint_if_idle(&mut self, force: bool) -> Result<(), ShardError> {
+        if self.ctx.table.is_some() {
+            // The checkpoint follows the table's commits.
+            self.writer.apply_committed().await?;
+            return Ok(());
+        }
         if self.batch.is_some() || self.replay.is_some() {
             return Ok(());
         }
@@ -388,7 +444,11 @@ impl ShardTask {
         self.batch.is_none() && self.replay.is_none() && self.frontier.is_current()
     }
 
-    async fn finish_shard_end(mut self, children: Vec<ShardInfo>) -> Result<ShardExit, ShardError> {
+    async fn finish_shard_end(
+        mut self,
+        children: Vec<ShardInfo>,
+        shutdown: &CancellationToken,
+    ) -> Result<ShardExit, ShardError> {
         if let Some(replay) = self.replay.take() {
             if replay.batch().is_some() {
                 // As for `Step::Broken`: consumed records must not be dropped.
@@ -402,6 +462,12 @@ impl ShardTask {
         if let Some(batch) = self.batch.take() {
             self.write(batch, FlushReason::ShardEnd).await?;
         }
+        if !self.await_committed(shutdown).await? {
+            info!(
+                "shutdown before the shard's last batches were committed to the table; the next owner checkpoints SHARD_END"
+            );
+            return Ok(ShardExit::Shutdown);
+        }
         self.writer.checkpoint(&Checkpoint::ShardEnd).await?;
         if let Some(events) = &self.events {
             events
@@ -412,6 +478,33 @@ impl ShardTask {
         self.log_progress(true);
         info!(children = ?children.iter().map(|c| &c.shard_id).collect::<Vec<_>>(), "shard reached SHARD_END; checkpointed");
         Ok(ShardExit::ShardEnd(children))
+    }
+
+    /// With a table: waits until every batch staged in the lease row is
+    /// committed (and the checkpoint moved past it), so that `SHARD_END`
+    /// follows the shard's last record into the table. `false` on shutdown.
+    async fn await_committed(&mut self, shutdown: &CancellationToken) -> Result<bool, ShardError> {
+        let Some(table) = self.ctx.table.clone() else {
+            return Ok(true);
+        };
+        let mut published = table.subscribe();
+        loop {
+            published.borrow_and_update();
+            self.writer.apply_committed().await?;
+            if self.lease.snapshot().await.staged_batches.is_empty() {
+                return Ok(true);
+            }
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => return Ok(false),
+                () = self.lease.lost().cancelled() => return Err(self.lease_lost()),
+                changed = published.changed() => {
+                    if changed.is_err() {
+                        return Ok(false);
+                    }
+                }
+            }
+        }
     }
 
     async fn finish_shutdown(mut self) -> Result<ShardExit, ShardError> {
@@ -445,6 +538,17 @@ impl ShardTask {
     fn log_progress(&mut self, force: bool) {
         self.progress
             .log(force, self.resume.is_enabled(), self.frontier.checkpoint());
+    }
+}
+
+/// A table read that failed; retried as any AWS call.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+struct TableReadError(iceberg::Error);
+
+impl crate::aws::retry::Classify for TableReadError {
+    fn classify(&self) -> crate::aws::retry::Failure {
+        crate::aws::retry::Failure::Transient(crate::ops::metrics::RetryCause::iceberg_error)
     }
 }
 

@@ -39,6 +39,7 @@ use tracing::{info, warn};
 use super::state::{
     ATTEMPT_PROPERTY, COMMIT_PROPERTY, CommitState, STATE_PROPERTY, StagedBatch, StateError, plan,
 };
+use crate::ops::failpoint::failpoint;
 
 /// How many times a commit is planned again after a conflict before the
 /// round gives up (the next round tries again).
@@ -178,6 +179,7 @@ pub async fn commit_staged(
             inner: catalog,
             hook: Pinned { base: base.clone() },
         };
+        failpoint("before-table-commit").await;
         // The new snapshot's id when the commit landed.
         let landed = match tx.commit(&pinned).await {
             Ok(committed) => Some(find_attempt(&committed, &base, &attempt).unwrap_or_default()),

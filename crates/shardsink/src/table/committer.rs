@@ -35,6 +35,7 @@ use tracing::{info, warn};
 use super::commit::{CommitError, CommitOutcome, commit_staged};
 use super::expiry::{EXPIRY_INTERVAL, cutoff, expire_snapshots};
 use super::state::{CommitState, StagedBatch};
+use crate::ops::failpoint::failpoint;
 
 /// How the committer runs.
 #[derive(Debug, Clone)]
@@ -194,11 +195,13 @@ impl Committer {
     async fn commit(&mut self, row: CommitterLease, now: Instant) -> Result<Round, CommitterError> {
         let staged = self.staged_batches().await?;
         let outcome = commit_staged(self.catalog.as_ref(), &self.table, &staged).await?;
+        failpoint("after-table-commit").await;
         let state = outcome.state().to_json();
         let published = self
             .leases
             .publish_committed(&row, &self.options.worker_id, &state)
             .await?;
+        failpoint("after-publish").await;
         self.read_published(Some(&published));
         self.row = Some(published);
         self.last_commit = Some(now);

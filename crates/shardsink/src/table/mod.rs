@@ -14,19 +14,18 @@
 //!   was planned on, with the check of a commit whose outcome is unknown.
 //! - `expiry`: dropping snapshots older than the retention from the
 //!   table's metadata;
+//! - `sink`: what a shard's writer needs of the table (data file keys,
+//!   staged entries, committed ends, published states);
 //!
 //! Why each record ends up in exactly one live data file: docs/DESIGN.md,
 //! "Iceberg tables".
-
-// The daemon selects this module's table writer with `--format iceberg`;
-// until that setting is accepted, only the tests use it.
-#![allow(dead_code)]
 
 pub(crate) mod catalog;
 pub(crate) mod commit;
 pub(crate) mod committer;
 pub(crate) mod create;
 pub(crate) mod expiry;
+pub(crate) mod sink;
 pub(crate) mod staging;
 pub(crate) mod state;
 

@@ -91,6 +91,16 @@ pub struct StagedBatch {
     pub files: Vec<StagedFile>,
 }
 
+impl StagedBatch {
+    /// The last sequence number of the staged batch stored as `entry` (its
+    /// JSON in the lease row); `None` when it does not parse.
+    pub fn last_of(entry: &str) -> Option<SequenceNumber> {
+        serde_json::from_str::<Self>(entry)
+            .ok()
+            .and_then(|batch| batch.last.parse().ok())
+    }
+}
+
 /// One data file of a staged batch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StagedFile {

@@ -10,6 +10,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use super::committer::CommitterPart;
 use super::renewer::Renewer;
 use super::{Summary, worker_summary};
 use crate::aws::attempts::AttemptsAsProgress;
@@ -39,6 +40,13 @@ pub(super) struct Worker {
     pub(super) settings: Settings,
     pub(super) kinesis: Kinesis,
     pub(super) store: ObjectStore,
+    /// The S3 client, for an Iceberg table's files.
+    pub(super) s3: aws_sdk_s3::Client,
+    /// The shared AWS configuration, for an Iceberg catalog's clients.
+    pub(super) sdk: aws_config::SdkConfig,
+    /// With `--format iceberg`, once start-up opened the table: the
+    /// committer part, spawned when the loop starts.
+    pub(super) committer: Option<CommitterPart>,
     pub(super) table: LeaseTable,
     /// DynamoDB, for the DynamoDB store.
     pub(super) dynamodb: aws_sdk_dynamodb::Client,
@@ -73,7 +81,7 @@ impl Worker {
         let clients = clients.with_interceptor(AttemptsAsProgress);
         let config = &settings.config;
         let kinesis = Kinesis::new(clients.kinesis, settings.stream.clone());
-        let store = ObjectStore::new(clients.s3, settings.bucket.clone());
+        let store = ObjectStore::new(clients.s3.clone(), settings.bucket.clone());
         let ctx = Arc::new(ShardContext {
             kinesis: kinesis.clone(),
             store: store.clone(),
@@ -92,11 +100,16 @@ impl Worker {
             read_source: ReadSource::Polling,
             failover_time: config.failover_time,
             events: None,
+            // The table once start-up has opened it.
+            table: None,
         });
         Self {
             table: LeaseTable::new(clients.dynamodb.clone(), settings.lease_table.clone())
                 .with_failover_time(config.failover_time),
             dynamodb: clients.dynamodb,
+            s3: clients.s3,
+            sdk: clients.shared,
+            committer: None,
             settings,
             kinesis,
             store,
@@ -133,7 +146,12 @@ impl Worker {
             self.settings.lease_renewal_interval,
             renewals_token.clone(),
         );
-        let _stop_renewals = renewals_token.drop_guard();
+        let _stop_renewals = renewals_token.clone().drop_guard();
+        // The committer too: shard tasks finishing at shutdown may still
+        // see a commit.
+        if let Some(committer) = self.committer.take() {
+            committer.spawn(self.metrics.clone(), renewals_token.clone());
+        }
         // Scanning faster than renewing means a lease released by a worker
         // that shuts down is taken within one renewal interval.
         let mut sync_timer = tokio::time::interval(self.settings.lease_taking_interval);

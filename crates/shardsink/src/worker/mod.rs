@@ -10,6 +10,10 @@
 //!   each;
 //! - every `--lease-renewal-interval` (a third of it), on a task of its own
 //!   ([`Renewer`]): renew every held lease and write this worker's heartbeat;
+//! - with `--format iceberg`, on a task of its own: take or renew the table
+//!   committer's row, commit every worker's staged batches once per
+//!   `--iceberg-commit-interval` when this worker holds it, and pass the
+//!   published state to the shard tasks;
 //! - when a shard task ends: release its lease (a lost lease needs nothing),
 //!   and after `SHARD_END` add its `ChildShards` and re-list shards so
 //!   children start promptly.
@@ -23,8 +27,11 @@
 //! - `sync`: one round of lease work — observe, create and delete, plan,
 //!   take;
 //! - `tasks`: shard tasks started and ended, and shutdown;
-//! - `renewer`: lease renewals and the heartbeat, on tasks of their own.
+//! - `renewer`: lease renewals and the heartbeat, on tasks of their own;
+//! - `committer`: with `--format iceberg`, the table committer's rounds on
+//!   a task of their own, and the published states handed to shard tasks.
 
+mod committer;
 mod main_loop;
 pub(crate) mod renewer;
 mod startup;

@@ -8,24 +8,34 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use shard_lease::TABLE_ACTIVE_TIMEOUT;
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+use super::committer::CommitterPart;
 use super::main_loop::Worker;
 use crate::aws::fan_out::ConsumerWait;
 use crate::aws::retry::{Classify, Retry, Stopped};
+use crate::aws::table_storage::S3TableStorageFactory;
 use crate::aws::{KinesisError, S3Error};
-use crate::config::{ConfigError, EventDedup, EventStoreSetting};
+use crate::config::{ConfigError, EventDedup, EventStoreSetting, IcebergSettings};
 use crate::events::decider::{EventRuntime, EventStore};
 use crate::events::dynamodb::DynamoDbStore;
 use crate::events::dynamodb::cache::APPROXIMATE_BYTES_PER_ENTRY;
 use crate::ops::health::Health;
 use crate::ops::log::error_chain;
+use crate::ops::metrics::RetryCause;
 use crate::ops::systemd;
+use crate::output::format::Format;
+use crate::output::format::iceberg::IcebergLayout;
 use crate::output::key::KeyLayout;
 use crate::output::marker::{self, LayoutCheck, MarkerError, RecordedLayout};
 use crate::read::mode::ReadSource;
+use crate::table::catalog;
+use crate::table::committer::{Committer, CommitterOptions};
+use crate::table::create::{NewTable, default_partition_spec, default_schema, find_or_create};
+use crate::table::sink::TableSink;
 use event_store::{LocalOptions, LocalStore};
 
 impl Worker {
@@ -140,6 +150,18 @@ impl Worker {
         self.metrics
             .read
             .set_mode(self.ctx.read_source.mode().as_str());
+        if let Some(iceberg) = self.settings.iceberg.clone() {
+            let Some(table) = self.start_table(&iceberg, token).await? else {
+                return Ok(false);
+            };
+            let mut ctx = (*self.ctx).clone();
+            ctx.output.format = Format::Iceberg {
+                layout: table.layout,
+            };
+            ctx.table = Some(table.sink);
+            self.ctx = Arc::new(ctx);
+            self.committer = Some(table.committer);
+        }
         if let Some(events) = self.settings.events.clone() {
             let Some(runtime) = self.start_events(events, retention, token).await? else {
                 return Ok(false);
@@ -163,11 +185,156 @@ impl Worker {
             consumer = self.settings.consumer_name.as_deref(),
             event_id = self.settings.events.as_ref().map(|e| e.settings.source.to_string()),
             duplicates_prefix = self.settings.events.as_ref().map(|_| self.ctx.output.duplicates_layout.prefix()),
+            iceberg_table = self.ctx.table.as_ref().map(|table| table.ident().to_string()),
             "shardsink started"
         );
         self.health.started();
         systemd::ready();
         Ok(true)
+    }
+}
+
+/// The opened table: the format's layout, the shard tasks' sink and the
+/// worker's committer part.
+struct OpenedTable {
+    layout: Arc<IcebergLayout>,
+    sink: Arc<TableSink>,
+    committer: CommitterPart,
+}
+
+/// An Iceberg catalog call that failed at start-up.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+struct TableStartError(iceberg::Error);
+
+impl Classify for TableStartError {
+    fn classify(&self) -> crate::aws::retry::Failure {
+        crate::aws::retry::Failure::Persistent(RetryCause::iceberg_error)
+    }
+}
+
+impl TableStartError {
+    /// A setting the catalog refuses: no retry helps.
+    fn is_setting(&self) -> bool {
+        matches!(
+            self.0.kind(),
+            iceberg::ErrorKind::DataInvalid | iceberg::ErrorKind::FeatureUnsupported
+        )
+    }
+}
+
+impl Worker {
+    /// Opens the catalog and finds or creates the table (`--format
+    /// iceberg`), retried as the other start-up steps; `None` when shutdown
+    /// came first.
+    async fn start_table(
+        &self,
+        iceberg: &IcebergSettings,
+        token: &CancellationToken,
+    ) -> anyhow::Result<Option<OpenedTable>> {
+        let target = &iceberg.target;
+        let storage: Arc<dyn iceberg::io::StorageFactory> =
+            Arc::new(S3TableStorageFactory::new(self.s3.clone()));
+        let opened = retry_until(
+            token,
+            &self.health,
+            StartUpStep {
+                what: "open the Iceberg catalog",
+                bound: START_UP_CALL_BOUND,
+            },
+            || async {
+                catalog::open(&target.catalog, storage.clone(), &self.sdk)
+                    .await
+                    .map_err(TableStartError)
+            },
+            TableStartError::is_setting,
+        )
+        .await;
+        let catalog = match opened {
+            None => return Ok(None),
+            Some(result) => result.with_context(|| {
+                format!(
+                    "failed to open the Iceberg catalog ({})",
+                    target.catalog.kind.as_str()
+                )
+            })?,
+        };
+        let payload = match &self.settings.output.format {
+            Format::Parquet { schema } => schema.clone(),
+            _ => None,
+        };
+        let new_table = || -> iceberg::Result<NewTable> {
+            Ok(NewTable {
+                schema: default_schema(payload.as_deref(), target.catalog.kind.instants())?,
+                partition_spec: default_partition_spec(self.ctx.output.layout.time_bucket())?,
+                location: None,
+            })
+        };
+        let found = retry_until(
+            token,
+            &self.health,
+            StartUpStep {
+                what: "find or create the Iceberg table",
+                bound: START_UP_CALL_BOUND,
+            },
+            || async {
+                let new = new_table().map_err(TableStartError)?;
+                find_or_create(catalog.as_ref(), &target.table, new)
+                    .await
+                    .map_err(TableStartError)
+            },
+            TableStartError::is_setting,
+        )
+        .await;
+        let table = match found {
+            None => return Ok(None),
+            Some(result) => result
+                .with_context(|| format!("failed to find or create table {}", target.table))?,
+        };
+        let metadata = table.metadata();
+        let unwritable = |message: String| ConfigError {
+            flag: "--iceberg-table".to_owned(),
+            env: "SHARDSINK_ICEBERG_TABLE".to_owned(),
+            message: format!("table {}: {message}", target.table),
+        };
+        let layout = IcebergLayout::new(
+            metadata.current_schema().clone(),
+            metadata.default_partition_spec().clone(),
+        )
+        .map_err(|err| unwritable(format!("cannot be written: {err}")))?;
+        let (published, follow) = watch::channel(None);
+        let sink = TableSink::new(catalog.clone(), &table, self.s3.clone(), follow)
+            .map_err(|err| unwritable(err.to_string()))?;
+        info!(
+            table = %target.table,
+            location = metadata.location(),
+            schema_id = metadata.current_schema_id(),
+            spec_id = metadata.default_partition_spec_id(),
+            commit_interval = ?iceberg.commit_interval,
+            "Iceberg table opened"
+        );
+        let committer = Committer::new(
+            self.table.clone(),
+            catalog,
+            target.table.clone(),
+            CommitterOptions {
+                worker_id: self.settings.worker_id.clone(),
+                interval: iceberg.commit_interval,
+                failover_time: self.settings.config.failover_time,
+                snapshot_retention: iceberg.snapshot_retention,
+            },
+        );
+        Ok(Some(OpenedTable {
+            layout: Arc::new(layout),
+            sink: Arc::new(sink),
+            committer: CommitterPart {
+                committer,
+                published,
+                round_interval: iceberg
+                    .commit_interval
+                    .min(self.settings.lease_renewal_interval),
+            },
+        }))
     }
 }
 

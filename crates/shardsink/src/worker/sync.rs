@@ -342,6 +342,9 @@ impl Worker {
                 .iter()
                 .filter(|lease| {
                     graph.is_removable(lease, SystemTime::now(), retention)
+                        // Batches staged for a table and not yet committed
+                        // live only in the row.
+                        && lease.staged_batches.is_empty()
                         && (lease.checkpoint.is_shard_end()
                             || self.expiry.is_lease_stale(lease, now, failover))
                 })

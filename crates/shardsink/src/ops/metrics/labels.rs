@@ -56,6 +56,9 @@ pub enum RetryCause {
     event_manifest_throttled,
     /// Any other DynamoDB event table failure.
     event_manifest_error,
+    /// An Iceberg catalog or table file that could not be read or
+    /// committed.
+    iceberg_error,
 }
 
 /// Label set with `cause`.

@@ -262,6 +262,15 @@ pub struct IcebergLayout {
     payload: PayloadColumns,
 }
 
+/// Two layouts are alike when they are of the same schema and spec.
+impl PartialEq for IcebergLayout {
+    fn eq(&self, other: &Self) -> bool {
+        self.schema == other.schema && self.spec == other.spec
+    }
+}
+
+impl Eq for IcebergLayout {}
+
 impl IcebergLayout {
     /// The layout of a table with `schema` and partition `spec` (a spec of
     /// that schema).
@@ -402,6 +411,7 @@ impl IcebergLayout {
 
     /// The Arrow schema of the data files: `schema_to_arrow_schema` of the
     /// table's schema, each field with its `PARQUET:field_id`.
+    #[cfg(test)]
     pub fn arrow_schema(&self) -> &arrow_schema::SchemaRef {
         &self.arrow_schema
     }
@@ -548,6 +558,7 @@ impl IcebergBatch {
     }
 
     /// Rows pushed so far.
+    #[cfg(test)]
     pub fn rows(&self) -> usize {
         self.rows
     }

@@ -16,8 +16,6 @@
 //! [`Format`] (C5 in docs/DESIGN.md).
 
 pub(crate) mod envelope;
-// Not yet called by a `Format`: the Iceberg table commit path will be.
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) mod iceberg;
 pub(crate) mod json;
 pub(crate) mod parquet;
@@ -28,6 +26,7 @@ use std::sync::Arc;
 use clap::ValueEnum;
 
 use self::envelope::LineEncoder;
+use self::iceberg::{IcebergBatch, IcebergLayout};
 use self::parquet::ParquetBatch;
 use self::schema::ParquetSchema;
 pub use crate::output::body_kind::{BodyKind, BodyShape};
@@ -92,13 +91,22 @@ pub enum Format {
         /// Typed columns from the JSON payload instead of `data`.
         schema: Option<Arc<ParquetSchema>>,
     },
+    /// Rows of an Iceberg table: one Parquet data file per partition value,
+    /// committed to the table instead of written as an object.
+    Iceberg {
+        /// The table's columns and partition spec.
+        layout: Arc<IcebergLayout>,
+    },
 }
 
 impl Format {
     /// Whether it may reject a record (then batches may have error
-    /// objects): `json`, and `parquet` with a schema.
+    /// objects): `json`, `parquet` with a schema, and `iceberg`.
     pub fn can_reject(&self) -> bool {
-        matches!(self, Self::Json { .. } | Self::Parquet { schema: Some(_) })
+        matches!(
+            self,
+            Self::Json { .. } | Self::Parquet { schema: Some(_) } | Self::Iceberg { .. }
+        )
     }
 
     /// The shape of the bodies a [`description`](Self::description) names.
@@ -106,7 +114,7 @@ impl Format {
         match text.split(';').next()? {
             "envelope" | "json" => Some(BodyShape::JsonLines),
             "raw" => Some(BodyShape::Raw),
-            "parquet" => Some(BodyShape::Parquet),
+            "parquet" | "iceberg" => Some(BodyShape::Parquet),
             _ => None,
         }
     }
@@ -116,7 +124,7 @@ impl Format {
         match self {
             Self::Envelope | Self::Json { .. } => BodyShape::JsonLines,
             Self::Raw { .. } => BodyShape::Raw,
-            Self::Parquet { .. } => BodyShape::Parquet,
+            Self::Parquet { .. } | Self::Iceberg { .. } => BodyShape::Parquet,
         }
     }
 
@@ -149,8 +157,9 @@ impl Format {
     /// The format and its settings as one text, stored with each object
     /// (`x-amz-meta-shardsink-format`): `envelope`, `json` or
     /// `json;metadata-field=NAME`, `raw;delimiter=HEX`, `parquet` or
-    /// `parquet;schema=MD5`. Two objects with the same text were encoded
-    /// alike.
+    /// `parquet;schema=MD5`, `iceberg;schema=ID;spec=ID` (the table's
+    /// schema and partition spec ids). Two objects with the same text were
+    /// encoded alike.
     pub fn description(&self) -> String {
         match self {
             Self::Envelope => "envelope".to_owned(),
@@ -168,6 +177,11 @@ impl Format {
             Self::Parquet {
                 schema: Some(schema),
             } => format!("parquet;schema={}", schema.fingerprint()),
+            Self::Iceberg { layout } => format!(
+                "iceberg;schema={};spec={}",
+                layout.schema().schema_id(),
+                layout.spec().spec_id()
+            ),
         }
     }
 }
@@ -266,6 +280,8 @@ pub enum MainBody {
     Bytes(Vec<u8>),
     /// Parquet rows, to be written as a file.
     Parquet(ParquetBatch),
+    /// An Iceberg table's rows, to be written as data files.
+    Iceberg(IcebergBatch),
 }
 
 impl BodyEncoder {
@@ -273,6 +289,9 @@ impl BodyEncoder {
     pub fn new(shard_id: &str, format: &Format) -> Self {
         let main = match format {
             Format::Parquet { schema } => MainBody::Parquet(ParquetBatch::new(schema.clone())),
+            Format::Iceberg { layout } => {
+                MainBody::Iceberg(IcebergBatch::new(layout.clone(), shard_id))
+            }
             _ => MainBody::Bytes(Vec::new()),
         };
         Self {
@@ -343,6 +362,7 @@ impl BodyEncoder {
     fn push_user(&mut self, user: &UserRecordView<'_>) -> Result<(), Rejection> {
         let out = match &mut self.main {
             MainBody::Parquet(rows) => return rows.push(user),
+            MainBody::Iceberg(rows) => return rows.push(user),
             MainBody::Bytes(out) => out,
         };
         match &self.format {
@@ -354,8 +374,8 @@ impl BodyEncoder {
                 out.extend_from_slice(delimiter);
                 Ok(())
             }
-            // Parquet has its own body (`new`).
-            Format::Envelope | Format::Parquet { .. } => {
+            // Parquet and Iceberg have their own bodies (`new`).
+            Format::Envelope | Format::Parquet { .. } | Format::Iceberg { .. } => {
                 self.envelope.encode_line(user, out);
                 Ok(())
             }
@@ -367,6 +387,7 @@ impl BodyEncoder {
         let main = match &self.main {
             MainBody::Bytes(out) => out.len() as u64,
             MainBody::Parquet(rows) => rows.memory_bytes(),
+            MainBody::Iceberg(rows) => rows.memory_bytes(),
         };
         main + (self.errors.len()
             + self.duplicates.len()

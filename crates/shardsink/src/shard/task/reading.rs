@@ -93,7 +93,7 @@ impl ShardTask {
                     }
                     self.flush_run().await?;
                     if read.shard_end {
-                        return self.finish_shard_end(read.child_shards).await;
+                        return self.finish_shard_end(read.child_shards, &shutdown).await;
                     }
                     self.flush_if_due(caught_up).await?;
                     self.checkpoint_if_idle(false).await?;
@@ -112,7 +112,7 @@ impl ShardTask {
                 Err(err) => {
                     if matches!(err, KinesisError::NotFound(_)) && self.has_left_the_stream().await
                     {
-                        return self.finish_shard_gone(reader.position()).await;
+                        return self.finish_shard_gone(reader.position(), &shutdown).await;
                     }
                     self.progress.read_failed();
                     // No limit, no token, final errors retried: never stops.

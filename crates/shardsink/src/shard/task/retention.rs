@@ -1,6 +1,7 @@
 //! A shard whose records expired unread: the gap is reported before
 //! anything is written past it (see [`RetentionGap`]).
 
+use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::{ShardTask, s3_retry};
@@ -55,9 +56,10 @@ impl ShardTask {
     pub(super) async fn finish_shard_gone(
         mut self,
         position: StartingPosition,
+        shutdown: &CancellationToken,
     ) -> Result<ShardExit, ShardError> {
         let gap = RetentionGap::shard_gone(&self.shard_id, position);
         self.on_retention_gap(gap).await?;
-        self.finish_shard_end(Vec::new()).await
+        self.finish_shard_end(Vec::new(), shutdown).await
     }
 }

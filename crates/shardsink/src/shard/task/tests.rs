@@ -78,6 +78,7 @@ fn harness(max_records: usize) -> Harness {
         read_source: ReadSource::Polling,
         failover_time: Duration::from_secs(10),
         events: None,
+        table: None,
     });
     Harness {
         lease_table: LeaseTable::new(clients.dynamodb, "leases"),

@@ -528,6 +528,7 @@ fn main_body(format: &Format, payloads: [&[u8]; 3], compression: Compression) ->
     Bytes::from(match bodies.main {
         MainBody::Bytes(plain) => compression.compress(&plain).unwrap(),
         MainBody::Parquet(rows) => rows.finish(compression).unwrap(),
+        MainBody::Iceberg(_) => unreachable!("no table format here"),
     })
 }
 
