@@ -47,6 +47,10 @@
 //!   with event deduplication, every record in one place
 //!   ([`check::each_record_in_one_place`]) and each event once
 //!   ([`check::events`]).
+//! - [`table`]: Iceberg tables (`--format iceberg`) read back with
+//!   pyiceberg and DuckDB (`tests/iceberg/read_table.py`), each record in
+//!   exactly one live row in both readings; the committer row and the
+//!   staged batches of the lease table.
 //! - [`wait`]: polling ([`wait_until`], [`wait_for`](wait::wait_for)).
 //! - [`scenario`]: the common test flow: [`Scenario::create`], then
 //!   [`Scenario::finish`] (wait for the archive, stop the daemons, check
@@ -94,7 +98,7 @@
 //!   ([`outcome`]);
 //! - `SHARDSINK_E2E_DUCKDB_PYTHON`: the Python with DuckDB and its extension
 //!   packages that the query-engine test runs (`scripts/test` installs it
-//!   into `.local/duckdb/`);
+//!   into `.local/duckdb/`), also with pyiceberg for the Iceberg tests;
 //! - `SHARDSINK_LOG` / `RUST_LOG`: the daemon's log filter.
 //!
 //! Daemon logs go to `<target>/e2e-logs/<stream>/daemon-NN.log`; a failing
@@ -119,6 +123,7 @@ pub mod producer;
 pub mod scenario;
 pub mod seq;
 pub mod stream;
+pub mod table;
 pub mod wait;
 
 pub use archive::{Archive, ArchiveReader, ArchivedRecord, Compression, ObjectKey};

@@ -23,6 +23,9 @@
 //! - [`formats`]: every output format and key layout, table-driven.
 //! - [`harness`]: self-tests of the harness, without the daemon.
 //! - [`iam_policy`]: `deploy/iam-policy.json` grants exactly what is used.
+//! - [`iceberg`]: `--format iceberg`: each record in one live row of the
+//!   table, through kills at every step, lease moves, two committers, a
+//!   lost lease table and a split.
 //! - [`kill_restart`]: contract lines 1–4 under repeated SIGKILL.
 //! - [`kpl`]: KPL aggregates are unpacked.
 //! - [`lost_table`], [`lost_table_running`]: the lease table lost between
@@ -49,6 +52,7 @@ mod foreign_keys;
 mod formats;
 mod harness;
 mod iam_policy;
+mod iceberg;
 mod kill_restart;
 mod kpl;
 mod lost_table;

@@ -1,0 +1,744 @@
+//! `--format iceberg`: records become rows of an Apache Iceberg table, each
+//! in exactly one live row (docs/DESIGN.md, "Iceberg tables", T1), across
+//! crashes at every step of a batch's and a commit's life, lease moves,
+//! two committers at once, a lost lease table and resharding.
+//!
+//! The table is read back independently of the daemon by
+//! `tests/iceberg/read_table.py`, with pyiceberg and with DuckDB; every
+//! check holds in both readings ([`shardsink_e2e::table`]). The catalog is
+//! a SQL catalog on a SQLite file beside the daemon logs, the warehouse in
+//! the test's bucket (versioned: nothing the daemon writes may be
+//! overwritten). Records are identified by (shard, sequence number,
+//! sub-sequence number) and compared with what the producers put, payload
+//! and partition key included.
+//!
+//! The readers need the local S3 server they can reach by path (moto's):
+//! these tests run on the moto profile; [`reshard`] needs a Kinesis that
+//! reshards, and runs on the fanout profile (kinesis-mock for Kinesis, moto
+//! for S3 and DynamoDB). Elsewhere they skip for that profile. The Python
+//! with pyiceberg and DuckDB is `SHARDSINK_E2E_DUCKDB_PYTHON`
+//! (`scripts/test` installs it into `.local/duckdb/`).
+//!
+//! Daemons commit every 2 s (`--iceberg-commit-interval`) with a 1 s buffer
+//! age, on a few hundred records, so the module takes a few minutes.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{RngExt as _, SeedableRng as _};
+use shardsink_e2e::check::RecordId;
+use shardsink_e2e::daemon::{log_dir, run_to_exit, run_verify};
+use shardsink_e2e::env::profile;
+use shardsink_e2e::fixtures::{delete_lease_table, list_shards, wait_stream_active};
+use shardsink_e2e::payloads::{SCHEMA_FILE, schema_payloads};
+use shardsink_e2e::producer::{BackgroundOptions, BackgroundProducer, small_record_specs};
+use shardsink_e2e::table::{
+    IcebergTable, TableRead, TableRow, checkpoint_problems, read_committer, reader_python,
+    shard_rows, staged_batch_count,
+};
+use shardsink_e2e::{
+    Daemon, ProducedRecord, Scenario, Settings, TestEnv, Versioning, outcome, require_env, scaled,
+    stop_gracefully, wait_until,
+};
+
+/// The profile whose S3 the readers reach (moto).
+const MOTO: &str = "moto";
+/// The profile with moto's S3 and a Kinesis that reshards (kinesis-mock).
+const FANOUT: &str = "fanout";
+
+/// The failpoints of a batch's and a commit's life on the Iceberg path, in
+/// order, each with the `fail` spec that fires it: the batch steps on the
+/// third batch of the run, the commit steps on the run's first commit
+/// (which has batches to append: the points are passed only then).
+const STEPS: [(&str, &str); 7] = [
+    ("before-pending", "2*off->return"),
+    ("after-pending", "2*off->return"),
+    ("after-data-files-put", "2*off->return"),
+    ("after-stage", "2*off->return"),
+    ("before-table-commit", "return"),
+    ("after-table-commit", "return"),
+    ("after-publish", "return"),
+];
+
+/// The daemon's log line (JSON) for a table commit that landed.
+const TABLE_COMMIT: &str = r#""message":"table commit""#;
+
+/// A scenario writing into an Iceberg table.
+struct TableScenario {
+    scenario: Scenario,
+    table: IcebergTable,
+    /// The scenario's settings with the table's ([`IcebergTable::settings`]).
+    settings: Settings,
+}
+
+impl TableScenario {
+    /// A stream of `shards` shards, a versioned bucket, and a table whose
+    /// catalog file is beside the daemon logs.
+    async fn create(env: &TestEnv, python: PathBuf, name: &str, shards: i32) -> Self {
+        let scenario = Scenario::create(env, name, shards, Versioning::Enabled)
+            .await
+            .unwrap();
+        let table = IcebergTable::new(python, &log_dir(&scenario.stream), &scenario.bucket);
+        let settings = table
+            .settings(scenario.settings.clone())
+            .set("buffer-max-records", "40");
+        println!("table catalog: {}", table.catalog_uri());
+        Self {
+            scenario,
+            table,
+            settings,
+        }
+    }
+
+    /// Waits up to `secs` seconds (scaled) until the table holds every
+    /// record of `expected`, watching `daemons`.
+    async fn wait_for(
+        &self,
+        expected: &[ProducedRecord],
+        daemons: &mut [&mut Daemon],
+        secs: u64,
+    ) -> TableRead {
+        self.table
+            .wait_for_records(expected, daemons, scaled(Duration::from_secs(secs)))
+            .await
+            .unwrap_or_else(|error| panic!("{error:#}"))
+    }
+
+    /// The table read now; it must exist.
+    async fn read(&self) -> TableRead {
+        self.table
+            .read_existing()
+            .await
+            .unwrap_or_else(|error| panic!("{error:#}"))
+    }
+
+    /// Right after a crash (`what`): no shard's checkpoint passes a record
+    /// that is not in the table. Returns the shard rows.
+    async fn assert_checkpoints_committed(
+        &self,
+        produced: &[ProducedRecord],
+        what: &str,
+    ) -> Vec<shardsink_e2e::LeaseRow> {
+        let rows = shard_rows(self.scenario.lease_rows().await.unwrap());
+        match self.table.read().await.unwrap_or_else(|e| panic!("{e:#}")) {
+            Some(read) => {
+                let problems = checkpoint_problems(&rows, produced, &read);
+                assert!(problems.is_empty(), "after {what}: {problems:#?}");
+            }
+            None => {
+                let moved: Vec<_> = rows
+                    .iter()
+                    .filter(|row| row.checkpoint_sequence_number().is_some())
+                    .map(|row| (&row.lease_key, &row.checkpoint))
+                    .collect();
+                assert!(
+                    moved.is_empty(),
+                    "after {what}: checkpoints moved before the table existed: {moved:?}"
+                );
+            }
+        }
+        rows
+    }
+}
+
+/// The reader's Python when the servers are those of `wanted`; otherwise
+/// `None` after recording the skip for that profile.
+fn on_profile(wanted: &str, reason: &str) -> Option<PathBuf> {
+    if profile().as_deref() != Some(wanted) {
+        outcome::skip_unless_profile(wanted, reason);
+        return None;
+    }
+    reader_python()
+}
+
+/// Waits for a daemon started with a failpoint that aborts to reach it.
+async fn wait_for_abort(daemon: &mut Daemon, point: &str) {
+    let status = daemon
+        .wait_exit(scaled(Duration::from_secs(60)))
+        .await
+        .unwrap_or_else(|error| {
+            panic!(
+                "the failpoint {point} was not reached: {error:#}\n{}",
+                daemon.log_tail(60)
+            )
+        });
+    let log = daemon.log();
+    assert!(
+        !status.success()
+            && log.contains("failpoint reached: aborting")
+            && log.contains(&format!(r#""failpoint":"{point}""#)),
+        "expected an abort at {point}, got {status}:\n{}",
+        daemon.log_tail(60)
+    );
+    println!("aborted at {point} ({status})");
+}
+
+/// How many lines of `daemon`'s log contain `text`.
+fn log_count(daemon: &Daemon, text: &str) -> usize {
+    daemon.log().lines().filter(|l| l.contains(text)).count()
+}
+
+/// Whether `shardsink verify` takes the Iceberg flags (a later version's
+/// `verify --deep` audits tables).
+async fn verify_reads_tables() -> bool {
+    let run = run_to_exit(&["verify", "--help"], &[], scaled(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    run.stdout.contains("--iceberg-catalog")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_land_in_the_table_once() {
+    let env = require_env!();
+    let Some(python) = on_profile(MOTO, "the table readers need moto's S3") else {
+        return;
+    };
+    let t = TableScenario::create(&env, python, "ice-once", 2).await;
+    let produced = t
+        .scenario
+        .put(&small_record_specs(400, 1, "once"))
+        .await
+        .unwrap();
+
+    let start = Instant::now();
+    let mut daemon = Daemon::spawn(&t.settings).unwrap();
+    t.wait_for(&produced, &mut [&mut daemon], 120).await;
+    stop_gracefully(&mut daemon, scaled(Duration::from_secs(40)))
+        .await
+        .unwrap_or_else(|error| panic!("{error:#}"));
+    let ran = start.elapsed();
+
+    let read = t.read().await;
+    read.assert_once(&produced, true, "after SIGTERM");
+    // At most one commit per interval (2 s): a commit per batch would
+    // exceed this on any machine.
+    let commits = read.shardsink_commits();
+    let bound = ran.as_secs_f64() / 2.0 + 1.0;
+    println!(
+        "{commits} shardsink commits ({} snapshots) in a run of {ran:.1?}: at most {bound:.1} allowed",
+        read.snapshots.len()
+    );
+    assert!(
+        commits >= 1 && commits as f64 <= bound,
+        "{commits} commits in {ran:.1?}"
+    );
+    let rows = shard_rows(t.scenario.lease_rows().await.unwrap());
+    let problems = checkpoint_problems(&rows, &produced, &read);
+    assert!(problems.is_empty(), "after SIGTERM: {problems:#?}");
+    println!(
+        "checkpoints after SIGTERM: {:?}; staged batches left: {}",
+        rows.iter()
+            .map(|r| (&r.lease_key, &r.checkpoint))
+            .collect::<Vec<_>>(),
+        staged_batch_count(&rows)
+    );
+    t.scenario.assert_nothing_overwritten().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kills_at_every_step_lose_and_double_nothing() {
+    let env = require_env!();
+    let Some(python) = on_profile(MOTO, "the table readers need moto's S3") else {
+        return;
+    };
+    let t = TableScenario::create(&env, python, "ice-kills", 2).await;
+    let mut produced = Vec::new();
+    let started = Instant::now();
+
+    for (index, (point, spec)) in STEPS.iter().enumerate() {
+        produced.extend(
+            t.scenario
+                .put(&small_record_specs(160, 10 + index as u64, point))
+                .await
+                .unwrap(),
+        );
+        let mut daemon =
+            Daemon::spawn(&t.settings.clone().failpoints(format!("{point}={spec}"))).unwrap();
+        wait_for_abort(&mut daemon, point).await;
+        let rows = t
+            .assert_checkpoints_committed(&produced, &format!("the abort at {point}"))
+            .await;
+        println!(
+            "after the abort at {point}: {} staged batches in the lease rows",
+            staged_batch_count(&rows)
+        );
+
+        // Restart without the failpoint: everything so far, once.
+        let mut daemon = Daemon::spawn(&t.settings).unwrap();
+        let read = t.wait_for(&produced, &mut [&mut daemon], 120).await;
+        read.assert_once(&produced, true, &format!("after recovering from {point}"));
+        daemon.kill().unwrap();
+    }
+
+    // SIGKILLs at random moments.
+    let mut rng = StdRng::seed_from_u64(shardsink_e2e::env::seed("iceberg kills", None));
+    for kill in 0..3u64 {
+        produced.extend(
+            t.scenario
+                .put(&small_record_specs(150, 50 + kill, "random kill"))
+                .await
+                .unwrap(),
+        );
+        let mut daemon = Daemon::spawn(&t.settings).unwrap();
+        let delay = Duration::from_millis(rng.random_range(1_500..=5_000));
+        // Sleeping is the point here: the kill lands at a random moment.
+        tokio::time::sleep(delay).await;
+        assert!(
+            daemon.is_running(),
+            "shardsink exited on its own: {}",
+            daemon.log_tail(60)
+        );
+        daemon.kill().unwrap();
+        t.assert_checkpoints_committed(&produced, &format!("a SIGKILL after {delay:?}"))
+            .await;
+    }
+
+    // A last clean run.
+    let mut daemon = Daemon::spawn(&t.settings).unwrap();
+    t.wait_for(&produced, &mut [&mut daemon], 120).await;
+    stop_gracefully(&mut daemon, scaled(Duration::from_secs(40)))
+        .await
+        .unwrap_or_else(|error| panic!("{error:#}"));
+    let read = t.read().await;
+    read.assert_once(&produced, true, "at the end");
+    println!(
+        "{} runs in {:.1?}: {} shardsink commits",
+        STEPS.len() * 2 + 4,
+        started.elapsed(),
+        read.shardsink_commits()
+    );
+    t.scenario.assert_nothing_overwritten().await;
+
+    if verify_reads_tables().await {
+        let mut args = vec!["--deep".to_owned()];
+        args.extend(t.table.verify_args());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let envs = t.settings.archive_env_vars();
+        let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let run = run_verify(&args, &envs).await.unwrap();
+        assert_eq!(
+            run.status.code(),
+            Some(0),
+            "verify --deep must find the table exact:\n{}\n{}",
+            run.stdout,
+            run.stderr
+        );
+    } else {
+        println!("verify takes no --iceberg-catalog: the table audit is not run");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_after_error_put_with_a_typed_table() {
+    let env = require_env!();
+    let Some(python) = on_profile(MOTO, "the table readers need moto's S3") else {
+        return;
+    };
+    let t = TableScenario::create(&env, python, "ice-typed", 2).await;
+    let schema = log_dir(&t.scenario.stream).join("schema.json");
+    std::fs::write(&schema, SCHEMA_FILE).unwrap();
+    let settings = t
+        .settings
+        .clone()
+        .set("parquet-schema", schema.to_str().unwrap());
+    let payloads = schema_payloads(320, 5, "typed");
+    let produced = t.scenario.put(&payloads.specs).await.unwrap();
+    let rejected: HashSet<RecordId> = payloads.rejected_ids(&produced).into_iter().collect();
+    assert!(!rejected.is_empty());
+
+    let mut daemon =
+        Daemon::spawn(&settings.clone().failpoints("after-error-put=1*off->return")).unwrap();
+    wait_for_abort(&mut daemon, "after-error-put").await;
+
+    let kept: Vec<ProducedRecord> = produced
+        .iter()
+        .filter(|r| !rejected.contains(&RecordId::of_produced(r)))
+        .cloned()
+        .collect();
+    let mut daemon = Daemon::spawn(&settings).unwrap();
+    t.wait_for(&kept, &mut [&mut daemon], 120).await;
+    stop_gracefully(&mut daemon, scaled(Duration::from_secs(40)))
+        .await
+        .unwrap_or_else(|error| panic!("{error:#}"));
+    // Typed columns: the payload is compared through the ids only.
+    t.read().await.assert_once(&kept, false, "typed table");
+
+    // The rejected records: each once under the error prefix, nothing else
+    // there.
+    let archive = t.scenario.archive_reader().read().await.unwrap();
+    let mut counts: BTreeMap<RecordId, usize> = BTreeMap::new();
+    for object in archive
+        .error_objects
+        .iter()
+        .chain(&archive.uncommitted_error_objects)
+    {
+        for record in &object.records {
+            *counts.entry(RecordId::of_archived(record)).or_default() += 1;
+        }
+    }
+    let problems: Vec<String> = counts
+        .iter()
+        .filter(|(id, count)| **count != 1 || !rejected.contains(*id))
+        .map(|(id, count)| format!("{id} {count} times under the error prefix"))
+        .chain(
+            rejected
+                .iter()
+                .filter(|id| !counts.contains_key(*id))
+                .map(|id| format!("{id} rejected but not under the error prefix")),
+        )
+        .collect();
+    assert!(problems.is_empty(), "error prefix: {problems:#?}");
+    t.scenario.assert_nothing_overwritten().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_and_a_lease_move() {
+    let env = require_env!();
+    let Some(python) = on_profile(MOTO, "the table readers need moto's S3") else {
+        return;
+    };
+    let t = TableScenario::create(&env, python, "ice-workers", 4).await;
+    let lease_table = t.settings.lease_table();
+    let committer = |owner: &'static str| {
+        let env = env.clone();
+        let lease_table = lease_table.clone();
+        move || {
+            let env = env.clone();
+            let lease_table = lease_table.clone();
+            async move {
+                let row = read_committer(&env, &lease_table).await?;
+                Ok::<_, anyhow::Error>(row.and_then(|r| r.owner).as_deref() == Some(owner))
+            }
+        }
+    };
+    let mut produced = t
+        .scenario
+        .put(&small_record_specs(200, 21, "two workers 1"))
+        .await
+        .unwrap();
+
+    // w1 commits first; its commits after the first stop, once planned and
+    // with their state written, for 8 s before the catalog commit.
+    let mut w1 = Daemon::spawn(
+        &t.settings
+            .clone()
+            .set("worker-id", "w1")
+            .failpoints("before-table-commit=1*off->return(delay:8000)"),
+    )
+    .unwrap();
+    wait_until(
+        scaled(Duration::from_secs(60)),
+        "w1 is the committer",
+        committer("w1"),
+    )
+    .await
+    .unwrap();
+    let mut w2 = Daemon::spawn(&t.settings.clone().set("worker-id", "w2")).unwrap();
+    wait_until(scaled(Duration::from_secs(60)), "w1 commits", || async {
+        log_count(&w1, TABLE_COMMIT) >= 1
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", w1.log_tail(60)));
+    produced.extend(
+        t.scenario
+            .put(&small_record_specs(200, 22, "two workers 2"))
+            .await
+            .unwrap(),
+    );
+
+    // Freeze w1 inside its next commit, past the failover time: w2 takes
+    // the committer row and commits; then w1 goes on with its stale plan.
+    wait_until(
+        scaled(Duration::from_secs(60)),
+        "w1 waits before a table commit",
+        || async { log_count(&w1, "failpoint reached: waiting") >= 1 },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", w1.log_tail(60)));
+    w1.pause().unwrap();
+    println!("w1 frozen before its table commit");
+    wait_until(
+        scaled(Duration::from_secs(60)),
+        "w2 is the committer and commits",
+        || {
+            let row = committer("w2")();
+            let commits = log_count(&w2, TABLE_COMMIT);
+            async move { Ok::<_, anyhow::Error>(row.await? && commits >= 1) }
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", w2.log_tail(60)));
+    let before = t.read().await;
+    let lines = w1.log().lines().count();
+    w1.resume().unwrap();
+    println!(
+        "w1 resumed; the table had {} snapshots",
+        before.snapshots.len()
+    );
+    // The stale commit is refused or finds its batches committed; either
+    // way w1 logs on.
+    wait_until(
+        scaled(Duration::from_secs(30)),
+        "w1 logs after its resume",
+        || async { w1.log().lines().count() > lines },
+    )
+    .await
+    .unwrap();
+    let read = t.wait_for(&produced, &mut [&mut w2, &mut w1], 120).await;
+    read.assert_once(&produced, true, "after two committers at once");
+    let after: Vec<String> = w1.log().lines().skip(lines).map(str::to_owned).collect();
+    println!(
+        "w1 after its resume:\n{}",
+        after
+            .iter()
+            .filter(|l| l.contains("commit"))
+            .take(20)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+
+    // A lease move: kill w1 mid-run; w2 takes its shards.
+    produced.extend(
+        t.scenario
+            .put(&small_record_specs(200, 23, "two workers 3"))
+            .await
+            .unwrap(),
+    );
+    w1.kill().unwrap();
+    t.wait_for(&produced, &mut [&mut w2], 120).await;
+    stop_gracefully(&mut w2, scaled(Duration::from_secs(40)))
+        .await
+        .unwrap_or_else(|error| panic!("{error:#}"));
+    let read = t.read().await;
+    read.assert_once(&produced, true, "at the end");
+    assert!(
+        log_count(&w1, TABLE_COMMIT) >= 1 && log_count(&w2, TABLE_COMMIT) >= 1,
+        "both workers commit"
+    );
+    println!(
+        "table commits: w1 {}, w2 {}; {} snapshots",
+        log_count(&w1, TABLE_COMMIT),
+        log_count(&w2, TABLE_COMMIT),
+        read.snapshots.len()
+    );
+    t.scenario.assert_nothing_overwritten().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_lease_table() {
+    let env = require_env!();
+    let Some(python) = on_profile(MOTO, "the table readers need moto's S3") else {
+        return;
+    };
+    let t = TableScenario::create(&env, python, "ice-lost", 2).await;
+    let mut produced = t
+        .scenario
+        .put(&small_record_specs(200, 31, "lost table 1"))
+        .await
+        .unwrap();
+    let mut daemon = Daemon::spawn(&t.settings).unwrap();
+    t.wait_for(&produced, &mut [&mut daemon], 120).await;
+    daemon.kill().unwrap();
+
+    // Stage a batch and stop before it is committed.
+    produced.extend(
+        t.scenario
+            .put(&small_record_specs(200, 32, "lost table 2"))
+            .await
+            .unwrap(),
+    );
+    let mut daemon =
+        Daemon::spawn(&t.settings.clone().failpoints("after-stage=1*off->return")).unwrap();
+    wait_for_abort(&mut daemon, "after-stage").await;
+    let rows = shard_rows(t.scenario.lease_rows().await.unwrap());
+    let staged = staged_batch_count(&rows);
+    assert!(staged > 0, "no staged batch at the abort: {rows:#?}");
+    let read = t.read().await;
+    assert!(
+        !read
+            .missing_from_either(&produced.iter().map(RecordId::of_produced).collect())
+            .is_empty(),
+        "every record is committed already: nothing staged would be lost"
+    );
+    let lease_table = t.settings.lease_table();
+    assert!(delete_lease_table(&env, &lease_table).await.unwrap());
+    println!("deleted {lease_table} with {staged} staged batches");
+
+    // Restart with other batch boundaries: the batches read again do not
+    // line up with the staged ones.
+    produced.extend(
+        t.scenario
+            .put(&small_record_specs(200, 33, "lost table 3"))
+            .await
+            .unwrap(),
+    );
+    let mut daemon = Daemon::spawn(&t.settings.clone().set("buffer-max-records", "27")).unwrap();
+    t.wait_for(&produced, &mut [&mut daemon], 120).await;
+    stop_gracefully(&mut daemon, scaled(Duration::from_secs(40)))
+        .await
+        .unwrap_or_else(|error| panic!("{error:#}"));
+    let read = t.read().await;
+    read.assert_once(&produced, true, "after the lost lease table");
+    let listed =
+        shardsink_e2e::archive::list_object_versions(&env, &t.scenario.bucket, "warehouse/")
+            .await
+            .unwrap();
+    let data_files = listed
+        .iter()
+        .filter(|v| v.key.ends_with(".parquet"))
+        .count();
+    println!(
+        "{} live data files, {data_files} data files in S3 (the rest are orphans)",
+        read.data_files.len()
+    );
+    t.scenario.assert_nothing_overwritten().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reshard() {
+    let env = require_env!();
+    let Some(python) = on_profile(
+        FANOUT,
+        "needs moto's S3 with a Kinesis that reshards (moto routes records to a closed parent)",
+    ) else {
+        return;
+    };
+    let t = TableScenario::create(&env, python, "ice-reshard", 2).await;
+    let settings = t.settings.clone().set("shard-sync-interval", "2s");
+    let producer = BackgroundProducer::start(
+        &env,
+        &t.scenario.stream,
+        BackgroundOptions {
+            records_per_second: 60,
+            seed: shardsink_e2e::env::seed("iceberg reshard", None),
+            label: "iceberg reshard".to_owned(),
+            ..BackgroundOptions::default()
+        },
+    );
+    let mut daemon = Daemon::spawn(&settings).unwrap();
+    wait_until(
+        scaled(Duration::from_secs(90)),
+        "rows in the table",
+        || async {
+            Ok::<_, anyhow::Error>(
+                t.table
+                    .read()
+                    .await?
+                    .is_some_and(|r| !r.pyiceberg_rows.is_empty()),
+            )
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", daemon.log_tail(60)));
+
+    let parent = "shardId-000000000000";
+    let shards = list_shards(&env, &t.scenario.stream).await.unwrap();
+    let (low, high) = shards
+        .iter()
+        .find(|s| s.shard_id == parent)
+        .unwrap()
+        .hash_key_range;
+    env.kinesis
+        .split_shard()
+        .stream_name(&t.scenario.stream)
+        .shard_to_split(parent)
+        .new_starting_hash_key((low + (high - low) / 2 + 1).to_string())
+        .send()
+        .await
+        .unwrap();
+    wait_stream_active(&env, &t.scenario.stream, scaled(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let children: Vec<String> = list_shards(&env, &t.scenario.stream)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|s| s.parent_shard_id.as_deref() == Some(parent))
+        .map(|s| s.shard_id)
+        .collect();
+    assert_eq!(children.len(), 2, "the split makes two children");
+    println!("split {parent} into {children:?}");
+
+    // When a child's rows first show, every record of the parent is there.
+    let first_child = wait_until_child_rows(&t, &children, &mut daemon).await;
+    let parent_records: Vec<ProducedRecord> = producer
+        .produced()
+        .into_iter()
+        .filter(|r| r.shard_id == parent)
+        .collect();
+    let present: HashSet<RecordId> = first_child
+        .pyiceberg_rows
+        .iter()
+        .map(TableRow::id)
+        .collect();
+    let missing: Vec<String> = parent_records
+        .iter()
+        .map(RecordId::of_produced)
+        .filter(|id| !present.contains(id))
+        .map(|id| id.to_string())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "a child's rows are in the table before the parent's: {missing:?}"
+    );
+
+    let produced = producer.stop().await.unwrap();
+    let by_shard: HashMap<&str, usize> = produced.iter().fold(HashMap::new(), |mut m, r| {
+        *m.entry(r.shard_id.as_str()).or_default() += 1;
+        m
+    });
+    println!("produced per shard: {by_shard:?}");
+    assert!(
+        children.iter().any(|c| by_shard.contains_key(c.as_str())),
+        "records went to the children"
+    );
+    t.wait_for(&produced, &mut [&mut daemon], 120).await;
+    stop_gracefully(&mut daemon, scaled(Duration::from_secs(40)))
+        .await
+        .unwrap_or_else(|error| panic!("{error:#}"));
+    t.read()
+        .await
+        .assert_once(&produced, true, "after the split");
+    let rows = shard_rows(t.scenario.lease_rows().await.unwrap());
+    let row = rows.iter().find(|r| r.lease_key == parent);
+    assert_eq!(
+        row.and_then(|r| r.checkpoint.as_deref()),
+        Some("SHARD_END"),
+        "the parent is checkpointed at SHARD_END once its last batch is committed: {rows:#?}"
+    );
+}
+
+/// Polls the table until it has a row of one of `children`; returns that
+/// reading.
+async fn wait_until_child_rows(
+    t: &TableScenario,
+    children: &[String],
+    daemon: &mut Daemon,
+) -> TableRead {
+    let start = Instant::now();
+    loop {
+        if let Ok(Some(read)) = t.table.read().await {
+            if read
+                .pyiceberg_rows
+                .iter()
+                .any(|row| children.contains(&row.shard_id))
+            {
+                return read;
+            }
+        }
+        assert!(
+            daemon.is_running(),
+            "shardsink exited: {}",
+            daemon.log_tail(60)
+        );
+        assert!(
+            start.elapsed() < scaled(Duration::from_secs(90)),
+            "no row of {children:?} in the table after 90 s:\n{}",
+            daemon.log_tail(60)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
