@@ -1,7 +1,10 @@
 //! `--format iceberg`: records become rows of an Apache Iceberg table, each
 //! in exactly one live row (docs/DESIGN.md, "Iceberg tables", T1), across
 //! crashes at every step of a batch's and a commit's life, lease moves,
-//! two committers at once, a lost lease table and resharding.
+//! two committers at once, a lost lease table and resharding; with typed
+//! columns (`--parquet-schema`), the records the table cannot take each
+//! once under the error prefix, through a crash after their error object,
+//! and no record rejected that the `parquet` format takes.
 //!
 //! The table is read back independently of the daemon by
 //! `tests/iceberg/read_table.py`, with pyiceberg and with DuckDB; every
@@ -330,6 +333,69 @@ async fn kills_at_every_step_lose_and_double_nothing() {
     }
 }
 
+/// [`SCHEMA_FILE`] without its `json` column (`tags`): the columns whose
+/// values the table takes as the `parquet` format does (see
+/// [`a_json_column_takes_any_json_value`]). The payloads' `tags` member is
+/// then ignored.
+fn schema_without_json() -> String {
+    let columns: Vec<serde_json::Value> = serde_json::from_str(SCHEMA_FILE).unwrap();
+    let kept: Vec<serde_json::Value> = columns
+        .into_iter()
+        .filter(|column| column["type"] != "json")
+        .collect();
+    serde_json::to_string_pretty(&kept).unwrap()
+}
+
+/// A typed table (`--parquet-schema`): `settings` with the schema file
+/// `schema` written beside the logs.
+fn with_schema(t: &TableScenario, schema: &str) -> Settings {
+    let path = log_dir(&t.scenario.stream).join("schema.json");
+    std::fs::write(&path, schema).unwrap();
+    t.settings
+        .clone()
+        .set("parquet-schema", path.to_str().unwrap())
+}
+
+/// Each record under the error prefix and how often it is there (committed
+/// error objects or not: a table batch has no main object).
+async fn error_prefix_counts(t: &TableScenario) -> BTreeMap<RecordId, (usize, String)> {
+    let archive = t.scenario.archive_reader().read().await.unwrap();
+    let mut counts: BTreeMap<RecordId, (usize, String)> = BTreeMap::new();
+    for object in archive
+        .error_objects
+        .iter()
+        .chain(&archive.uncommitted_error_objects)
+    {
+        for record in &object.records {
+            let entry = counts
+                .entry(RecordId::of_archived(record))
+                .or_insert_with(|| (0, record.error_message.clone().unwrap_or_default()));
+            entry.0 += 1;
+        }
+    }
+    counts
+}
+
+/// The records `rejected` each once under the error prefix, and no other.
+fn error_prefix_problems(
+    counts: &BTreeMap<RecordId, (usize, String)>,
+    rejected: &HashSet<RecordId>,
+) -> Vec<String> {
+    counts
+        .iter()
+        .filter(|(id, (count, _))| *count != 1 || !rejected.contains(*id))
+        .map(|(id, (count, message))| {
+            format!("{id} {count} times under the error prefix: {message}")
+        })
+        .chain(
+            rejected
+                .iter()
+                .filter(|id| !counts.contains_key(*id))
+                .map(|id| format!("{id} rejected but not under the error prefix")),
+        )
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_after_error_put_with_a_typed_table() {
     let env = require_env!();
@@ -337,17 +403,13 @@ async fn crash_after_error_put_with_a_typed_table() {
         return;
     };
     let t = TableScenario::create(&env, python, "ice-typed", 2).await;
-    let schema = log_dir(&t.scenario.stream).join("schema.json");
-    std::fs::write(&schema, SCHEMA_FILE).unwrap();
-    let settings = t
-        .settings
-        .clone()
-        .set("parquet-schema", schema.to_str().unwrap());
+    let settings = with_schema(&t, &schema_without_json());
     let payloads = schema_payloads(320, 5, "typed");
     let produced = t.scenario.put(&payloads.specs).await.unwrap();
     let rejected: HashSet<RecordId> = payloads.rejected_ids(&produced).into_iter().collect();
     assert!(!rejected.is_empty());
 
+    // The second batch's error object written, its data files not.
     let mut daemon =
         Daemon::spawn(&settings.clone().failpoints("after-error-put=1*off->return")).unwrap();
     wait_for_abort(&mut daemon, "after-error-put").await;
@@ -364,33 +426,77 @@ async fn crash_after_error_put_with_a_typed_table() {
         .unwrap_or_else(|error| panic!("{error:#}"));
     // Typed columns: the payload is compared through the ids only.
     t.read().await.assert_once(&kept, false, "typed table");
-
-    // The rejected records: each once under the error prefix, nothing else
-    // there.
-    let archive = t.scenario.archive_reader().read().await.unwrap();
-    let mut counts: BTreeMap<RecordId, usize> = BTreeMap::new();
-    for object in archive
-        .error_objects
-        .iter()
-        .chain(&archive.uncommitted_error_objects)
-    {
-        for record in &object.records {
-            *counts.entry(RecordId::of_archived(record)).or_default() += 1;
-        }
-    }
-    let problems: Vec<String> = counts
-        .iter()
-        .filter(|(id, count)| **count != 1 || !rejected.contains(*id))
-        .map(|(id, count)| format!("{id} {count} times under the error prefix"))
-        .chain(
-            rejected
-                .iter()
-                .filter(|id| !counts.contains_key(*id))
-                .map(|id| format!("{id} rejected but not under the error prefix")),
-        )
-        .collect();
+    let problems = error_prefix_problems(&error_prefix_counts(&t).await, &rejected);
     assert!(problems.is_empty(), "error prefix: {problems:#?}");
     t.scenario.assert_nothing_overwritten().await;
+}
+
+/// A `json` column of `--parquet-schema` holds any JSON value as its text
+/// in the `parquet` format (docs/CONFIGURATION.md, "Parquet schema"); the
+/// table created from the same schema must take the same records, so that
+/// switching the format to `iceberg` rejects nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_column_takes_any_json_value() {
+    let env = require_env!();
+    let Some(python) = on_profile(MOTO, "the table readers need moto's S3") else {
+        return;
+    };
+    let t = TableScenario::create(&env, python, "ice-json", 2).await;
+    let settings = with_schema(&t, SCHEMA_FILE);
+    let payloads = schema_payloads(120, 6, "json column");
+    let produced = t.scenario.put(&payloads.specs).await.unwrap();
+    let rejected: HashSet<RecordId> = payloads.rejected_ids(&produced).into_iter().collect();
+    let all: HashSet<RecordId> = produced.iter().map(RecordId::of_produced).collect();
+
+    // Wait until every record is placed: in the table or under the error
+    // prefix.
+    let mut daemon = Daemon::spawn(&settings).unwrap();
+    let start = Instant::now();
+    let mut placed;
+    loop {
+        let in_table: HashSet<RecordId> = match t.table.read().await {
+            Ok(Some(read)) => read.pyiceberg_rows.iter().map(TableRow::id).collect(),
+            _ => HashSet::new(),
+        };
+        let errors = error_prefix_counts(&t).await;
+        placed = in_table.len() + errors.len();
+        if all
+            .iter()
+            .all(|id| in_table.contains(id) || errors.contains_key(id))
+        {
+            break;
+        }
+        assert!(
+            daemon.is_running(),
+            "shardsink exited:\n{}",
+            daemon.log_tail(60)
+        );
+        assert!(
+            start.elapsed() < scaled(Duration::from_secs(90)),
+            "{placed} of {} records placed after 90 s",
+            all.len()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    stop_gracefully(&mut daemon, scaled(Duration::from_secs(40)))
+        .await
+        .unwrap_or_else(|error| panic!("{error:#}"));
+    let problems = error_prefix_problems(&error_prefix_counts(&t).await, &rejected);
+    assert!(
+        problems.is_empty(),
+        "{} records under the error prefix that the parquet format takes, or missing there \
+         (of {} produced, {} to reject): {:#?}",
+        problems.len(),
+        produced.len(),
+        rejected.len(),
+        problems.iter().take(10).collect::<Vec<_>>()
+    );
+    let kept: Vec<ProducedRecord> = produced
+        .iter()
+        .filter(|r| !rejected.contains(&RecordId::of_produced(r)))
+        .cloned()
+        .collect();
+    t.read().await.assert_once(&kept, false, "json column");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -720,14 +826,13 @@ async fn wait_until_child_rows(
 ) -> TableRead {
     let start = Instant::now();
     loop {
-        if let Ok(Some(read)) = t.table.read().await {
-            if read
+        if let Ok(Some(read)) = t.table.read().await
+            && read
                 .pyiceberg_rows
                 .iter()
                 .any(|row| children.contains(&row.shard_id))
-            {
-                return read;
-            }
+        {
+            return read;
         }
         assert!(
             daemon.is_running(),
