@@ -4,6 +4,7 @@ with pyiceberg and with DuckDB's iceberg extension.
 
   read_table.py --catalog-uri sqlite:////abs/path.db --catalog-name shardsink \\
       --table NS.TABLE [--s3-endpoint http://127.0.0.1:PORT] [--region us-east-1]
+  read_table.py --metadata-location s3://.../metadata/NNNNN-uuid.metadata.json [...]
 
 Run it with the Python of a venv that holds the pinned packages (scripts/test
 installs them into .local/duckdb/ and exports that venv's python as
@@ -13,6 +14,12 @@ SHARDSINK_E2E_DUCKDB_PYTHON):
   duckdb-ext-parquet==1.4.4.20260205 duckdb-ext-avro==1.4.4.20260205
   duckdb-ext-iceberg==1.4.4.20260205
   pyiceberg[sql-sqlite,pyarrow,pyiceberg-core]==0.12.0
+
+With --metadata-location instead of a catalog (a table of the Glue Data
+Catalog or of S3 Tables, whose catalog the caller asked for the table's current
+metadata file: Glue's table parameter `metadata_location`, S3 Tables'
+GetTableMetadataLocation), pyiceberg reads that metadata file as a
+`StaticTable`, and DuckDB reads it as below.
 
 The catalog is a SQL catalog (pyiceberg `SqlCatalog`) at --catalog-uri. Its
 rows carry the catalog name, so --catalog-name must be the writer's. The table
@@ -92,7 +99,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
-from pyiceberg.table import Table
+from pyiceberg.table import StaticTable, Table
 
 PROG = "read_table.py"
 EXTENSIONS = ("httpfs", "parquet", "avro", "iceberg")
@@ -228,7 +235,10 @@ def row_order(row: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def load_table(args: argparse.Namespace, s3: S3Settings) -> Table:
-    """The table from the SQL catalog; exit 3 when it or its namespace is missing."""
+    """The table from the SQL catalog, or from its metadata file; exit 3 when it
+    or its namespace is missing."""
+    if args.metadata_location:
+        return StaticTable.from_metadata(args.metadata_location, s3.pyiceberg_properties())
     catalog = SqlCatalog(args.catalog_name, uri=args.catalog_uri, **s3.pyiceberg_properties())
     try:
         return catalog.load_table(args.table)
@@ -367,18 +377,24 @@ def duckdb_rows(metadata_location: str, s3: S3Settings) -> list[dict[str, Any]]:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """The command line; bad arguments exit 2 (argparse)."""
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    parser.add_argument("--catalog-uri", help="SQLAlchemy URI, e.g. sqlite:////abs/path.db")
+    parser.add_argument("--catalog-name", help="the name the writer gave its catalog")
+    parser.add_argument("--table", help="NAMESPACE.TABLE")
     parser.add_argument(
-        "--catalog-uri", required=True, help="SQLAlchemy URI, e.g. sqlite:////abs/path.db"
+        "--metadata-location",
+        help="the table's current metadata file, instead of --catalog-uri, --catalog-name, --table",
     )
-    parser.add_argument(
-        "--catalog-name", required=True, help="the name the writer gave its catalog"
-    )
-    parser.add_argument("--table", required=True, help="NAMESPACE.TABLE")
     parser.add_argument(
         "--s3-endpoint", help="e.g. http://127.0.0.1:PORT (default: AWS_ENDPOINT_URL_S3)"
     )
     parser.add_argument("--region", help="default: AWS_REGION, else us-east-1")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    by_catalog = (args.catalog_uri, args.catalog_name, args.table)
+    if args.metadata_location is None and None in by_catalog:
+        parser.error("give --catalog-uri, --catalog-name and --table, or --metadata-location")
+    if args.metadata_location is not None and any(by_catalog):
+        parser.error("--metadata-location replaces --catalog-uri, --catalog-name and --table")
+    return args
 
 
 def read(args: argparse.Namespace) -> dict[str, Any]:
