@@ -23,6 +23,8 @@
 //! - [`formats`]: every output format and key layout, table-driven.
 //! - [`harness`]: self-tests of the harness, without the daemon.
 //! - [`iam_policy`]: `deploy/iam-policy.json` grants exactly what is used.
+//! - [`iceberg_catalogs`]: `--format iceberg` with the Glue Data Catalog
+//!   and S3 Tables (moto), read back through the catalog.
 //! - [`kill_restart`]: contract lines 1–4 under repeated SIGKILL.
 //! - [`kpl`]: KPL aggregates are unpacked.
 //! - [`lost_table`], [`lost_table_running`]: the lease table lost between
@@ -49,6 +51,7 @@ mod foreign_keys;
 mod formats;
 mod harness;
 mod iam_policy;
+mod iceberg_catalogs;
 mod kill_restart;
 mod kpl;
 mod lost_table;
