@@ -481,13 +481,6 @@ pub struct S3TableStorageFactory {
 
 impl S3TableStorageFactory {
     /// A factory of storage on `client`.
-    #[cfg_attr(
-        not(test),
-        expect(
-            dead_code,
-            reason = "no table's FileIO is built from it yet outside the tests"
-        )
-    )]
     pub fn new(client: Client) -> Self {
         Self { client }
     }
