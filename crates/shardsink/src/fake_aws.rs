@@ -484,12 +484,12 @@ fn s3_client(bucket: Arc<FakeBucket>) -> aws_sdk_s3::Client {
                     None => body.clone(),
                 };
                 MockResponse::Output(
-                GetObjectOutput::builder()
-                    .content_length(i64::try_from(body.len()).unwrap())
-                    .body(ByteStream::from(body))
-                    .set_metadata(lock(&b2.metadata).get(key).cloned())
-                    .build(),
-            )
+                    GetObjectOutput::builder()
+                        .content_length(i64::try_from(body.len()).unwrap())
+                        .body(ByteStream::from(body))
+                        .set_metadata(lock(&b2.metadata).get(key).cloned())
+                        .build(),
+                )
             }
             None => MockResponse::Http(s3_error(404, "NoSuchKey")),
         }

@@ -25,8 +25,8 @@ use super::create::{Instants, NewTable, default_partition_spec, default_schema, 
 use super::sink::{Published, TableSink};
 use super::state::{CommitState, StagedBatch, StagedFile};
 use crate::aws::table_storage::S3TableStorageFactory;
-use crate::output::format::iceberg::IcebergLayout;
 use crate::output::bucket::TimeBucket;
+use crate::output::format::iceberg::IcebergLayout;
 use crate::output::format::schema::{
     APPROXIMATE_ARRIVAL_TIMESTAMP, DATA, PARTITION_KEY, SEQUENCE_NUMBER, SHARD_ID,
     SUB_SEQUENCE_NUMBER,
@@ -115,6 +115,47 @@ impl S3Table {
             .expect("a commit")
             .state()
             .clone()
+    }
+
+    /// The table as the catalog has it now.
+    pub(crate) async fn load(&self) -> Table {
+        self.catalog
+            .load_table(&self.ident)
+            .await
+            .expect("the table")
+    }
+
+    /// The `sequence_number` of every row of the table's current snapshot,
+    /// read from its data files, in the order the scan gives them.
+    pub(crate) async fn sequence_numbers(&self) -> Vec<String> {
+        use arrow_array::cast::AsArray;
+        use futures::TryStreamExt;
+        let table = self.load().await;
+        if table.metadata().current_snapshot().is_none() {
+            return Vec::new();
+        }
+        let batches: Vec<RecordBatch> = table
+            .scan()
+            .select([SEQUENCE_NUMBER])
+            .build()
+            .expect("a scan")
+            .to_arrow()
+            .await
+            .expect("a record batch stream")
+            .try_collect()
+            .await
+            .expect("the rows");
+        batches
+            .iter()
+            .flat_map(|batch| {
+                batch
+                    .column(0)
+                    .as_string::<i32>()
+                    .iter()
+                    .map(|value| value.expect("a sequence number").to_owned())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
     }
 
     /// Publishes `state` to the sink, as the committer does after a round.

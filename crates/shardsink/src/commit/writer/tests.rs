@@ -11,7 +11,9 @@ use tokio::time::Instant;
 use super::*;
 use crate::fake_aws::{self, FakeBucket, FakeTable};
 use crate::memory::MemoryBudget;
-use crate::output::format::schema::{APPROXIMATE_ARRIVAL_TIMESTAMP, PARTITION_KEY, SEQUENCE_NUMBER};
+use crate::output::format::schema::{
+    APPROXIMATE_ARRIVAL_TIMESTAMP, PARTITION_KEY, SEQUENCE_NUMBER,
+};
 use crate::read::record::ShardRecord;
 use crate::table::create::{Instants, NewTable, default_schema};
 use crate::table::state::{CommitState, StagedFile};
@@ -31,7 +33,11 @@ const DAY: &str = "approximate_arrival_timestamp_day=2026-11-27";
 /// values.
 fn partitioned_by_day_and_key() -> NewTable {
     let spec = UnboundPartitionSpec::builder()
-        .add_partition_field(5, format!("{APPROXIMATE_ARRIVAL_TIMESTAMP}_day"), Transform::Day)
+        .add_partition_field(
+            5,
+            format!("{APPROXIMATE_ARRIVAL_TIMESTAMP}_day"),
+            Transform::Day,
+        )
         .and_then(|spec| spec.add_partition_field(4, PARTITION_KEY, Transform::Identity))
         .unwrap()
         .build();
@@ -187,11 +193,13 @@ fn state(end: &str) -> CommitState {
 }
 
 #[tokio::test]
-async fn a_table_batch_puts_a_data_file_per_partition_value_and_stages_it_after_the_checkpoint()
-{
+async fn a_table_batch_puts_a_data_file_per_partition_value_and_stages_it_after_the_checkpoint() {
     let f = fixture(Checkpoint::TrimHorizon, vec![]).await;
     let written = f.write(&[(1, "a"), (2, "b"), (3, "a")]).await;
-    assert_eq!((written.pending.first.clone(), written.pending.last.clone()), (seq(1), seq(3)));
+    assert_eq!(
+        (written.pending.first.clone(), written.pending.last.clone()),
+        (seq(1), seq(3))
+    );
 
     let file_a = format!("{DATA}{DAY}/partition_key=a/{SHARD}-1-3.parquet");
     let file_b = format!("{DATA}{DAY}/partition_key=b/{SHARD}-1-3.parquet");
@@ -205,12 +213,20 @@ async fn a_table_batch_puts_a_data_file_per_partition_value_and_stages_it_after_
     );
 
     let row = f.row().await;
-    assert_eq!(row.checkpoint, Checkpoint::TrimHorizon, "the checkpoint waits for a commit");
+    assert_eq!(
+        row.checkpoint,
+        Checkpoint::TrimHorizon,
+        "the checkpoint waits for a commit"
+    );
     assert_eq!(row.pending_batch, None, "staging clears the pending batch");
     assert_eq!(row.staged_batches.len(), 1);
     let first = parse(&row.staged_batches[0]);
     assert_eq!(
-        (first.shard_id.as_str(), first.after.as_str(), first.last.as_str()),
+        (
+            first.shard_id.as_str(),
+            first.after.as_str(),
+            first.last.as_str()
+        ),
         (SHARD, "TRIM_HORIZON", "3")
     );
     assert_eq!(
@@ -228,7 +244,9 @@ async fn a_table_batch_puts_a_data_file_per_partition_value_and_stages_it_after_
     assert_eq!((second.after.as_str(), second.last.as_str()), ("3", "5"));
     assert_eq!(
         staged_paths(&second),
-        [format!("s3://wh/{DATA}{DAY}/partition_key=a/{SHARD}-4-5.parquet")]
+        [format!(
+            "s3://wh/{DATA}{DAY}/partition_key=a/{SHARD}-4-5.parquet"
+        )]
     );
 }
 
@@ -253,7 +271,10 @@ async fn the_checkpoint_moves_to_a_published_committed_end_and_drops_the_batches
     f.write(&[(1, "a"), (2, "b"), (3, "a")]).await;
     f.write(&[(4, "a"), (5, "a")]).await;
     let staged = f.row().await.staged_batches;
-    assert!(!f.writer.apply_committed().await.unwrap(), "nothing published yet");
+    assert!(
+        !f.writer.apply_committed().await.unwrap(),
+        "nothing published yet"
+    );
 
     // Published state without this shard: nothing to do.
     f.table.publish(CommitState {
@@ -267,13 +288,20 @@ async fn the_checkpoint_moves_to_a_published_committed_end_and_drops_the_batches
     assert!(f.writer.apply_committed().await.unwrap());
     let row = f.row().await;
     assert_eq!(row.checkpoint, Checkpoint::SequenceNumber(seq(3)));
-    assert_eq!(row.staged_batches, staged[1..], "only the second stays staged");
+    assert_eq!(
+        row.staged_batches,
+        staged[1..],
+        "only the second stays staged"
+    );
 
     // A state behind the checkpoint changes nothing.
     let counter = row.lease_counter;
     f.table.publish(state("2"));
     assert!(!f.writer.apply_committed().await.unwrap());
-    assert!(!f.writer.move_to_committed(&seq(3)).await.unwrap(), "already there");
+    assert!(
+        !f.writer.move_to_committed(&seq(3)).await.unwrap(),
+        "already there"
+    );
     let row = f.row().await;
     assert_eq!(row.checkpoint, Checkpoint::SequenceNumber(seq(3)));
     assert_eq!(row.staged_batches, staged[1..]);
@@ -345,7 +373,7 @@ async fn a_batch_waits_for_a_commit_while_the_row_has_no_room_for_it() {
     let write = tokio::spawn(async move { writer.write(batch, FlushReason::MaxRecords).await });
     test_wait::wait_until("the data file PUT", || !f.data_keys().is_empty()).await;
     assert!(!write.is_finished(), "the batch cannot be staged yet");
-    assert_eq!(f.row().await.staged_batches, [big.clone()]);
+    assert_eq!(f.row().await.staged_batches, [big]);
 
     f.table.publish(state("0"));
     write.await.unwrap().unwrap();
@@ -360,9 +388,15 @@ async fn a_batch_waits_for_a_commit_while_the_row_has_no_room_for_it() {
 fn a_staged_batch_continues_from_the_last_staged_entry_else_the_checkpoint() {
     let at = |n| Checkpoint::SequenceNumber(seq(n));
     assert_eq!(staged_after(&[], &at(4)), at(4));
-    assert_eq!(staged_after(&[], &Checkpoint::TrimHorizon), Checkpoint::TrimHorizon);
     assert_eq!(
-        staged_after(&[entry("TRIM_HORIZON", "5"), entry("5", "9")], &Checkpoint::TrimHorizon),
+        staged_after(&[], &Checkpoint::TrimHorizon),
+        Checkpoint::TrimHorizon
+    );
+    assert_eq!(
+        staged_after(
+            &[entry("TRIM_HORIZON", "5"), entry("5", "9")],
+            &Checkpoint::TrimHorizon
+        ),
         at(9)
     );
     assert_eq!(staged_after(&[entry("4", "5")], &at(4)), at(5));
