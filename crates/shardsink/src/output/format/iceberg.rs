@@ -91,12 +91,12 @@ use arrow_array::{Array, ArrayRef, RecordBatch, new_null_array};
 use arrow_schema::ArrowError;
 use bytes::Bytes;
 use iceberg::arrow::{RecordBatchPartitionSplitter, schema_to_arrow_schema};
-use iceberg::transform::create_transform_function;
 use iceberg::spec::{
     DataContentType, DataFile, DataFileBuilder, DataFileBuilderError, DataFileFormat, Datum,
     Literal, PartitionSpecRef, PrimitiveLiteral, PrimitiveType, Schema as IcebergSchema, SchemaRef,
     Struct, Transform, Type,
 };
+use iceberg::transform::create_transform_function;
 
 use super::parquet::column::ColumnBuilder;
 use super::parquet::row::{Cell, CellType, MAX_DECIMAL_PRECISION, RowColumns, parse_row};
@@ -336,6 +336,17 @@ impl IcebergLayout {
                 }
                 (DATA, PrimitiveType::Binary) => Source::DataBytes,
                 (DATA, PrimitiveType::String) => Source::DataText,
+                (_, PrimitiveType::String) if field.doc.as_deref() == Some(JSON_COLUMN_DOC) => {
+                    let index = payload.columns.len();
+                    payload.by_name.insert(field.name.clone(), index);
+                    payload.columns.push(PayloadColumn {
+                        name: field.name.clone(),
+                        cell_type: CellType::Json,
+                        type_name: "json".to_owned(),
+                        required: field.required,
+                    });
+                    Source::Payload(index)
+                }
                 _ => {
                     let cell_type = payload_cell_type(primitive).ok_or_else(|| {
                         IcebergLayoutError::Unsupported {
@@ -419,6 +430,13 @@ impl IcebergLayout {
         &self.arrow_schema
     }
 }
+
+/// The doc of a `string` column that holds a payload member's JSON text,
+/// whatever its JSON type (a `json` column of `--parquet-schema`, in a table
+/// shardsink creates): the member's compact JSON, as the `parquet` format
+/// writes a `json` column. Any other `string` column takes JSON strings
+/// only.
+pub const JSON_COLUMN_DOC: &str = "JSON text of the payload member (any JSON value)";
 
 /// What a payload column of Iceberg type `primitive` accepts, or `None`
 /// when this writer does not fill that type.
@@ -715,7 +733,9 @@ fn is_one_partition(layout: &IcebergLayout, batch: &RecordBatch) -> bool {
 /// first one.
 fn is_uniform(values: &ArrayRef) -> bool {
     fn same<T: Copy + PartialEq>(values: &[T]) -> bool {
-        values.first().is_none_or(|first| values.iter().all(|v| v == first))
+        values
+            .first()
+            .is_none_or(|first| values.iter().all(|v| v == first))
     }
     if let Some(ints) = values.as_primitive_opt::<Int32Type>() {
         return same(ints.values());

@@ -900,7 +900,10 @@ fn a_batch_of_one_day_is_written_whole_and_a_batch_of_two_is_split() {
         batch
     };
     let one_day = [NOV_28_MS, NOV_28_MS + 1, NOV_28_MS + 86_399_999];
-    assert!(is_one_partition(&layout, &record_batch_of(&layout, &one_day)));
+    assert!(is_one_partition(
+        &layout,
+        &record_batch_of(&layout, &one_day)
+    ));
     assert!(!is_one_partition(
         &layout,
         &record_batch_of(&layout, &[NOV_27_LAST_MS, NOV_28_MS])
@@ -943,4 +946,43 @@ fn record_batch_of(layout: &Arc<IcebergLayout>, arrivals: &[i64]) -> RecordBatch
         })
         .collect();
     RecordBatch::try_new(layout.arrow_schema.clone(), arrays).unwrap()
+}
+
+#[test]
+fn a_json_string_column_takes_any_json_value_as_its_text() {
+    let schema = schema_with(vec![
+        NestedField::optional(6, "nested", Type::Primitive(PrimitiveType::String))
+            .with_doc(JSON_COLUMN_DOC),
+        NestedField::optional(7, "name", Type::Primitive(PrimitiveType::String)),
+    ]);
+    let layout = layout(schema, Arc::new(PartitionSpec::unpartition_spec()));
+    let mut batch = IcebergBatch::new(layout.clone(), SHARD);
+    batch
+        .push(&view(
+            "1",
+            None,
+            NOV_28_MS,
+            br#"{"nested": {"a": [1, 2]}, "name": "x"}"#,
+        ))
+        .unwrap();
+    batch
+        .push(&view("2", None, NOV_28_MS, br#"{"nested": 42}"#))
+        .unwrap();
+    batch
+        .push(&view("3", None, NOV_28_MS, br#"{"nested": "text"}"#))
+        .unwrap();
+    // A plain string column still takes JSON strings only.
+    assert_eq!(
+        rejection(&layout, br#"{"name": {"a": 1}}"#).reason,
+        RejectReason::SchemaMismatch
+    );
+    let files = batch.finish(Compression::None).unwrap();
+    assert_eq!(
+        strings(&read(&files[0].bytes), "nested"),
+        [
+            Some(r#"{"a":[1,2]}"#.to_owned()),
+            Some("42".to_owned()),
+            Some(r#""text""#.to_owned())
+        ]
+    );
 }
