@@ -4,6 +4,10 @@ with pyiceberg and with DuckDB's iceberg extension.
 
   read_table.py --catalog-uri sqlite:////abs/path.db --catalog-name shardsink \\
       --table NS.TABLE [--s3-endpoint http://127.0.0.1:PORT] [--region us-east-1]
+  read_table.py --catalog glue --table NS.TABLE [--catalog-endpoint URL] [...]
+  read_table.py --catalog s3tables --table-bucket-arn ARN --table NS.TABLE \\
+      [--catalog-endpoint URL] [...]
+  read_table.py --metadata-location s3://.../metadata/NNNNN-uuid.metadata.json [...]
 
 Run it with the Python of a venv that holds the pinned packages (scripts/test
 installs them into .local/duckdb/ and exports that venv's python as
@@ -13,6 +17,16 @@ SHARDSINK_E2E_DUCKDB_PYTHON):
   duckdb-ext-parquet==1.4.4.20260205 duckdb-ext-avro==1.4.4.20260205
   duckdb-ext-iceberg==1.4.4.20260205
   pyiceberg[sql-sqlite,pyarrow,pyiceberg-core]==0.12.0
+
+With --catalog glue, pyiceberg loads the table from the Glue Data Catalog
+(pyiceberg's GlueCatalog, through boto3; --catalog-endpoint for a local
+server, else AWS_ENDPOINT_URL_GLUE or AWS's). With --catalog s3tables, boto3
+asks S3 Tables for the table's current metadata file (GetTableMetadataLocation,
+in the table bucket --table-bucket-arn; --catalog-endpoint, else
+AWS_ENDPOINT_URL_S3TABLES or AWS's) and pyiceberg reads that file as a
+`StaticTable`. With --metadata-location, pyiceberg reads the given metadata
+file. DuckDB reads the table's metadata file in every case, as below. Glue and
+S3 Tables need boto3 in the venv (pinned with the packages below).
 
 The catalog is a SQL catalog (pyiceberg `SqlCatalog`) at --catalog-uri. Its
 rows carry the catalog name, so --catalog-name must be the writer's. The table
@@ -92,7 +106,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
-from pyiceberg.table import Table
+from pyiceberg.table import StaticTable, Table
 
 PROG = "read_table.py"
 EXTENSIONS = ("httpfs", "parquet", "avro", "iceberg")
@@ -228,7 +242,14 @@ def row_order(row: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def load_table(args: argparse.Namespace, s3: S3Settings) -> Table:
-    """The table from the SQL catalog; exit 3 when it or its namespace is missing."""
+    """The table from the SQL catalog, or from its metadata file; exit 3 when it
+    or its namespace is missing."""
+    if args.metadata_location:
+        return StaticTable.from_metadata(args.metadata_location, s3.pyiceberg_properties())
+    if args.catalog == "glue":
+        return load_glue_table(args, s3)
+    if args.catalog == "s3tables":
+        return StaticTable.from_metadata(s3_tables_metadata(args, s3), s3.pyiceberg_properties())
     catalog = SqlCatalog(args.catalog_name, uri=args.catalog_uri, **s3.pyiceberg_properties())
     try:
         return catalog.load_table(args.table)
@@ -237,6 +258,54 @@ def load_table(args: argparse.Namespace, s3: S3Settings) -> Table:
             f"no table {args.table} in catalog {args.catalog_name} at {args.catalog_uri}: {error}",
             3,
         )
+
+
+def catalog_endpoint(args: argparse.Namespace, service_variable: str) -> str | None:
+    """The endpoint of the Glue or S3 Tables API: --catalog-endpoint, else the
+    service's AWS_ENDPOINT_URL_* variable, else AWS_ENDPOINT_URL, else AWS's."""
+    env = os.environ
+    return args.catalog_endpoint or env.get(service_variable) or env.get("AWS_ENDPOINT_URL") or None
+
+
+def load_glue_table(args: argparse.Namespace, s3: S3Settings) -> Table:
+    """The table from the Glue Data Catalog; exit 3 when it is missing."""
+    from pyiceberg.catalog.glue import GlueCatalog
+
+    properties = {"glue.region": s3.region, **s3.pyiceberg_properties()}
+    endpoint = catalog_endpoint(args, "AWS_ENDPOINT_URL_GLUE")
+    if endpoint:
+        properties["glue.endpoint"] = endpoint
+    if s3.key_id:
+        properties["glue.access-key-id"] = s3.key_id
+    if s3.secret:
+        properties["glue.secret-access-key"] = s3.secret
+    if s3.session_token:
+        properties["glue.session-token"] = s3.session_token
+    catalog = GlueCatalog(args.catalog_name or "glue", **properties)
+    try:
+        return catalog.load_table(args.table)
+    except (NoSuchTableError, NoSuchNamespaceError) as error:
+        fail(f"no table {args.table} in the Glue Data Catalog: {error}", 3)
+
+
+def s3_tables_metadata(args: argparse.Namespace, s3: S3Settings) -> str:
+    """The table's current metadata file, from S3 Tables'
+    GetTableMetadataLocation; exit 3 when the table is missing."""
+    import boto3
+
+    client = boto3.client(
+        "s3tables",
+        region_name=s3.region,
+        endpoint_url=catalog_endpoint(args, "AWS_ENDPOINT_URL_S3TABLES"),
+    )
+    namespace, _, name = args.table.rpartition(".")
+    try:
+        answer = client.get_table_metadata_location(
+            tableBucketARN=args.table_bucket_arn, namespace=namespace, name=name
+        )
+    except client.exceptions.NotFoundException as error:
+        fail(f"no table {args.table} in {args.table_bucket_arn}: {error}", 3)
+    return answer["metadataLocation"]
 
 
 def snapshots(table: Table) -> list[dict[str, Any]]:
@@ -367,18 +436,32 @@ def duckdb_rows(metadata_location: str, s3: S3Settings) -> list[dict[str, Any]]:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """The command line; bad arguments exit 2 (argparse)."""
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    parser.add_argument("--catalog", choices=("sql", "glue", "s3tables"), default="sql")
+    parser.add_argument("--catalog-uri", help="sql: SQLAlchemy URI, e.g. sqlite:////abs/path.db")
+    parser.add_argument("--catalog-endpoint", help="glue, s3tables: the API's endpoint")
+    parser.add_argument("--table-bucket-arn", help="s3tables: the table bucket's ARN")
+    parser.add_argument("--catalog-name", help="the name the writer gave its catalog")
+    parser.add_argument("--table", help="NAMESPACE.TABLE")
     parser.add_argument(
-        "--catalog-uri", required=True, help="SQLAlchemy URI, e.g. sqlite:////abs/path.db"
+        "--metadata-location",
+        help="the table's current metadata file, instead of --catalog-uri, --catalog-name, --table",
     )
-    parser.add_argument(
-        "--catalog-name", required=True, help="the name the writer gave its catalog"
-    )
-    parser.add_argument("--table", required=True, help="NAMESPACE.TABLE")
     parser.add_argument(
         "--s3-endpoint", help="e.g. http://127.0.0.1:PORT (default: AWS_ENDPOINT_URL_S3)"
     )
     parser.add_argument("--region", help="default: AWS_REGION, else us-east-1")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.metadata_location is not None:
+        if args.catalog_uri or args.table:
+            parser.error("--metadata-location replaces the catalog and --table")
+        return args
+    if args.table is None:
+        parser.error("--table is required (or --metadata-location)")
+    if args.catalog == "sql" and (args.catalog_uri is None or args.catalog_name is None):
+        parser.error("--catalog sql needs --catalog-uri and --catalog-name")
+    if args.catalog == "s3tables" and args.table_bucket_arn is None:
+        parser.error("--catalog s3tables needs --table-bucket-arn")
+    return args
 
 
 def read(args: argparse.Namespace) -> dict[str, Any]:

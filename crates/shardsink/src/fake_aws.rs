@@ -2,8 +2,9 @@
 //! `aws-smithy-mocks` rules so the code under test uses real SDK clients:
 //! - [`FakeStream`] of [`FakeShard`]s: Kinesis shards with scripted records;
 //! - [`FakeBucket`]: S3 objects with `If-None-Match: *` (412), listing with
-//!   prefix and paging (1,000 keys a page; requests recorded), and
-//!   injectable PUT failures;
+//!   prefix and paging (1,000 keys a page; requests recorded), ranged GETs
+//!   and HEAD's `Content-Length` (what Iceberg's file I/O reads), and
+//!   injectable PUT failures; the bucket name is not looked at;
 //! - [`FakeTable`]: the lease table's DynamoDB items, from
 //!   `shard_lease::test_util`, which reads back and evaluates the update and
 //!   condition expressions `shard-lease` writes;
@@ -251,6 +252,21 @@ fn take_one(counter: &AtomicUsize) -> bool {
         .is_ok()
 }
 
+/// The bytes of `body` a GetObject `Range` header asks for: `bytes=a-b`
+/// (both included, cut at the end of the body) or `bytes=a-`.
+fn ranged(body: &Bytes, range: &str) -> Bytes {
+    let (start, end) = range
+        .strip_prefix("bytes=")
+        .and_then(|range| range.split_once('-'))
+        .expect("a byte range");
+    let start: usize = start.parse().expect("a range start");
+    let end = match end {
+        "" => body.len(),
+        end => (end.parse::<usize>().expect("a range end") + 1).min(body.len()),
+    };
+    body.slice(start.min(end)..end)
+}
+
 /// A raw response with `status` and `body`.
 pub fn http(status: u16, body: &str) -> HttpResponse {
     HttpResponse::new(
@@ -462,13 +478,19 @@ fn s3_client(bucket: Arc<FakeBucket>) -> aws_sdk_s3::Client {
             hook(key);
         }
         match lock(&b2.objects).get(key) {
-            Some(body) => MockResponse::Output(
-                GetObjectOutput::builder()
-                    .content_length(i64::try_from(body.len()).unwrap())
-                    .body(ByteStream::from(body.clone()))
-                    .set_metadata(lock(&b2.metadata).get(key).cloned())
-                    .build(),
-            ),
+            Some(body) => {
+                let body = match input.range() {
+                    Some(range) => ranged(body, range),
+                    None => body.clone(),
+                };
+                MockResponse::Output(
+                    GetObjectOutput::builder()
+                        .content_length(i64::try_from(body.len()).unwrap())
+                        .body(ByteStream::from(body))
+                        .set_metadata(lock(&b2.metadata).get(key).cloned())
+                        .build(),
+                )
+            }
             None => MockResponse::Http(s3_error(404, "NoSuchKey")),
         }
     });
@@ -497,12 +519,13 @@ fn s3_client(bucket: Arc<FakeBucket>) -> aws_sdk_s3::Client {
     let b4 = bucket.clone();
     let head_object = mock!(Client::head_object).then_compute_response(move |input| {
         let key = input.key().unwrap();
-        if !lock(&b4.objects).contains_key(key) {
+        let Some(length) = lock(&b4.objects).get(key).map(Bytes::len) else {
             return MockResponse::Http(s3_error(404, "NotFound"));
-        }
+        };
         let metadata = lock(&b4.metadata).get(key).cloned().unwrap_or_default();
         MockResponse::Output(
             aws_sdk_s3::operation::head_object::HeadObjectOutput::builder()
+                .content_length(i64::try_from(length).unwrap())
                 .set_metadata(Some(metadata))
                 .build(),
         )

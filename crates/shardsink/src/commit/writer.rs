@@ -249,9 +249,9 @@ impl BatchWriter {
         })?;
         reservation.grow(encoded.objects().map(|(_, body)| body.held_bytes()).sum());
         let mut encoded = encoded;
-        let table_files = encoded.table_files.take();
         reservation.grow(
-            table_files
+            encoded
+                .table_files
                 .iter()
                 .flatten()
                 .map(|file| file.bytes.len() as u64)
@@ -291,8 +291,10 @@ impl BatchWriter {
                 ObjectRole::Duplicates => failpoint("after-duplicates-put").await,
             }
         }
+        // Taken only now: `objects` leaves the main object out of a table
+        // batch by its data files.
         let mut table_written = None;
-        if let Some(files) = table_files {
+        if let Some(files) = encoded.table_files.take() {
             let (written, created) = self.put_data_files(&pending, format, files).await?;
             bytes_written += created;
             table_written = Some(written);
@@ -634,3 +636,6 @@ async fn encode(
         Err(join_error) => Err(std::io::Error::other(join_error)),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -35,7 +35,7 @@ pub use daemon::{Config, Settings};
 pub use error::{ConfigError, one_line_error};
 pub(crate) use events::only_with_event_id;
 pub use events::{EventArgs, EventDedup, EventStoreKind, EventStoreSetting};
-pub use iceberg::IcebergSettings;
+pub use iceberg::{IcebergSettings, IcebergTableArgs, IcebergTarget};
 pub(crate) use values::parse_timestamp;
 
 /// Parses flags only, for tests: environment lookup is switched off so that

@@ -409,6 +409,57 @@ mod tests {
         );
     }
 
+    /// With a table, the prefix holds no main objects: it is not listed,
+    /// nothing found there counts as written, and the error objects still
+    /// name the uncommitted batches.
+    #[tokio::test]
+    async fn without_main_objects_only_the_side_objects_are_listed() {
+        use crate::fake_aws::{self, FakeBucket};
+
+        let shard = "shardId-000000000000";
+        let layout = KeyLayout::plain("p");
+        let error_layout = layout.with_prefix("p-errors");
+        let minute = Bucket::minute(1_795_238_823_045);
+        let bucket = Arc::new(FakeBucket::default());
+        let kind = BodyKind::lines(CompressionCodec::Zstd);
+        {
+            let mut objects = bucket.objects.lock().unwrap();
+            // An object that would count as written if the prefix were
+            // listed, and an error object of a later batch.
+            objects.insert(
+                layout.object_key(minute, shard, &range(10, 20), kind),
+                Default::default(),
+            );
+            objects.insert(
+                error_layout.object_key(minute, shard, &range(30, 40), kind),
+                Default::default(),
+            );
+        }
+        let clients = fake_aws::clients(Default::default(), bucket.clone(), Default::default());
+        let metrics = Arc::new(Metrics::new());
+        let mut resume = ResumeSkip::new(store(clients.s3), layout.clone(), shard, metrics)
+            .with_error_layout(error_layout.clone())
+            .without_main_objects();
+        let running = CancellationToken::new();
+        assert!(
+            !resume
+                .is_written(minute, &15_u64.into(), &running)
+                .await
+                .unwrap()
+        );
+        assert_eq!(
+            *bucket.lists.lock().unwrap(),
+            [error_layout.shard_bucket_prefix(minute, shard)],
+            "only the error prefix is listed"
+        );
+        assert_eq!(
+            resume
+                .uncommitted_at(&30_u64.into())
+                .map(|batch| batch.range),
+            Some(range(30, 40))
+        );
+    }
+
     #[test]
     fn remaining_is_the_group_minus_written() {
         let written: RangeSet = [range(5, 7), range(20, 30)].into_iter().collect();

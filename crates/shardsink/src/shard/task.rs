@@ -439,9 +439,16 @@ impl ShardTask {
     }
 
     /// Nothing buffered, nothing being replayed, and the checkpoint covers
-    /// every record handled.
-    fn is_fully_checkpointed(&self) -> bool {
-        self.batch.is_none() && self.replay.is_none() && self.frontier.is_current()
+    /// every record handled: with a table, no batch staged and not yet
+    /// committed.
+    async fn is_fully_checkpointed(&self) -> bool {
+        if self.batch.is_some() || self.replay.is_some() {
+            return false;
+        }
+        match self.ctx.table {
+            Some(_) => self.lease.snapshot().await.staged_batches.is_empty(),
+            None => self.frontier.is_current(),
+        }
     }
 
     async fn finish_shard_end(

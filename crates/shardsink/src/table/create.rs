@@ -25,6 +25,7 @@ use iceberg::{Catalog, ErrorKind, Result as IcebergResult, TableCreation, TableI
 use tracing::info;
 
 use crate::output::bucket::TimeBucket;
+use crate::output::format::iceberg::JSON_COLUMN_DOC;
 use crate::output::format::schema::{
     APPROXIMATE_ARRIVAL_TIMESTAMP, ColumnType, DATA, PARTITION_KEY, ParquetSchema, SEQUENCE_NUMBER,
     SHARD_ID, SUB_SEQUENCE_NUMBER,
@@ -83,11 +84,15 @@ pub fn default_schema(
         )),
         Some(schema) => {
             for (id, column) in (6..).zip(schema.columns()) {
-                fields.push(NestedField::optional(
+                let field = NestedField::optional(
                     id,
                     &column.name,
                     Type::Primitive(iceberg_type(column.column_type, instants)),
-                ));
+                );
+                fields.push(match column.column_type {
+                    ColumnType::Json => field.with_doc(JSON_COLUMN_DOC),
+                    _ => field,
+                });
             }
         }
     }

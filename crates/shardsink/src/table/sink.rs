@@ -160,5 +160,98 @@ mod tests {
         assert_eq!(split_s3_location("s3a://wh").unwrap(), ("wh", ""));
         assert!(split_s3_location("file:///tmp/wh").is_err());
         assert!(split_s3_location("s3:///path").is_err());
+        assert!(split_s3_location("s3://").is_err());
+        assert_eq!(split_s3_location("s3://wh/a/b").unwrap(), ("wh", "a/b"));
+        assert_eq!(split_s3_location("s3://wh/").unwrap(), ("wh", ""));
+        assert!(
+            split_s3_location("s3n://wh/t").is_err(),
+            "not a scheme the sink writes"
+        );
+    }
+
+    fn file(partition_path: &str) -> PartitionFile {
+        PartitionFile {
+            partition: iceberg::spec::Struct::empty(),
+            partition_path: partition_path.to_owned(),
+            record_count: 1,
+            bytes: bytes::Bytes::new(),
+            column_stats: Default::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_data_file_is_named_by_its_batch_and_partition_in_the_table_s_bucket() {
+        use crate::fake_aws::{self, FakeBucket};
+        use crate::table::test_support::{S3Table, default_new_table};
+
+        let bucket = std::sync::Arc::new(FakeBucket::default());
+        let s3 = fake_aws::clients(Default::default(), bucket, Default::default()).s3;
+        let table = S3Table::create(s3, default_new_table()).await;
+        let sink = &table.sink;
+        assert_eq!(
+            sink.store().bucket(),
+            "wh",
+            "the bucket of the table's location"
+        );
+        let (first, last) = ("100".parse().unwrap(), "200".parse().unwrap());
+        let day = "approximate_arrival_timestamp_day=2026-11-28";
+        assert_eq!(
+            sink.data_file(&file(day), "shardId-000000000001", &first, &last),
+            (
+                format!("s3://wh/archive/events/data/{day}/shardId-000000000001-100-200.parquet"),
+                format!("archive/events/data/{day}/shardId-000000000001-100-200.parquet"),
+            )
+        );
+        assert_eq!(
+            sink.data_file(&file(""), "s0", &first, &last),
+            (
+                "s3://wh/archive/events/data/s0-100-200.parquet".to_owned(),
+                "archive/events/data/s0-100-200.parquet".to_owned(),
+            ),
+            "unpartitioned"
+        );
+    }
+
+    #[tokio::test]
+    async fn published_states_reach_the_sink_and_its_subscribers() {
+        use crate::fake_aws::{self, FakeBucket};
+        use crate::table::test_support::{S3Table, default_new_table};
+
+        let bucket = std::sync::Arc::new(FakeBucket::default());
+        let s3 = fake_aws::clients(Default::default(), bucket, Default::default()).s3;
+        let table = S3Table::create(s3, default_new_table()).await;
+        assert_eq!(table.sink.published(), None);
+        let mut subscriber = table.sink.subscribe();
+        let state = CommitState {
+            commit: 2,
+            shards: [("s0".to_owned(), "7".to_owned())].into(),
+        };
+        table.publish(state.clone());
+        subscriber.changed().await.unwrap();
+        assert_eq!(subscriber.borrow().as_deref(), Some(&state));
+        assert_eq!(table.sink.published().as_deref(), Some(&state));
+        assert_eq!(
+            table.sink.committed_end("s0").await.unwrap(),
+            None,
+            "the committed end is the table's, not the published state's"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_committed_end_is_read_from_the_table() {
+        use crate::fake_aws::{self, FakeBucket};
+        use crate::table::test_support::{S3Table, default_new_table, staged};
+
+        let bucket = std::sync::Arc::new(FakeBucket::default());
+        let s3 = fake_aws::clients(Default::default(), bucket, Default::default()).s3;
+        let table = S3Table::create(s3, default_new_table()).await;
+        let loaded = table.load().await;
+        let entry = serde_json::to_string(&staged(&loaded, "s0", "TRIM_HORIZON", "9", 1)).unwrap();
+        table.commit(&[entry]).await;
+        assert_eq!(
+            table.sink.committed_end("s0").await.unwrap(),
+            Some("9".parse().unwrap())
+        );
+        assert_eq!(table.sink.committed_end("s1").await.unwrap(), None);
     }
 }

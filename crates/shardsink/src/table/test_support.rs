@@ -18,9 +18,15 @@ use iceberg::table::Table;
 use iceberg::{Catalog, TableIdent};
 use parquet::arrow::ArrowWriter;
 
+use tokio::sync::watch;
+
+use super::commit::commit_staged;
 use super::create::{Instants, NewTable, default_partition_spec, default_schema, find_or_create};
-use super::state::{StagedBatch, StagedFile};
+use super::sink::{Published, TableSink};
+use super::state::{CommitState, StagedBatch, StagedFile};
+use crate::aws::table_storage::S3TableStorageFactory;
 use crate::output::bucket::TimeBucket;
+use crate::output::format::iceberg::IcebergLayout;
 use crate::output::format::schema::{
     APPROXIMATE_ARRIVAL_TIMESTAMP, DATA, PARTITION_KEY, SEQUENCE_NUMBER, SHARD_ID,
     SUB_SEQUENCE_NUMBER,
@@ -38,6 +44,124 @@ pub(crate) async fn memory_catalog() -> MemoryCatalog {
         )
         .await
         .expect("a memory catalog")
+}
+
+/// A memory catalog whose warehouse is `s3://wh`, its files read and
+/// written through `s3` (a fake bucket's client): the table's metadata,
+/// manifests and the data files the writer PUTs are all in that bucket.
+pub(crate) async fn s3_memory_catalog(s3: aws_sdk_s3::Client) -> MemoryCatalog {
+    MemoryCatalogBuilder::default()
+        .with_storage_factory(Arc::new(S3TableStorageFactory::new(s3)))
+        .load(
+            "memory",
+            HashMap::from([(MEMORY_CATALOG_WAREHOUSE.to_owned(), "s3://wh".to_owned())]),
+        )
+        .await
+        .expect("a memory catalog")
+}
+
+/// `archive.events` in a memory catalog over the fake bucket `s3` serves
+/// (created as shardsink creates it), with what a shard's writer and task
+/// need of it.
+pub(crate) struct S3Table {
+    /// The catalog.
+    pub catalog: Arc<MemoryCatalog>,
+    /// The table's name.
+    pub ident: TableIdent,
+    /// The sink the writers use.
+    pub sink: Arc<TableSink>,
+    /// Publishes commit states to the sink, as the committer does.
+    pub publish: watch::Sender<Published>,
+    /// The table's layout, for `Format::Iceberg`.
+    pub layout: Arc<IcebergLayout>,
+}
+
+impl S3Table {
+    /// Creates the table as `new` says in a new catalog over `s3`.
+    pub(crate) async fn create(s3: aws_sdk_s3::Client, new: NewTable) -> Self {
+        let catalog = Arc::new(s3_memory_catalog(s3.clone()).await);
+        let ident = TableIdent::from_strs(["archive", "events"]).expect("a table name");
+        let table = find_or_create(catalog.as_ref(), &ident, new)
+            .await
+            .expect("the table");
+        let metadata = table.metadata();
+        let layout = Arc::new(
+            IcebergLayout::new(
+                metadata.current_schema().clone(),
+                metadata.default_partition_spec().clone(),
+            )
+            .expect("the table's layout"),
+        );
+        let (publish, published) = watch::channel(None);
+        let sink = TableSink::new(catalog.clone(), &table, s3, published).expect("a table sink");
+        Self {
+            catalog,
+            ident,
+            sink: Arc::new(sink),
+            publish,
+            layout,
+        }
+    }
+
+    /// Commits `entries` (staged entries as a lease row holds them) and
+    /// returns the state the table holds after it.
+    pub(crate) async fn commit(&self, entries: &[String]) -> CommitState {
+        let staged: Vec<StagedBatch> = entries
+            .iter()
+            .map(|entry| serde_json::from_str(entry).expect("a staged entry"))
+            .collect();
+        commit_staged(self.catalog.as_ref(), &self.ident, &staged)
+            .await
+            .expect("a commit")
+            .state()
+            .clone()
+    }
+
+    /// The table as the catalog has it now.
+    pub(crate) async fn load(&self) -> Table {
+        self.catalog
+            .load_table(&self.ident)
+            .await
+            .expect("the table")
+    }
+
+    /// The `sequence_number` of every row of the table's current snapshot,
+    /// read from its data files, in the order the scan gives them.
+    pub(crate) async fn sequence_numbers(&self) -> Vec<String> {
+        use arrow_array::cast::AsArray;
+        use futures::TryStreamExt;
+        let table = self.load().await;
+        if table.metadata().current_snapshot().is_none() {
+            return Vec::new();
+        }
+        let batches: Vec<RecordBatch> = table
+            .scan()
+            .select([SEQUENCE_NUMBER])
+            .build()
+            .expect("a scan")
+            .to_arrow()
+            .await
+            .expect("a record batch stream")
+            .try_collect()
+            .await
+            .expect("the rows");
+        batches
+            .iter()
+            .flat_map(|batch| {
+                batch
+                    .column(0)
+                    .as_string::<i32>()
+                    .iter()
+                    .map(|value| value.expect("a sequence number").to_owned())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// Publishes `state` to the sink, as the committer does after a round.
+    pub(crate) fn publish(&self, state: CommitState) {
+        self.publish.send_replace(Some(Arc::new(state)));
+    }
 }
 
 /// The table shardsink creates by default: the `data` column, partitioned

@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 use chrono::{DateTime, Utc};
 
 use crate::config::{
-    Archive, ArchiveArgs, ConfigError, EventArgs, EventSettings, EventStoreKind, InitialPosition,
-    StreamRef, only_with_event_id, parse_timestamp,
+    Archive, ArchiveArgs, ConfigError, EventArgs, EventSettings, EventStoreKind, IcebergTableArgs,
+    IcebergTarget, InitialPosition, StreamRef, only_with_event_id, parse_timestamp,
 };
 use crate::output::key::KeyLayout;
 
@@ -19,7 +19,10 @@ use crate::output::key::KeyLayout;
 /// batch's objects (main, error, duplicates) and each batch's decisions
 /// object counts its records; given the daemon's event settings
 /// (--event-id …) and the stream too, no event is kept twice within the
-/// window.
+/// window. Given the daemon's Iceberg table (--iceberg-catalog … with
+/// --deep), its live rows: no record twice, none after its shard's
+/// committed end, and (with --stream, which names the lease table) no
+/// checkpoint after it.
 ///
 /// AWS credentials, region and endpoints come from the standard sources, as
 /// for the daemon. Progress goes to stderr, the summary to stdout. Exit
@@ -30,7 +33,10 @@ use crate::output::key::KeyLayout;
     name = "shardsink verify",
     bin_name = "shardsink verify",
     max_term_width = 100,
-    args_override_self = true
+    args_override_self = true,
+    // The daemon's descriptions speak of writing to the table.
+    mut_arg("iceberg_catalog", |arg| arg.help(ICEBERG_CATALOG_HELP)),
+    mut_arg("iceberg_table", |arg| arg.help(ICEBERG_TABLE_HELP)),
 )]
 pub struct VerifyArgs {
     /// Where the archive is, as for the daemon: the stream (optional here;
@@ -97,7 +103,24 @@ pub struct VerifyArgs {
         help_heading = "Event deduplication"
     )]
     pub event_dedup_store: Option<EventStoreKind>,
+
+    /// The daemon's Iceberg table (`--format iceberg`), audited after the
+    /// archive. The audit reads every row of the table's live data files,
+    /// so it is part of `--deep` and needs it: without `--deep`, `verify`
+    /// reads no record, and an audit of the table that read none could
+    /// check nothing of T1 or T2 (docs/DESIGN.md, "Iceberg tables").
+    #[command(flatten, next_help_heading = "Iceberg table")]
+    pub iceberg: IcebergTableArgs,
 }
+
+/// `--iceberg-catalog`'s help in `verify`.
+const ICEBERG_CATALOG_HELP: &str = "With --deep: audit the daemon's Iceberg table (--format \
+     iceberg) in this catalog: sql, glue, s3tables or rest. Its live rows: no record twice, none \
+     after its shard's committed end; with --stream, no lease's checkpoint after it. The other \
+     --iceberg-* settings are the daemon's";
+
+/// `--iceberg-table`'s help in `verify`.
+const ICEBERG_TABLE_HELP: &str = "The table, NAMESPACE.TABLE (never created by verify)";
 
 /// What `--event-id` asks `verify` to check: the daemon's settings and the
 /// scope of its store.
@@ -134,6 +157,8 @@ pub(super) struct Plan {
     pub(super) from_first_archived: bool,
     /// The event settings, with `--event-id`.
     pub(super) events: Option<EventCheck>,
+    /// The Iceberg table to audit, with `--iceberg-catalog` (and `--deep`).
+    pub(super) iceberg: Option<IcebergTarget>,
 }
 
 impl Plan {
@@ -159,6 +184,13 @@ impl Plan {
                 "only with --stream (it says where the gap check starts reading)",
             ));
         }
+        let iceberg = args.iceberg.validate()?;
+        if iceberg.is_some() && !args.deep {
+            return Err(ConfigError::new(
+                "iceberg-catalog",
+                "needs --deep (the table audit reads every live row)",
+            ));
+        }
         let list_prefix = KeyLayout::plain(prefix.clone()).list_prefix();
         Ok(Self {
             bucket,
@@ -172,6 +204,7 @@ impl Plan {
             since: args.since,
             from_first_archived: args.initial_position != InitialPosition::TrimHorizon,
             events,
+            iceberg,
         })
     }
 
@@ -201,6 +234,7 @@ mod tests {
     use clap::{CommandFactory as _, FromArgMatches as _};
 
     use super::*;
+    use crate::table::catalog::{CatalogKind, table_ident};
 
     fn parse_args(args: &[&str]) -> Result<VerifyArgs, clap::Error> {
         let mut argv = vec!["shardsink verify"];
@@ -389,6 +423,96 @@ mod tests {
             .render_help()
             .to_string();
         assert!(help.contains("Event deduplication:"), "{help}");
+    }
+
+    #[test]
+    fn an_iceberg_table_is_audited_with_deep_and_the_daemon_s_settings() {
+        let table = [
+            "--bucket",
+            "archive",
+            "--prefix",
+            "orders",
+            "--iceberg-catalog",
+            "SQL",
+            "--iceberg-catalog-uri",
+            "sqlite:///var/lib/shardsink/catalog.db",
+            "--iceberg-warehouse",
+            "s3://lake/warehouse/",
+            "--iceberg-table",
+            "archive.events",
+        ];
+        let err = plan(&table).unwrap_err();
+        assert_eq!(err.flag, "--iceberg-catalog");
+        assert!(err.to_string().contains("needs --deep"), "{err}");
+
+        let mut deep = table.to_vec();
+        deep.push("--deep");
+        let target = plan(&deep).unwrap().iceberg.unwrap();
+        assert_eq!(target.catalog.kind, CatalogKind::Sql);
+        assert_eq!(
+            target.catalog.warehouse.as_deref(),
+            Some("s3://lake/warehouse")
+        );
+        assert_eq!(target.table, table_ident("archive.events").unwrap());
+        assert_eq!(plan(&deep[..4]).unwrap().iceberg, None);
+
+        // The daemon's validation: a setting without the catalog, a catalog
+        // without what its kind needs.
+        for (extra, flag) in [
+            (&["--deep", "--iceberg-table", "a.b"][..], "--iceberg-table"),
+            (
+                &[
+                    "--deep",
+                    "--iceberg-catalog",
+                    "glue",
+                    "--iceberg-table",
+                    "a.b",
+                ][..],
+                "--iceberg-warehouse",
+            ),
+            (
+                &[
+                    "--deep",
+                    "--iceberg-catalog",
+                    "rest",
+                    "--iceberg-catalog-uri",
+                    "http://c",
+                ][..],
+                "--iceberg-table",
+            ),
+        ] {
+            let mut args = deep[..4].to_vec();
+            args.extend_from_slice(extra);
+            assert_eq!(plan(&args).unwrap_err().flag, flag, "{extra:?}");
+        }
+
+        let help = VerifyArgs::command()
+            .mut_args(|arg| arg.env(None::<&str>))
+            .render_help()
+            .to_string();
+        let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(help.contains("Iceberg table:"), "{help}");
+        assert!(
+            help.contains("With --deep: audit the daemon's Iceberg table"),
+            "{help}"
+        );
+        assert!(help.contains("(never created by verify)"), "{help}");
+        assert!(!help.contains("created (with its namespace)"), "{help}");
+    }
+
+    #[test]
+    fn the_verify_reference_names_every_setting() {
+        let reference = include_str!("../../../../docs/VERIFY.md");
+        for arg in VerifyArgs::command().get_arguments() {
+            let Some(flag) = arg.get_long() else { continue };
+            if flag == "help" {
+                continue;
+            }
+            assert!(
+                reference.contains(&format!("--{flag}")),
+                "docs/VERIFY.md lacks --{flag}"
+            );
+        }
     }
 
     #[test]

@@ -209,7 +209,7 @@ pub(super) async fn read_layout(store: &ObjectStore, prefix: &str) -> anyhow::Re
 }
 
 /// Every key under `list_prefix` (ListObjectsV2, all pages).
-async fn list_keys(
+pub(super) async fn list_keys(
     store: &ObjectStore,
     list_prefix: &str,
     tty: bool,

@@ -38,8 +38,11 @@
 //!   are read (`ShardEvents`), then the kept copies and the duplicates.
 //! - `table.rs`: the audit of an Iceberg table (`--format iceberg`): its
 //!   live rows against the commit state the table records (a record twice,
-//!   a record after its shard's committed end), and data files no snapshot
-//!   names.
+//!   a record after its shard's committed end), the lease rows'
+//!   checkpoints against it, and data files no snapshot names.
+//! - `table_io.rs`: the I/O of the table audit (`--iceberg-catalog` with
+//!   `--deep`): the lease rows read first, the catalog opened with
+//!   `verify`'s clients, the data directory listed.
 //! - `report.rs`: `Audit`, everything found, and the summary on stdout.
 //! - `progress.rs`: progress on stderr, a bar or plain lines.
 //! - `test_support.rs`: objects and records for the unit tests.
@@ -49,7 +52,11 @@
 //! (`--deep`: error and duplicates objects, main objects, decisions
 //! objects) → batches checked across their objects → one `ShardGapCheck`
 //! (and `ShardEvents`) per shard fed by GetRecords → window check → `Audit`
-//! → summary and verdict ([`run`]).
+//! → summary and verdict ([`run`]). With `--iceberg-catalog`, the archive
+//! under the prefix holds only the error and duplicates objects (and their
+//! decisions), so its gap check and its uncommitted-object warnings are
+//! left out; then lease rows → table (`table_io.rs`) → `TableAudit` →
+//! its summary and verdict.
 
 mod args;
 mod audit;
@@ -64,6 +71,7 @@ mod render;
 mod report;
 mod stream;
 mod table;
+mod table_io;
 #[cfg(test)]
 mod test_support;
 mod window;
@@ -73,6 +81,7 @@ use std::io::IsTerminal as _;
 use self::args::Plan;
 pub use self::args::VerifyArgs;
 use self::audit::audit;
+use self::table_io::audit_iceberg;
 use crate::aws::retry::{Retry, Stopped};
 use crate::aws::{AwsClients, S3Error};
 
@@ -108,16 +117,27 @@ fn s3_stopped(stopped: Stopped<S3Error>) -> S3Error {
 /// exact: no overlap, no unreadable object (with `--deep`), no gap (with
 /// `--stream`, when Kinesis answers), no recorded retention gap, every user
 /// record in one place (with `--deep`) and each event kept once per window
-/// (with `--event-id`, `--deep` and `--stream`).
+/// (with `--event-id`, `--deep` and `--stream`); and, with
+/// `--iceberg-catalog`, the table's audit is exact too: no record twice in
+/// its live rows, none after its shard's committed end, no checkpoint after
+/// it. The archive's summary is printed first, then the table's.
 ///
 /// # Errors
 /// A bad argument (a [`ConfigError`](crate::config::ConfigError) naming it);
-/// the bucket cannot be listed.
+/// the bucket cannot be listed; the table cannot be audited (its catalog,
+/// files or data directory cannot be read).
 pub async fn run(args: VerifyArgs) -> anyhow::Result<bool> {
     let plan = Plan::from_args(&args)?;
     let clients = AwsClients::from_env(args.archive.s3_force_path_style).await;
-    let audit = audit(&plan, &clients, std::io::stderr().is_terminal()).await?;
+    let tty = std::io::stderr().is_terminal();
+    let audit = audit(&plan, &clients, tty).await?;
     // Not `print!`: a closed stdout must not turn the verdict into a panic.
     let _ = std::io::Write::write_all(&mut std::io::stdout(), audit.render().as_bytes());
-    Ok(audit.is_exact())
+    let mut exact = audit.is_exact();
+    if let Some(target) = &plan.iceberg {
+        let table = audit_iceberg(target, &plan, &clients, tty).await?;
+        let _ = std::io::Write::write_all(&mut std::io::stdout(), table.render().as_bytes());
+        exact &= table.is_exact();
+    }
+    Ok(exact)
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
 use sequence_range::RangeSet;
-use shard_lease::{Checkpoint, LeaseTable};
+use shard_lease::{Checkpoint, Lease, LeaseTable};
 
 use super::MAX_FAILURES;
 use super::args::Plan;
@@ -73,15 +73,20 @@ pub(super) async fn read_checkpoints(
     clients: &AwsClients,
     table: &str,
 ) -> Result<HashMap<String, Checkpoint>, String> {
+    read_leases(clients, table).await.map(|leases| {
+        leases
+            .into_iter()
+            .map(|lease| (lease.lease_key, lease.checkpoint))
+            .collect()
+    })
+}
+
+/// Every lease row of `table` (a consistent Scan, read only; heartbeats
+/// and the committer's row left out), or why it could not be read.
+pub(super) async fn read_leases(clients: &AwsClients, table: &str) -> Result<Vec<Lease>, String> {
     LeaseTable::new(clients.dynamodb.clone(), table)
         .list_leases()
         .await
-        .map(|leases| {
-            leases
-                .into_iter()
-                .map(|lease| (lease.lease_key, lease.checkpoint))
-                .collect()
-        })
         .map_err(|err| error_chain(&err))
 }
 

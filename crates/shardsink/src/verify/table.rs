@@ -7,6 +7,13 @@
 //! - *beyond*: a live row after its shard's committed end, or of a shard the
 //!   state does not name — a record the state does not account for, so a
 //!   later commit would append it again;
+//! - *checkpoint beyond*: a lease row whose checkpoint (a sequence
+//!   number) is after its shard's committed end, or of a shard the state
+//!   does not name. An owner moves its checkpoint only to its shard's
+//!   committed end, and resumes after the later of the two: the records
+//!   between are in no live row and will never be read again — a gap (T2
+//!   broken). Lease rows with staged batches (written, not yet committed)
+//!   are counted, not judged;
 //! - *empty*: a shard the state names with no live row (a warning: all its
 //!   records may have gone to the error or duplicates prefix);
 //! - each shard's live rows: how many, the lowest and highest sequence
@@ -25,10 +32,6 @@
 //!
 //! [spec]: https://iceberg.apache.org/spec/#snapshots
 
-// `verify --deep` runs this audit once it is given a table; until then,
-// only the tests call it.
-#![allow(dead_code)]
-
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::error::Error as StdError;
 use std::fmt::Write as _;
@@ -44,6 +47,7 @@ use iceberg::spec::{PrimitiveType, Type};
 use iceberg::table::Table;
 use iceberg::{Catalog, TableIdent};
 use sequence_range::SequenceNumber;
+use shard_lease::{Checkpoint, Lease};
 
 use crate::output::format::schema::{SEQUENCE_NUMBER, SHARD_ID, SUB_SEQUENCE_NUMBER};
 use crate::table::commit::read_state;
@@ -78,11 +82,31 @@ pub(super) struct TableAudit {
     pub(super) shards: Vec<ShardRows>,
     /// Live data files read.
     pub(super) files: usize,
-    /// Duplicates first, then rows beyond the committed end, then empty
-    /// shards.
+    /// Duplicates first, then rows beyond the committed end, then
+    /// checkpoints beyond it, then empty shards.
     pub(super) findings: Vec<TableFinding>,
     /// Data files no snapshot names.
     pub(super) orphans: Orphans,
+    /// What became of the comparison with the lease rows.
+    pub(super) leases: LeaseCheck,
+}
+
+/// What became of the comparison of the lease rows' checkpoints with the
+/// committed ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum LeaseCheck {
+    /// No lease table named (no `--stream`).
+    NotRequested,
+    /// The lease table could not be read: why.
+    NotRead(String),
+    /// Every lease row compared.
+    Checked {
+        /// Lease rows read.
+        leases: usize,
+        /// Shards whose row holds staged batches (written, not yet
+        /// committed), with how many, by shard id.
+        staged: Vec<(String, usize)>,
+    },
 }
 
 /// A shard's live rows in the current snapshot.
@@ -123,6 +147,15 @@ pub(super) enum TableFinding {
         highest: SequenceNumber,
         /// The data files holding them, sorted.
         files: Vec<String>,
+    },
+    /// A lease row whose checkpoint is after its shard's committed end, or
+    /// of a shard the state does not name (`committed_end` none): the
+    /// records between are in no live row, and the daemon resumes after
+    /// the checkpoint (a gap, T2 broken).
+    CheckpointBeyond {
+        shard_id: String,
+        checkpoint: SequenceNumber,
+        committed_end: Option<SequenceNumber>,
     },
     /// A shard the state names without a live row (a warning).
     Empty {
@@ -181,15 +214,75 @@ pub(super) enum TableAuditError {
 }
 
 impl TableAudit {
-    /// No record twice and every live record within its shard's committed
-    /// end (empty shards and orphans are harmless).
+    /// Compares each lease row of `leases` (read *before* the table was
+    /// loaded, so that a commit and checkpoint landing in between cannot
+    /// put a checkpoint past the ends read) with the committed ends: a
+    /// checkpoint that is a sequence number after its shard's end, or of a
+    /// shard without one, is a [`TableFinding::CheckpointBeyond`].
+    /// Sentinels (`TRIM_HORIZON`, …) claim nothing; `SHARD_END` is written
+    /// only once the shard's last staged batch is committed, and says
+    /// nothing a sequence number could be compared with. `None`: no lease
+    /// table named; `Some(Err(why))`: it could not be read.
+    pub(super) fn check_leases(&mut self, leases: Option<Result<Vec<Lease>, String>>) {
+        let leases = match leases {
+            None => {
+                self.leases = LeaseCheck::NotRequested;
+                return;
+            }
+            Some(Err(reason)) => {
+                self.leases = LeaseCheck::NotRead(reason);
+                return;
+            }
+            Some(Ok(leases)) => leases,
+        };
+        let ends: HashMap<&str, &SequenceNumber> = self
+            .shards
+            .iter()
+            .filter_map(|shard| Some((shard.shard_id.as_str(), shard.committed_end.as_ref()?)))
+            .collect();
+        let mut beyond = Vec::new();
+        let mut staged = Vec::new();
+        for lease in &leases {
+            if !lease.staged_batches.is_empty() {
+                staged.push((lease.lease_key.clone(), lease.staged_batches.len()));
+            }
+            let Checkpoint::SequenceNumber(checkpoint) = &lease.checkpoint else {
+                continue;
+            };
+            let end = ends.get(lease.lease_key.as_str()).copied();
+            if end.is_none_or(|end| checkpoint > end) {
+                beyond.push(TableFinding::CheckpointBeyond {
+                    shard_id: lease.lease_key.clone(),
+                    checkpoint: checkpoint.clone(),
+                    committed_end: end.cloned(),
+                });
+            }
+        }
+        staged.sort();
+        // Before the empty shards, which are warnings.
+        let at = self
+            .findings
+            .iter()
+            .position(|finding| matches!(finding, TableFinding::Empty { .. }))
+            .unwrap_or(self.findings.len());
+        self.findings.splice(at..at, beyond);
+        self.leases = LeaseCheck::Checked {
+            leases: leases.len(),
+            staged,
+        };
+    }
+
+    /// No record twice, every live record within its shard's committed
+    /// end, and no checkpoint after it (empty shards and orphans are
+    /// harmless).
     pub(super) fn is_exact(&self) -> bool {
         !self.findings.iter().any(TableFinding::breaks_exactness)
     }
 
-    /// The summary: the snapshot and commit, one line per shard, one per
-    /// finding (at most [`MAX_LISTED`]), the orphans, and `exact` or
-    /// `NOT exact` last.
+    /// The summary: the snapshot and commit, one line per shard, the lease
+    /// rows compared, one line per finding (at most [`MAX_LISTED`]), the
+    /// orphans, and `exact` (with `(checkpoints not checked)` when they
+    /// were not) or `NOT exact` last.
     pub(super) fn render(&self) -> String {
         let mut out = String::new();
         let snapshot = self
@@ -214,6 +307,33 @@ impl TableAudit {
                 "  shard {}: {rows}, committed end {end}",
                 shard.shard_id
             );
+        }
+        match &self.leases {
+            LeaseCheck::NotRequested => {
+                let _ = writeln!(
+                    out,
+                    "checkpoints: not checked (--stream names the lease table)"
+                );
+            }
+            LeaseCheck::NotRead(reason) => {
+                let _ = writeln!(
+                    out,
+                    "checkpoints: not checked (lease table not read: {reason})"
+                );
+            }
+            LeaseCheck::Checked { leases, staged } => {
+                let _ = writeln!(
+                    out,
+                    "checkpoints: {leases} lease rows compared with the committed ends"
+                );
+                for (shard_id, batches) in staged {
+                    let _ = writeln!(
+                        out,
+                        "  shard {shard_id}: {batches} staged batches, written and not yet \
+                         committed (the next commit takes them)"
+                    );
+                }
+            }
         }
         for finding in self.findings.iter().take(MAX_LISTED) {
             let _ = writeln!(out, "  {}", finding_line(finding));
@@ -240,15 +360,12 @@ impl TableAudit {
                 self.orphans.count - self.orphans.paths.len()
             );
         }
-        let _ = writeln!(
-            out,
-            "{}",
-            if self.is_exact() {
-                "exact"
-            } else {
-                "NOT exact"
-            }
-        );
+        let verdict = match (self.is_exact(), &self.leases) {
+            (false, _) => "NOT exact",
+            (true, LeaseCheck::Checked { .. }) => "exact",
+            (true, _) => "exact (checkpoints not checked)",
+        };
+        let _ = writeln!(out, "{verdict}");
         out
     }
 }
@@ -299,6 +416,20 @@ fn finding_line(finding: &TableFinding) -> String {
             format!(
                 "beyond in {shard_id}: {rows} rows {end}, up to {highest}, files {}",
                 files_text(files)
+            )
+        }
+        TableFinding::CheckpointBeyond {
+            shard_id,
+            checkpoint,
+            committed_end,
+        } => {
+            let end = committed_end.as_ref().map_or_else(
+                || "the commit state does not name the shard".to_owned(),
+                |end| format!("after the committed end {end}"),
+            );
+            format!(
+                "checkpoint beyond in {shard_id}: checkpoint {checkpoint} {end} (a gap: the \
+                 daemon resumes after the checkpoint)"
             )
         }
         TableFinding::Empty {
@@ -420,6 +551,7 @@ where
         files,
         findings,
         orphans,
+        leases: LeaseCheck::NotRequested,
     })
 }
 

@@ -79,6 +79,7 @@ pub(super) fn test_plan() -> Plan {
         since: None,
         from_first_archived: false,
         events: None,
+        iceberg: None,
     }
 }
 

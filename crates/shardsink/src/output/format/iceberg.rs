@@ -85,7 +85,9 @@ use ::parquet::arrow::ArrowWriter;
 use ::parquet::errors::ParquetError;
 use ::parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 use ::parquet::file::statistics::Statistics;
-use arrow_array::{ArrayRef, RecordBatch, new_null_array};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Date32Type, Int32Type};
+use arrow_array::{Array, ArrayRef, RecordBatch, new_null_array};
 use arrow_schema::ArrowError;
 use bytes::Bytes;
 use iceberg::arrow::{RecordBatchPartitionSplitter, schema_to_arrow_schema};
@@ -94,6 +96,7 @@ use iceberg::spec::{
     Literal, PartitionSpecRef, PrimitiveLiteral, PrimitiveType, Schema as IcebergSchema, SchemaRef,
     Struct, Transform, Type,
 };
+use iceberg::transform::create_transform_function;
 
 use super::parquet::column::ColumnBuilder;
 use super::parquet::row::{Cell, CellType, MAX_DECIMAL_PRECISION, RowColumns, parse_row};
@@ -333,6 +336,17 @@ impl IcebergLayout {
                 }
                 (DATA, PrimitiveType::Binary) => Source::DataBytes,
                 (DATA, PrimitiveType::String) => Source::DataText,
+                (_, PrimitiveType::String) if field.doc.as_deref() == Some(JSON_COLUMN_DOC) => {
+                    let index = payload.columns.len();
+                    payload.by_name.insert(field.name.clone(), index);
+                    payload.columns.push(PayloadColumn {
+                        name: field.name.clone(),
+                        cell_type: CellType::Json,
+                        type_name: "json".to_owned(),
+                        required: field.required,
+                    });
+                    Source::Payload(index)
+                }
                 _ => {
                     let cell_type = payload_cell_type(primitive).ok_or_else(|| {
                         IcebergLayoutError::Unsupported {
@@ -416,6 +430,13 @@ impl IcebergLayout {
         &self.arrow_schema
     }
 }
+
+/// The doc of a `string` column that holds a payload member's JSON text,
+/// whatever its JSON type (a `json` column of `--parquet-schema`, in a table
+/// shardsink creates): the member's compact JSON, as the `parquet` format
+/// writes a `json` column. Any other `string` column takes JSON strings
+/// only.
+pub const JSON_COLUMN_DOC: &str = "JSON text of the payload member (any JSON value)";
 
 /// What a payload column of Iceberg type `primitive` accepts, or `None`
 /// when this writer does not fill that type.
@@ -624,15 +645,28 @@ impl IcebergBatch {
             let partition = spec.fields().iter().map(|_| None).collect::<Struct>();
             vec![(partition, batch)]
         } else {
-            RecordBatchPartitionSplitter::try_new_with_computed_values(
+            let splitter = RecordBatchPartitionSplitter::try_new_with_computed_values(
                 layout.schema.clone(),
                 spec.clone(),
             )
-            .and_then(|splitter| splitter.split(&batch))
-            .map_err(partition_error)?
-            .into_iter()
-            .map(|(key, batch)| (key.data().clone(), batch))
-            .collect()
+            .map_err(partition_error)?;
+            if is_one_partition(&layout, &batch) {
+                // The partition of the first row is every row's: split one
+                // row for it, and keep the batch whole.
+                let first = splitter
+                    .split(&batch.slice(0, 1))
+                    .map_err(partition_error)?
+                    .into_iter()
+                    .map(|(key, _)| key.data().clone());
+                first.map(|partition| (partition, batch.clone())).collect()
+            } else {
+                splitter
+                    .split(&batch)
+                    .map_err(partition_error)?
+                    .into_iter()
+                    .map(|(key, batch)| (key.data().clone(), batch))
+                    .collect()
+            }
         };
         let mut files = groups
             .into_iter()
@@ -667,6 +701,49 @@ impl IcebergBatch {
             })
             .collect()
     }
+}
+
+/// Whether every row of `batch` falls in one partition, as far as can be
+/// told cheaply: each partition field's transform of its (top-level)
+/// source column gives one value, without nulls. Checked for the `int` and
+/// `date` results of the time and truncate transforms; any other result
+/// says no (iceberg's splitter then groups the rows). A batch's records
+/// are most often of one arrival day or hour, and the splitter copies
+/// every column of every row into the partition's batch.
+fn is_one_partition(layout: &IcebergLayout, batch: &RecordBatch) -> bool {
+    let fields = layout.schema.as_struct().fields();
+    layout.spec.fields().iter().all(|field| {
+        let Some(column) = fields
+            .iter()
+            .position(|source| source.id == field.source_id)
+            .and_then(|at| batch.columns().get(at))
+        else {
+            return false;
+        };
+        let Ok(values) = create_transform_function(&field.transform)
+            .and_then(|transform| transform.transform(column.clone()))
+        else {
+            return false;
+        };
+        values.null_count() == 0 && is_uniform(&values)
+    })
+}
+
+/// Whether every value of `values` (an `Int32` or `Date32` array) is the
+/// first one.
+fn is_uniform(values: &ArrayRef) -> bool {
+    fn same<T: Copy + PartialEq>(values: &[T]) -> bool {
+        values
+            .first()
+            .is_none_or(|first| values.iter().all(|v| v == first))
+    }
+    if let Some(ints) = values.as_primitive_opt::<Int32Type>() {
+        return same(ints.values());
+    }
+    if let Some(dates) = values.as_primitive_opt::<Date32Type>() {
+        return same(dates.values());
+    }
+    false
 }
 
 /// The partition value `partition` as a path of `name=value` segments

@@ -97,7 +97,7 @@ impl ShardTask {
                     }
                     self.flush_if_due(caught_up).await?;
                     self.checkpoint_if_idle(false).await?;
-                    if caught_up && self.is_fully_checkpointed() {
+                    if caught_up && self.is_fully_checkpointed().await {
                         self.ctx.metrics.checkpoint_current(&self.shard_id);
                     }
                     reader.pause(caught_up, self.ctx.idle_time_between_reads, started)

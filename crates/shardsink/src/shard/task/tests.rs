@@ -6,6 +6,7 @@ mod events;
 mod formats;
 mod replays;
 mod retention;
+mod tables;
 
 use std::sync::atomic::Ordering;
 

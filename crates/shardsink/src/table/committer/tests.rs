@@ -140,3 +140,98 @@ async fn a_committer_that_stops_renewing_is_replaced_after_the_failover_time() {
     );
     assert_eq!(w.snapshots().await, 1);
 }
+
+/// The rate at the scale of a deployment: 100 shards on 4 workers, each
+/// shard staging a batch a minute for one (virtual) hour, every worker
+/// running a round each renewal interval as the daemon does, owners
+/// dropping what each published state covers; the committer stops halfway
+/// (a paused or lost worker) and another takes over. The snapshots the
+/// table gets are counted, and reported: at most one a commit interval
+/// (docs/DESIGN.md, "Rate").
+#[tokio::test(start_paused = true)]
+async fn an_hour_of_100_shards_on_4_workers_makes_at_most_one_commit_a_minute() {
+    const SHARDS: usize = 100;
+    const RENEWAL: Duration = Duration::from_millis(3_333);
+    let w = world().await;
+    let workers = ["w0", "w1", "w2", "w3"];
+    let mut held = Vec::new();
+    for shard in 0..SHARDS {
+        let worker = workers[shard % workers.len()];
+        held.push(w.held(&format!("shard-{shard:03}"), worker).await);
+    }
+    let mut committers: Vec<Committer> = workers.iter().map(|id| w.committer(id)).collect();
+    // Each shard's last staged sequence number.
+    let mut last = vec![0_u64; SHARDS];
+    let started = tokio::time::Instant::now();
+    let hour = Duration::from_secs(3_600);
+    let mut next_stage = started;
+    let mut stopped: Option<usize> = None;
+    while started.elapsed() < hour {
+        if tokio::time::Instant::now() >= next_stage {
+            next_stage += Duration::from_secs(60);
+            for (shard, lease) in held.iter().enumerate() {
+                drop_committed(lease, committers[shard % workers.len()].published()).await;
+                let after = match last[shard] {
+                    0 => "TRIM_HORIZON".to_owned(),
+                    n => n.to_string(),
+                };
+                last[shard] += 10;
+                w.stage(lease, &after, &last[shard].to_string()).await;
+            }
+        }
+        // Halfway, the committer stops for five minutes.
+        let minute = started.elapsed().as_secs() / 60;
+        if minute == 30 && stopped.is_none() {
+            stopped = committers.iter().position(|c| {
+                c.row
+                    .as_ref()
+                    .is_some_and(|row| row.is_owned_by(&c.options.worker_id))
+            });
+        }
+        for (index, committer) in committers.iter_mut().enumerate() {
+            if stopped == Some(index) && (30..35).contains(&minute) {
+                continue;
+            }
+            committer.round().await.unwrap();
+        }
+        tokio::time::advance(RENEWAL).await;
+    }
+    let commits = w.snapshots().await;
+    println!(
+        "{SHARDS} shards, {} workers, one hour: {commits} table commits",
+        workers.len()
+    );
+    assert!(stopped.is_some(), "a committer was stopped halfway");
+    assert!(
+        commits >= 50,
+        "commits went on across the failover: {commits}"
+    );
+    assert!(commits <= 60, "at most one commit a minute: {commits}");
+    // Every batch staged before the last commit is in the table once.
+    let table = w.catalog.load_table(&w.ident).await.unwrap();
+    let files = live_files(&table).await;
+    let distinct: std::collections::HashSet<_> = files.iter().collect();
+    assert_eq!(distinct.len(), files.len(), "no data file twice");
+}
+
+/// What an owner does with a published state: drops the staged batches it
+/// covers and moves the checkpoint to the shard's committed end.
+async fn drop_committed(lease: &HeldLease, published: Option<&CommitState>) {
+    let Some(end) = published.and_then(|state| state.committed_end(lease.shard_id()).unwrap())
+    else {
+        return;
+    };
+    let row = lease.snapshot().await;
+    let keep: Vec<String> = row
+        .staged_batches
+        .iter()
+        .filter(|entry| StagedBatch::last_of(entry).is_none_or(|last| last > end))
+        .cloned()
+        .collect();
+    if keep.len() < row.staged_batches.len() {
+        lease
+            .checkpoint_committed(&Checkpoint::SequenceNumber(end), &keep)
+            .await
+            .unwrap();
+    }
+}

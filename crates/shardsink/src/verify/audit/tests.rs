@@ -427,3 +427,86 @@ fn overlap_keys_of(audit: &Audit) -> Vec<(String, String)> {
         .map(|o| (o.earlier.0.clone(), o.later.0.clone()))
         .collect()
 }
+
+/// With an Iceberg table the prefix holds no main object: the error
+/// objects are still listed and read, but neither warned about as
+/// uncommitted nor taken for gaps, and the stream is not read.
+#[tokio::test(start_paused = true)]
+async fn with_an_iceberg_table_the_prefix_s_gap_check_is_left_to_the_table() {
+    use std::sync::atomic::Ordering;
+
+    use shard_lease::Lease;
+
+    use crate::config::IcebergTarget;
+    use crate::fake_aws;
+    use crate::output::format::envelope::LineEncoder;
+    use crate::read::record::ShardRecord;
+    use crate::table::catalog::{CatalogKind, CatalogSettings, table_ident};
+
+    let (stream, bucket, table) = fakes_with_nine_records();
+    let shard = stream.shard(SHARD);
+    let record = ShardRecord {
+        sequence_number: sequence_range::SequenceNumber::from(4u64),
+        arrival_millis: MINUTE_MILLIS + 4_000,
+        partition_key: "pk".to_owned(),
+        data: bytes::Bytes::from_static(b"x"),
+        user_records: None,
+    };
+    let mut line = Vec::new();
+    LineEncoder::new(SHARD).encode_error(
+        &record.views(SHARD).next().unwrap(),
+        "payload is not a JSON object",
+        &mut line,
+    );
+    let key = object_in(SHARD, MINUTE_MILLIS, 4, 4, CompressionCodec::None)
+        .key
+        .replacen("p/", "p-errors/", 1);
+    bucket
+        .objects
+        .lock()
+        .unwrap()
+        .insert(key, bytes::Bytes::from(line));
+    let clients = fake_aws::clients(stream, bucket, table);
+    LeaseTable::new(clients.dynamodb.clone(), "leases")
+        .create_lease(&Lease::new(SHARD, Checkpoint::SequenceNumber(n(9)), vec![]))
+        .await
+        .unwrap();
+    let plan = Plan {
+        deep: true,
+        iceberg: Some(IcebergTarget {
+            catalog: CatalogSettings {
+                kind: CatalogKind::Glue,
+                name: "shardsink".to_owned(),
+                uri: None,
+                warehouse: Some("s3://lake/warehouse".to_owned()),
+            },
+            table: table_ident("archive.events").unwrap(),
+        }),
+        ..test_plan()
+    };
+
+    let audit = audit(&plan, &clients, false).await.unwrap();
+    let text = audit.render();
+    assert_eq!(
+        audit.gaps,
+        GapOutcome::Skipped(TABLE_GAPS.to_owned()),
+        "{text}"
+    );
+    assert_eq!(shard.reads.load(Ordering::SeqCst), 0, "{text}");
+    assert_eq!(audit.uncommitted, [], "{text}");
+    assert_eq!(
+        (
+            audit.objects,
+            audit.error_objects,
+            audit.deep.as_ref().unwrap().error_records
+        ),
+        (0, 1, 1),
+        "{text}"
+    );
+    assert!(audit.is_exact(), "{text}");
+    assert!(
+        text.contains("the kept records are in the Iceberg table"),
+        "{text}"
+    );
+    assert!(text.ends_with("\nexact (gap check skipped)\n"), "{text}");
+}

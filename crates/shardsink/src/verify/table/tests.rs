@@ -114,7 +114,10 @@ async fn a_table_committed_through_the_plan_is_exact_with_each_shards_rows() {
         text.contains("shard s0: 4 rows, 9..200, committed end 200"),
         "{text}"
     );
-    assert!(text.ends_with("\nexact\n"), "{text}");
+    assert!(
+        text.ends_with("\nexact (checkpoints not checked)\n"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -249,7 +252,10 @@ async fn an_uncommitted_file_is_an_orphan_and_a_shard_without_rows_is_empty_both
     let text = audit.render();
     assert!(text.contains(&format!("\n  {orphan}\n")), "{text}");
     assert!(text.contains("empty s1: committed end 40"), "{text}");
-    assert!(text.ends_with("\nexact\n"), "{text}");
+    assert!(
+        text.ends_with("\nexact (checkpoints not checked)\n"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -332,5 +338,134 @@ async fn a_table_without_shard_id_is_not_a_shardsink_table() {
             }
         ),
         "{err}"
+    );
+}
+
+/// A lease row of `shard` at `checkpoint`, with `staged` staged batches.
+fn lease(shard: &str, checkpoint: Checkpoint, staged: usize) -> Lease {
+    let mut lease = Lease::new(shard, checkpoint, vec![]);
+    lease.staged_batches = (0..staged).map(|i| format!("batch {i}")).collect();
+    lease
+}
+
+#[tokio::test]
+async fn a_checkpoint_after_the_committed_end_is_a_gap_and_staged_batches_are_information() {
+    let catalog = memory_catalog().await;
+    let (ident, table) = events_table(&catalog).await;
+    let (_, file_a) = write_data_file(&table, "s0-a", DAY, &[("s0", "9"), ("s0", "200")]).await;
+    let (_, file_b) = write_data_file(&table, "s1-a", DAY, &[("s1", "5"), ("s1", "100")]).await;
+    commit_staged(
+        &catalog,
+        &ident,
+        &[
+            staged_with(&table, "s0", "TRIM_HORIZON", "200", file_a),
+            staged_with(&table, "s1", "TRIM_HORIZON", "100", file_b),
+            no_files("s5", "TRIM_HORIZON", "40"),
+        ],
+    )
+    .await
+    .unwrap();
+    let mut audit = audit_table(&catalog, &ident, listing(&[])).await.unwrap();
+    assert!(audit.is_exact());
+
+    audit.check_leases(Some(Ok(vec![
+        // Past the end 200: records 201..=300 are in no row, and the
+        // daemon resumes after 300.
+        lease("s0", Checkpoint::SequenceNumber(n("300")), 0),
+        // 99 is below 100 (though not as text), with batches written and
+        // not yet committed: information.
+        lease("s1", Checkpoint::SequenceNumber(n("99")), 2),
+        // A shard the state does not name.
+        lease("s2", Checkpoint::SequenceNumber(n("7")), 0),
+        // Sentinels say nothing to compare.
+        lease("s3", Checkpoint::TrimHorizon, 1),
+        lease("s4", Checkpoint::ShardEnd, 0),
+        // At the end exactly.
+        lease("s5", Checkpoint::SequenceNumber(n("40")), 0),
+    ])));
+    assert_eq!(
+        audit.findings,
+        [
+            TableFinding::CheckpointBeyond {
+                shard_id: "s0".to_owned(),
+                checkpoint: n("300"),
+                committed_end: Some(n("200")),
+            },
+            TableFinding::CheckpointBeyond {
+                shard_id: "s2".to_owned(),
+                checkpoint: n("7"),
+                committed_end: None,
+            },
+            // The warning stays last.
+            TableFinding::Empty {
+                shard_id: "s5".to_owned(),
+                committed_end: n("40"),
+            },
+        ]
+    );
+    assert!(!audit.is_exact());
+    assert_eq!(
+        audit.leases,
+        LeaseCheck::Checked {
+            leases: 6,
+            staged: vec![("s1".to_owned(), 2), ("s3".to_owned(), 1)],
+        }
+    );
+    let text = audit.render();
+    assert!(
+        text.contains("checkpoints: 6 lease rows compared with the committed ends"),
+        "{text}"
+    );
+    assert!(
+        text.contains("shard s1: 2 staged batches, written and not yet committed"),
+        "{text}"
+    );
+    assert!(
+        text.contains("checkpoint beyond in s0: checkpoint 300 after the committed end 200"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "checkpoint beyond in s2: checkpoint 7 the commit state does not name the shard"
+        ),
+        "{text}"
+    );
+    assert!(text.ends_with("\nNOT exact\n"), "{text}");
+}
+
+#[tokio::test]
+async fn checkpoints_at_or_below_the_ends_are_exact_and_an_unread_lease_table_is_a_caveat() {
+    let catalog = memory_catalog().await;
+    let (ident, table) = events_table(&catalog).await;
+    let (_, file_a) = write_data_file(&table, "s0-a", DAY, &[("s0", "1"), ("s0", "2")]).await;
+    commit_staged(
+        &catalog,
+        &ident,
+        &[staged_with(&table, "s0", "TRIM_HORIZON", "2", file_a)],
+    )
+    .await
+    .unwrap();
+    let audit = audit_table(&catalog, &ident, listing(&[])).await.unwrap();
+
+    let mut checked = audit.clone();
+    checked.check_leases(Some(Ok(vec![lease(
+        "s0",
+        Checkpoint::SequenceNumber(n("2")),
+        0,
+    )])));
+    assert_eq!(checked.findings, []);
+    assert!(checked.render().ends_with("\nexact\n"));
+
+    let mut unread = audit;
+    unread.check_leases(Some(Err("no such table".to_owned())));
+    assert!(unread.is_exact());
+    let text = unread.render();
+    assert!(
+        text.contains("checkpoints: not checked (lease table not read: no such table)"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("\nexact (checkpoints not checked)\n"),
+        "{text}"
     );
 }

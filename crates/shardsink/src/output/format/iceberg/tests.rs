@@ -886,3 +886,103 @@ fn memory_bytes_counts_what_the_columns_hold() {
     batch.push(&view("2", Some(1), NOV_28_MS, b"")).unwrap();
     assert_eq!(batch.memory_bytes(), 64 + 24 + 5 + 8 + 8 + 8 + 8);
 }
+
+#[test]
+fn a_batch_of_one_day_is_written_whole_and_a_batch_of_two_is_split() {
+    let schema = default_schema();
+    let layout = layout(schema.clone(), by_day(&schema));
+    let batch_of = |arrivals: &[i64]| {
+        let mut batch = IcebergBatch::new(layout.clone(), SHARD);
+        let numbers: Vec<String> = (0..arrivals.len()).map(|n| (n + 1).to_string()).collect();
+        for (number, arrival) in numbers.iter().zip(arrivals) {
+            batch.push(&view(number, None, *arrival, b"x")).unwrap();
+        }
+        batch
+    };
+    let one_day = [NOV_28_MS, NOV_28_MS + 1, NOV_28_MS + 86_399_999];
+    assert!(is_one_partition(
+        &layout,
+        &record_batch_of(&layout, &one_day)
+    ));
+    assert!(!is_one_partition(
+        &layout,
+        &record_batch_of(&layout, &[NOV_27_LAST_MS, NOV_28_MS])
+    ));
+
+    let files = batch_of(&one_day).finish(Compression::None).unwrap();
+    assert_eq!(files.len(), 1);
+    let days = i32::try_from(NOV_28_MS / 86_400_000).unwrap();
+    assert_eq!(
+        files[0].partition,
+        Struct::from_iter([Some(Literal::date(days))])
+    );
+    assert_eq!(
+        strings(&read(&files[0].bytes), SEQUENCE_NUMBER),
+        [Some("1".into()), Some("2".into()), Some("3".into())]
+    );
+    let split = batch_of(&[NOV_27_LAST_MS, NOV_28_MS, NOV_27_LAST_MS])
+        .finish(Compression::None)
+        .unwrap();
+    assert_eq!(
+        split.iter().map(|f| f.record_count).collect::<Vec<_>>(),
+        [2, 1]
+    );
+}
+
+/// The record batch `finish` would split, of rows arriving at `arrivals`.
+fn record_batch_of(layout: &Arc<IcebergLayout>, arrivals: &[i64]) -> RecordBatch {
+    let mut batch = IcebergBatch::new(layout.clone(), SHARD);
+    let numbers: Vec<String> = (0..arrivals.len()).map(|n| (n + 1).to_string()).collect();
+    for (number, arrival) in numbers.iter().zip(arrivals) {
+        batch.push(&view(number, None, *arrival, b"x")).unwrap();
+    }
+    let arrays: Vec<ArrayRef> = batch
+        .columns
+        .into_iter()
+        .zip(layout.arrow_schema.fields())
+        .map(|(builder, field)| match builder {
+            Some(mut builder) => builder.finish(),
+            None => new_null_array(field.data_type(), arrivals.len()),
+        })
+        .collect();
+    RecordBatch::try_new(layout.arrow_schema.clone(), arrays).unwrap()
+}
+
+#[test]
+fn a_json_string_column_takes_any_json_value_as_its_text() {
+    let schema = schema_with(vec![
+        NestedField::optional(6, "nested", Type::Primitive(PrimitiveType::String))
+            .with_doc(JSON_COLUMN_DOC),
+        NestedField::optional(7, "name", Type::Primitive(PrimitiveType::String)),
+    ]);
+    let layout = layout(schema, Arc::new(PartitionSpec::unpartition_spec()));
+    let mut batch = IcebergBatch::new(layout.clone(), SHARD);
+    batch
+        .push(&view(
+            "1",
+            None,
+            NOV_28_MS,
+            br#"{"nested": {"a": [1, 2]}, "name": "x"}"#,
+        ))
+        .unwrap();
+    batch
+        .push(&view("2", None, NOV_28_MS, br#"{"nested": 42}"#))
+        .unwrap();
+    batch
+        .push(&view("3", None, NOV_28_MS, br#"{"nested": "text"}"#))
+        .unwrap();
+    // A plain string column still takes JSON strings only.
+    assert_eq!(
+        rejection(&layout, br#"{"name": {"a": 1}}"#).reason,
+        RejectReason::SchemaMismatch
+    );
+    let files = batch.finish(Compression::None).unwrap();
+    assert_eq!(
+        strings(&read(&files[0].bytes), "nested"),
+        [
+            Some(r#"{"a":[1,2]}"#.to_owned()),
+            Some("42".to_owned()),
+            Some(r#""text""#.to_owned())
+        ]
+    );
+}
