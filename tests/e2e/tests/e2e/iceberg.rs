@@ -333,19 +333,6 @@ async fn kills_at_every_step_lose_and_double_nothing() {
     }
 }
 
-/// [`SCHEMA_FILE`] without its `json` column (`tags`): the columns whose
-/// values the table takes as the `parquet` format does (see
-/// [`a_json_column_takes_any_json_value`]). The payloads' `tags` member is
-/// then ignored.
-fn schema_without_json() -> String {
-    let columns: Vec<serde_json::Value> = serde_json::from_str(SCHEMA_FILE).unwrap();
-    let kept: Vec<serde_json::Value> = columns
-        .into_iter()
-        .filter(|column| column["type"] != "json")
-        .collect();
-    serde_json::to_string_pretty(&kept).unwrap()
-}
-
 /// A typed table (`--parquet-schema`): `settings` with the schema file
 /// `schema` written beside the logs.
 fn with_schema(t: &TableScenario, schema: &str) -> Settings {
@@ -403,7 +390,7 @@ async fn crash_after_error_put_with_a_typed_table() {
         return;
     };
     let t = TableScenario::create(&env, python, "ice-typed", 2).await;
-    let settings = with_schema(&t, &schema_without_json());
+    let settings = with_schema(&t, SCHEMA_FILE);
     let payloads = schema_payloads(320, 5, "typed");
     let produced = t.scenario.put(&payloads.specs).await.unwrap();
     let rejected: HashSet<RecordId> = payloads.rejected_ids(&produced).into_iter().collect();
