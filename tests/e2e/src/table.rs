@@ -4,7 +4,8 @@
 //! both readings with what the producers put.
 //!
 //! The catalog is a SQL catalog on a SQLite file beside the test's daemon
-//! logs, the warehouse under the test's bucket; [`IcebergTable::settings`]
+//! logs (or moto's Glue Data Catalog or S3 Tables), the warehouse under the
+//! test's bucket (or the S3 Tables table bucket); [`IcebergTable::settings`]
 //! gives a daemon the flags for them. A record is identified by its
 //! [`RecordId`] (shard, sequence number, sub-sequence number): each
 //! produced record must be in exactly one live row, in both readings
@@ -82,13 +83,27 @@ pub fn reader_python() -> Option<PathBuf> {
     }
 }
 
-/// One test's Iceberg table: its SQLite catalog file, the table's name, and
-/// how to read it.
+/// One test's Iceberg table: its catalog, the table's name, and how to
+/// read it.
 #[derive(Clone, Debug)]
 pub struct IcebergTable {
     python: PathBuf,
-    catalog: PathBuf,
+    catalog: Catalog,
+    /// `--iceberg-warehouse`.
     warehouse: String,
+    table: String,
+}
+
+/// Which catalog holds a test's table.
+#[derive(Clone, Debug)]
+enum Catalog {
+    /// A SQL catalog on a SQLite file.
+    Sql(PathBuf),
+    /// The Glue Data Catalog at this endpoint (moto's).
+    Glue(String),
+    /// S3 Tables at this endpoint (moto's); the table bucket is the
+    /// warehouse.
+    S3Tables(String),
 }
 
 impl IcebergTable {
@@ -106,26 +121,62 @@ impl IcebergTable {
         let _ = std::fs::remove_file(&catalog);
         Self {
             python,
-            catalog,
+            catalog: Catalog::Sql(catalog),
             warehouse: format!("s3://{bucket}/warehouse"),
+            table: TABLE_NAME.to_owned(),
         }
     }
 
-    /// The catalog's URI as both the daemon and pyiceberg (SQLAlchemy)
-    /// read it: `sqlite:////absolute/path/catalog.db`.
-    pub fn catalog_uri(&self) -> String {
-        format!("sqlite:///{}", self.catalog.display())
+    /// The table `table` (`NAMESPACE.TABLE`) of the Glue Data Catalog at
+    /// `endpoint`, its warehouse at `s3://{bucket}/warehouse`.
+    pub fn glue(python: PathBuf, endpoint: &str, bucket: &str, table: &str) -> Self {
+        Self {
+            python,
+            catalog: Catalog::Glue(endpoint.to_owned()),
+            warehouse: format!("s3://{bucket}/warehouse"),
+            table: table.to_owned(),
+        }
     }
 
-    /// `settings` writing into this table: `--format iceberg`, the SQL
+    /// The table `table` (`NAMESPACE.TABLE`) in the S3 Tables table bucket
+    /// `table_bucket_arn`, S3 Tables at `endpoint`.
+    pub fn s3_tables(python: PathBuf, endpoint: &str, table_bucket_arn: &str, table: &str) -> Self {
+        Self {
+            python,
+            catalog: Catalog::S3Tables(endpoint.to_owned()),
+            warehouse: table_bucket_arn.to_owned(),
+            table: table.to_owned(),
+        }
+    }
+
+    /// The SQL catalog's URI as both the daemon and pyiceberg (SQLAlchemy)
+    /// read it: `sqlite:////absolute/path/catalog.db`; for the other
+    /// catalogs, their endpoint.
+    pub fn catalog_uri(&self) -> String {
+        match &self.catalog {
+            Catalog::Sql(file) => format!("sqlite:///{}", file.display()),
+            Catalog::Glue(endpoint) | Catalog::S3Tables(endpoint) => endpoint.clone(),
+        }
+    }
+
+    /// `--iceberg-catalog`.
+    fn kind(&self) -> &'static str {
+        match self.catalog {
+            Catalog::Sql(_) => "sql",
+            Catalog::Glue(_) => "glue",
+            Catalog::S3Tables(_) => "s3tables",
+        }
+    }
+
+    /// `settings` writing into this table: `--format iceberg`, the
     /// catalog, the table, the warehouse, a 2 s commit interval and a 1 s
     /// buffer age (so that a run of a few hundred records takes seconds).
     pub fn settings(&self, settings: Settings) -> Settings {
         settings
             .set("format", "iceberg")
-            .set("iceberg-catalog", "sql")
+            .set("iceberg-catalog", self.kind())
             .set("iceberg-catalog-uri", self.catalog_uri())
-            .set("iceberg-table", TABLE_NAME)
+            .set("iceberg-table", &self.table)
             .set("iceberg-warehouse", &self.warehouse)
             .set("iceberg-commit-interval", "2s")
             .set("buffer-max-age", "1s")
@@ -134,14 +185,42 @@ impl IcebergTable {
     /// The flags `shardsink verify` needs to find this table.
     pub fn verify_args(&self) -> Vec<String> {
         [
-            ("--iceberg-catalog", "sql".to_owned()),
+            ("--iceberg-catalog", self.kind().to_owned()),
             ("--iceberg-catalog-uri", self.catalog_uri()),
-            ("--iceberg-table", TABLE_NAME.to_owned()),
+            ("--iceberg-table", self.table.clone()),
             ("--iceberg-warehouse", self.warehouse.clone()),
         ]
         .into_iter()
         .flat_map(|(flag, value)| [flag.to_owned(), value])
         .collect()
+    }
+
+    /// `read_table.py`'s arguments naming the table.
+    fn reader_args(&self) -> Vec<String> {
+        let mut args: Vec<String> = match &self.catalog {
+            Catalog::Sql(_) => vec![
+                "--catalog-uri".into(),
+                self.catalog_uri(),
+                "--catalog-name".into(),
+                CATALOG_NAME.into(),
+            ],
+            Catalog::Glue(endpoint) => vec![
+                "--catalog".into(),
+                "glue".into(),
+                "--catalog-endpoint".into(),
+                endpoint.clone(),
+            ],
+            Catalog::S3Tables(endpoint) => vec![
+                "--catalog".into(),
+                "s3tables".into(),
+                "--catalog-endpoint".into(),
+                endpoint.clone(),
+                "--table-bucket-arn".into(),
+                self.warehouse.clone(),
+            ],
+        };
+        args.extend(["--table".into(), self.table.clone()]);
+        args
     }
 
     /// Reads the table once with `read_table.py` (on a blocking thread).
@@ -154,18 +233,13 @@ impl IcebergTable {
     pub async fn read(&self) -> Result<Option<TableRead>> {
         // pyiceberg's SqlCatalog creates a missing catalog file: leave that
         // to the daemon.
-        if !self.catalog.is_file() {
+        if let Catalog::Sql(file) = &self.catalog
+            && !file.is_file()
+        {
             return Ok(None);
         }
         let mut command = Command::new(&self.python);
-        command.arg(READ_TABLE_SCRIPT).args([
-            "--catalog-uri",
-            &self.catalog_uri(),
-            "--catalog-name",
-            CATALOG_NAME,
-            "--table",
-            TABLE_NAME,
-        ]);
+        command.arg(READ_TABLE_SCRIPT).args(self.reader_args());
         let output = tokio::task::spawn_blocking(move || command.output())
             .await
             .context("the reader thread panicked")?
@@ -204,7 +278,7 @@ impl IcebergTable {
     pub async fn read_existing(&self) -> Result<TableRead> {
         self.read()
             .await?
-            .with_context(|| format!("no table {TABLE_NAME} in {}", self.catalog_uri()))
+            .with_context(|| format!("no table {} in {}", self.table, self.catalog_uri()))
     }
 
     /// Polls the table until both readings hold every record of `expected`
