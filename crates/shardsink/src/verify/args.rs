@@ -22,7 +22,8 @@ use crate::output::key::KeyLayout;
 /// window. Given the daemon's Iceberg table (--iceberg-catalog … with
 /// --deep), its live rows: no record twice, none after its shard's
 /// committed end, and (with --stream, which names the lease table) no
-/// checkpoint after it.
+/// checkpoint after it and no record of the stream up to it missing from
+/// the rows and the error and duplicates objects.
 ///
 /// AWS credentials, region and endpoints come from the standard sources, as
 /// for the daemon. Progress goes to stderr, the summary to stdout. Exit
@@ -116,7 +117,8 @@ pub struct VerifyArgs {
 /// `--iceberg-catalog`'s help in `verify`.
 const ICEBERG_CATALOG_HELP: &str = "With --deep: audit the daemon's Iceberg table (--format \
      iceberg) in this catalog: sql, glue, s3tables or rest. Its live rows: no record twice, none \
-     after its shard's committed end; with --stream, no lease's checkpoint after it. The other \
+     after its shard's committed end; with --stream, no lease's checkpoint after it and every \
+     record of the stream up to it a row (or in an error or duplicates object). The other \
      --iceberg-* settings are the daemon's";
 
 /// `--iceberg-table`'s help in `verify`.

@@ -13,14 +13,11 @@ use super::overlaps::overlaps;
 use super::placement::check_batches;
 use super::report::{Audit, EventFindings, Uncommitted, WindowOutcome};
 use super::stream::{GapOutcome, check_gaps, read_checkpoints};
+use super::table_gaps::SideRecords;
 use super::window::{Scope, check_window, decided_batches};
 use crate::aws::{AwsClients, Kinesis, ObjectStore};
 use crate::events::id::settings_description;
 use crate::events::rule::CopyRef;
-
-/// Why the gap check is left out with an Iceberg table.
-const TABLE_GAPS: &str = "the kept records are in the Iceberg table, not under the prefix: \
-     the table's audit below compares its committed ends with the checkpoints";
 
 /// The checks, in order; progress on stderr (a bar when `tty`).
 pub(super) async fn audit(plan: &Plan, clients: &AwsClients, tty: bool) -> anyhow::Result<Audit> {
@@ -28,7 +25,8 @@ pub(super) async fn audit(plan: &Plan, clients: &AwsClients, tty: bool) -> anyho
 
     // With an Iceberg table the kept records are its rows, not objects
     // under the prefix: the table audit (`table_io.rs`) compares them with
-    // the checkpoints, and the gap check of the objects is left out.
+    // the checkpoints and the stream, and the gap check of the objects is
+    // left out; it needs the records of the error and duplicates objects.
     let iceberg = plan.iceberg.is_some();
 
     // Checkpoints first, then the listing (see docs/VERIFY.md, "What it checks").
@@ -108,7 +106,7 @@ pub(super) async fn audit(plan: &Plan, clients: &AwsClients, tty: bool) -> anyho
 
     let (gaps, streamed) = match &plan.stream {
         None => (GapOutcome::NotRequested, None),
-        Some(_) if iceberg => (GapOutcome::Skipped(TABLE_GAPS.to_owned()), None),
+        Some(_) if iceberg => (GapOutcome::InTable, None),
         Some(stream) => {
             let kinesis = Kinesis::new(clients.kinesis.clone(), stream.clone());
             let events = plan
@@ -168,6 +166,22 @@ pub(super) async fn audit(plan: &Plan, clients: &AwsClients, tty: bool) -> anyho
         EventFindings { placement, window }
     });
 
+    // The records kept out of the table on purpose, for its gap check.
+    let sides: SideRecords = match &read {
+        Some(read) if iceberg => error_objects
+            .iter()
+            .zip(&read.errors)
+            .chain(duplicate_objects.iter().zip(&read.duplicates))
+            .fold(SideRecords::new(), |mut sides, (object, found)| {
+                sides
+                    .entry(object.shard_id.clone())
+                    .or_default()
+                    .extend(found.positions.iter().cloned());
+                sides
+            }),
+        _ => SideRecords::new(),
+    };
+
     Ok(Audit {
         target: plan.target(),
         objects: objects.len(),
@@ -187,6 +201,7 @@ pub(super) async fn audit(plan: &Plan, clients: &AwsClients, tty: bool) -> anyho
         events,
         gaps,
         retention_gaps,
+        sides,
     })
 }
 

@@ -40,9 +40,13 @@
 //!   live rows against the commit state the table records (a record twice,
 //!   a record after its shard's committed end), the lease rows'
 //!   checkpoints against it, and data files no snapshot names.
+//! - `table_gaps.rs`: the gap check of a table without I/O — a shard's
+//!   records, in order, up to its committed end, against the live rows and
+//!   the error and duplicates objects' records (`TableShardCheck`).
 //! - `table_io.rs`: the I/O of the table audit (`--iceberg-catalog` with
 //!   `--deep`): the lease rows read first, the catalog opened with
-//!   `verify`'s clients, the data directory listed.
+//!   `verify`'s clients, the data directory listed; with `--stream`, each
+//!   shard read up to its committed end for the table's gap check.
 //! - `report.rs`: `Audit`, everything found, and the summary on stdout.
 //! - `progress.rs`: progress on stderr, a bar or plain lines.
 //! - `test_support.rs`: objects and records for the unit tests.
@@ -55,8 +59,10 @@
 //! → summary and verdict ([`run`]). With `--iceberg-catalog`, the archive
 //! under the prefix holds only the error and duplicates objects (and their
 //! decisions), so its gap check and its uncommitted-object warnings are
-//! left out; then lease rows → table (`table_io.rs`) → `TableAudit` →
-//! its summary and verdict.
+//! left out and the error and duplicates objects' records are kept; then
+//! lease rows → table (`table_io.rs`) → `TableAudit` (with each live
+//! row's record) → with `--stream`, one `TableShardCheck` per shard fed by
+//! GetRecords → its summary and verdict.
 
 mod args;
 mod audit;
@@ -71,6 +77,7 @@ mod render;
 mod report;
 mod stream;
 mod table;
+mod table_gaps;
 mod table_io;
 #[cfg(test)]
 mod test_support;
@@ -120,7 +127,9 @@ fn s3_stopped(stopped: Stopped<S3Error>) -> S3Error {
 /// (with `--event-id`, `--deep` and `--stream`); and, with
 /// `--iceberg-catalog`, the table's audit is exact too: no record twice in
 /// its live rows, none after its shard's committed end, no checkpoint after
-/// it. The archive's summary is printed first, then the table's.
+/// it, and (with `--stream`) every record of the stream up to it a live row
+/// or in an error or duplicates object. The archive's summary is printed
+/// first, then the table's.
 ///
 /// # Errors
 /// A bad argument (a [`ConfigError`](crate::config::ConfigError) naming it);
@@ -135,7 +144,7 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<bool> {
     let _ = std::io::Write::write_all(&mut std::io::stdout(), audit.render().as_bytes());
     let mut exact = audit.is_exact();
     if let Some(target) = &plan.iceberg {
-        let table = audit_iceberg(target, &plan, &clients, tty).await?;
+        let table = audit_iceberg(target, &plan, &clients, &audit.sides, tty).await?;
         let _ = std::io::Write::write_all(&mut std::io::stdout(), table.render().as_bytes());
         exact &= table.is_exact();
     }

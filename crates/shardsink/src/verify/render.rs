@@ -163,6 +163,9 @@ impl Audit {
                  cannot show a missing record, Kinesis sequence numbers are not consecutive)"
                 .to_owned(),
             GapOutcome::Skipped(reason) => format!("skipped: {reason}"),
+            GapOutcome::InTable => "checked against the Iceberg table's live rows (the table's \
+                 audit below: every record up to each shard's committed end)"
+                .to_owned(),
             GapOutcome::Checked { shards, since, .. } => {
                 let runs: usize = shards.iter().map(|s| s.gaps.len()).sum();
                 let checked: u64 = shards.iter().map(|s| s.checked).sum();
@@ -238,7 +241,7 @@ impl Audit {
             match &self.gaps {
                 GapOutcome::NotRequested => caveats.push("gaps not checked".to_owned()),
                 GapOutcome::Skipped(_) => caveats.push("gap check skipped".to_owned()),
-                GapOutcome::Checked { .. } => {}
+                GapOutcome::Checked { .. } | GapOutcome::InTable => {}
             }
             let window_checked = matches!(
                 self.events.as_ref().map(|events| &events.window),
@@ -405,7 +408,7 @@ fn gap_line(gap: &Gap) -> String {
 }
 
 /// `--since` as given, in UTC.
-fn since_text(since: DateTime<Utc>) -> String {
+pub(super) fn since_text(since: DateTime<Utc>) -> String {
     since.to_rfc3339_opts(SecondsFormat::AutoSi, true)
 }
 
@@ -496,6 +499,7 @@ mod tests {
             events: None,
             gaps,
             retention_gaps: vec![],
+            sides: Default::default(),
         }
     }
 

@@ -8,6 +8,7 @@ use super::keys::ForeignKey;
 use super::overlaps::Overlap;
 use super::placement::Placement;
 use super::stream::GapOutcome;
+use super::table_gaps::SideRecords;
 use super::window::WindowResult;
 
 /// A batch's error, duplicates or decisions object whose main object is not
@@ -104,6 +105,9 @@ pub(super) struct Audit {
     pub(super) gaps: GapOutcome,
     /// Gaps the daemon recorded: records expired from the stream unread.
     pub(super) retention_gaps: Vec<RecordedGap>,
+    /// With an Iceberg table and `--deep`: the user records of the error and
+    /// duplicates objects, by shard, for the table's gap check.
+    pub(super) sides: SideRecords,
 }
 
 impl Audit {

@@ -23,9 +23,10 @@ use crate::aws::{AwsClients, Kinesis, KinesisError, ShardInfo, StartingPosition}
 use crate::config::EventSettings;
 use crate::ops::log::error_chain;
 use crate::read::reader::ShardReader;
+use crate::read::record::ShardRecord;
 
 /// Shards read at once for the gap check (each paced on its own).
-const SHARD_CONCURRENCY: usize = 16;
+pub(super) const SHARD_CONCURRENCY: usize = 16;
 /// Kinesis allows 5 GetRecords calls a second per shard: at least this long
 /// between two calls on one shard.
 const MIN_CALL_INTERVAL: Duration = Duration::from_millis(200);
@@ -43,6 +44,9 @@ pub(super) enum GapOutcome {
     NotRequested,
     /// Kinesis did not answer (ListShards failed).
     Skipped(String),
+    /// The kept records are rows of an Iceberg table: the table's audit
+    /// checks the stream against them (`table_io.rs`).
+    InTable,
     /// Checked shard by shard.
     Checked {
         shards: Vec<ShardGapResult>,
@@ -213,14 +217,7 @@ pub(super) async fn check_gaps(
 
 /// Reads a shard from `TRIM_HORIZON` (or, with `since`, from `AT_TIMESTAMP`)
 /// into `check` (and `events`) until the bound, the shard's end, or caught
-/// up; at least
-/// [`MIN_CALL_INTERVAL`] between calls, backing off on throttling and
-/// transient errors. `progress` is told how many records each call returned.
-///
-/// With `since`, leading records whose `ApproximateArrivalTimestamp` is
-/// before it are skipped here too: servers resolve `AT_TIMESTAMP` coarsely
-/// (kinesis-mock to the second), and `--since` promises that nothing
-/// older is checked.
+/// up (see [`read_records`]).
 async fn read_shard(
     kinesis: &Kinesis,
     mut check: ShardGapCheck,
@@ -228,8 +225,41 @@ async fn read_shard(
     since: Option<DateTime<Utc>>,
     progress: impl Fn(u64),
 ) -> (ShardGapResult, Vec<EventCopy>) {
+    let shard_id = check.shard_id.clone();
+    let end = read_records(kinesis, &shard_id, since, progress, |record| {
+        if let Some(events) = &mut events {
+            // Decided batches lie within the bound: no record past it.
+            events.observe(&record);
+        }
+        check.observe(record.sequence_number, record.arrival_millis)
+    })
+    .await;
+    (
+        check.finish(end),
+        events.map(ShardEvents::finish).unwrap_or_default(),
+    )
+}
+
+/// Reads shard `shard_id` from `TRIM_HORIZON` (or, with `since`, from
+/// `AT_TIMESTAMP`), handing each record in order to `observe`, until it
+/// answers [`Flow::Done`], the shard's end, or caught up; at least
+/// [`MIN_CALL_INTERVAL`] between calls, backing off on throttling and
+/// transient errors. `progress` is told how many records each call
+/// returned. Returns how the read ended.
+///
+/// With `since`, leading records whose `ApproximateArrivalTimestamp` is
+/// before it are skipped here too: servers resolve `AT_TIMESTAMP` coarsely
+/// (kinesis-mock to the second), and `--since` promises that nothing
+/// older is checked.
+pub(super) async fn read_records(
+    kinesis: &Kinesis,
+    shard_id: &str,
+    since: Option<DateTime<Utc>>,
+    progress: impl Fn(u64),
+    mut observe: impl FnMut(ShardRecord) -> Flow,
+) -> ReadEnd {
     let start = since.map_or(StartingPosition::TrimHorizon, StartingPosition::AtTimestamp);
-    let mut reader = ShardReader::new(kinesis.clone(), &check.shard_id, start, GET_RECORDS_LIMIT);
+    let mut reader = ShardReader::new(kinesis.clone(), shard_id, start, GET_RECORDS_LIMIT);
     let mut skip_before = since.map(|t| t.timestamp_millis());
     // Throttling and transient errors are retried, up to a limit; the
     // report says what ended a shard's read, so nothing is logged.
@@ -243,7 +273,7 @@ async fn read_shard(
         )
         .step();
     let mut next_call = tokio::time::Instant::now();
-    let end = 'read: loop {
+    loop {
         tokio::time::sleep_until(next_call).await;
         next_call = tokio::time::Instant::now() + MIN_CALL_INTERVAL;
         let read = match reader.read().await {
@@ -256,10 +286,10 @@ async fn read_shard(
                     continue;
                 }
                 Err(Stopped::Final(err) | Stopped::GaveUp(err)) => {
-                    break ReadEnd::Failed(error_chain(&err));
+                    return ReadEnd::Failed(error_chain(&err));
                 }
                 // No stop token.
-                Err(Stopped::Cancelled) => break ReadEnd::Failed("cancelled".to_owned()),
+                Err(Stopped::Cancelled) => return ReadEnd::Failed("cancelled".to_owned()),
             },
         };
         retry.succeeded();
@@ -270,23 +300,15 @@ async fn read_shard(
                 Some(since) if record.arrival_millis < since => continue,
                 _ => skip_before = None,
             }
-            if let Some(events) = &mut events {
-                // Decided batches lie within the bound: no record past it.
-                events.observe(&record);
-            }
-            if check.observe(record.sequence_number, record.arrival_millis) == Flow::Done {
-                break 'read ReadEnd::Bound;
+            if observe(record) == Flow::Done {
+                return ReadEnd::Bound;
             }
         }
         if shard_end {
-            break ReadEnd::ShardEnd;
+            return ReadEnd::ShardEnd;
         }
         if caught_up {
-            break ReadEnd::CaughtUp;
+            return ReadEnd::CaughtUp;
         }
-    };
-    (
-        check.finish(end),
-        events.map(ShardEvents::finish).unwrap_or_default(),
-    )
+    }
 }

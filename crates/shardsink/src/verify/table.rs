@@ -14,6 +14,9 @@
 //!   between are in no live row and will never be read again — a gap (T2
 //!   broken). Lease rows with staged batches (written, not yet committed)
 //!   are counted, not judged;
+//! - *missing* (with `--stream`, `table_gaps.rs`): a record of the stream
+//!   at or below its shard's committed end that is in no live row, nor in
+//!   an error or duplicates object — a gap (T2 broken);
 //! - *empty*: a shard the state names with no live row (a warning: all its
 //!   records may have gone to the error or duplicates prefix);
 //! - each shard's live rows: how many, the lowest and highest sequence
@@ -49,6 +52,9 @@ use iceberg::{Catalog, TableIdent};
 use sequence_range::SequenceNumber;
 use shard_lease::{Checkpoint, Lease};
 
+use super::body::Position;
+use super::render::since_text;
+use super::table_gaps::{LiveRecords, TableGaps};
 use crate::output::format::schema::{SEQUENCE_NUMBER, SHARD_ID, SUB_SEQUENCE_NUMBER};
 use crate::table::commit::read_state;
 use crate::table::state::CommitState;
@@ -83,12 +89,17 @@ pub(super) struct TableAudit {
     /// Live data files read.
     pub(super) files: usize,
     /// Duplicates first, then rows beyond the committed end, then
-    /// checkpoints beyond it, then empty shards.
+    /// checkpoints beyond it, then missing records, then empty shards.
     pub(super) findings: Vec<TableFinding>,
     /// Data files no snapshot names.
     pub(super) orphans: Orphans,
     /// What became of the comparison with the lease rows.
     pub(super) leases: LeaseCheck,
+    /// What became of the gap check (the stream against the live rows).
+    pub(super) gaps: TableGaps,
+    /// Every live row's record, by shard, for the gap check (which takes
+    /// them); not part of the summary.
+    pub(super) live: LiveRecords,
 }
 
 /// What became of the comparison of the lease rows' checkpoints with the
@@ -156,6 +167,18 @@ pub(super) enum TableFinding {
         shard_id: String,
         checkpoint: SequenceNumber,
         committed_end: Option<SequenceNumber>,
+    },
+    /// User records of the stream at or below their shard's committed end
+    /// that are in no live row, nor in an error or duplicates object: a
+    /// gap (T2 broken).
+    Missing {
+        shard_id: String,
+        committed_end: SequenceNumber,
+        /// How many user records.
+        records: u64,
+        /// The first few ([`MAX_NAMED`](super::table_gaps::MAX_NAMED)), in
+        /// stream order.
+        first: Vec<Position>,
     },
     /// A shard the state names without a live row (a warning).
     Empty {
@@ -259,21 +282,46 @@ impl TableAudit {
             }
         }
         staged.sort();
-        // Before the empty shards, which are warnings.
-        let at = self
-            .findings
-            .iter()
-            .position(|finding| matches!(finding, TableFinding::Empty { .. }))
-            .unwrap_or(self.findings.len());
-        self.findings.splice(at..at, beyond);
+        self.insert_findings(beyond);
         self.leases = LeaseCheck::Checked {
             leases: leases.len(),
             staged,
         };
     }
 
+    /// Adds `findings` after the others and before the empty shards,
+    /// which are warnings.
+    fn insert_findings(&mut self, findings: Vec<TableFinding>) {
+        let at = self
+            .findings
+            .iter()
+            .position(|finding| matches!(finding, TableFinding::Empty { .. }))
+            .unwrap_or(self.findings.len());
+        self.findings.splice(at..at, findings);
+    }
+
+    /// Records the gap check's outcome: each shard with missing records
+    /// is a [`TableFinding::Missing`].
+    pub(super) fn record_gaps(&mut self, gaps: TableGaps) {
+        if let TableGaps::Checked { shards, .. } = &gaps {
+            let missing = shards
+                .iter()
+                .filter(|shard| shard.missing > 0)
+                .map(|shard| TableFinding::Missing {
+                    shard_id: shard.shard_id.clone(),
+                    committed_end: shard.committed_end.clone(),
+                    records: shard.missing,
+                    first: shard.first_missing.clone(),
+                })
+                .collect();
+            self.insert_findings(missing);
+        }
+        self.gaps = gaps;
+    }
+
     /// No record twice, every live record within its shard's committed
-    /// end, and no checkpoint after it (empty shards and orphans are
+    /// end, no checkpoint after it, and (with `--stream`) every record of
+    /// the stream up to it in the table (empty shards and orphans are
     /// harmless).
     pub(super) fn is_exact(&self) -> bool {
         !self.findings.iter().any(TableFinding::breaks_exactness)
@@ -281,8 +329,9 @@ impl TableAudit {
 
     /// The summary: the snapshot and commit, one line per shard, the lease
     /// rows compared, one line per finding (at most [`MAX_LISTED`]), the
-    /// orphans, and `exact` (with `(checkpoints not checked)` when they
-    /// were not) or `NOT exact` last.
+    /// gap check (the records checked per shard), the orphans, and `exact`
+    /// (with `(checkpoints not checked)` when they were not, `(gap check
+    /// skipped)` when Kinesis did not answer) or `NOT exact` last.
     pub(super) fn render(&self) -> String {
         let mut out = String::new();
         let snapshot = self
@@ -345,6 +394,7 @@ impl TableAudit {
                 self.findings.len() - MAX_LISTED
             );
         }
+        self.render_gaps(&mut out);
         let _ = writeln!(
             out,
             "orphans: {} data files no snapshot names (written, then not committed: harmless)",
@@ -360,13 +410,70 @@ impl TableAudit {
                 self.orphans.count - self.orphans.paths.len()
             );
         }
-        let verdict = match (self.is_exact(), &self.leases) {
-            (false, _) => "NOT exact",
-            (true, LeaseCheck::Checked { .. }) => "exact",
-            (true, _) => "exact (checkpoints not checked)",
+        let skipped = matches!(self.gaps, TableGaps::Skipped(_));
+        let verdict = match (self.is_exact(), &self.leases, skipped) {
+            (false, ..) => "NOT exact",
+            (true, LeaseCheck::Checked { .. }, false) => "exact",
+            (true, LeaseCheck::Checked { .. }, true) => "exact (gap check skipped)",
+            (true, _, false) => "exact (checkpoints not checked)",
+            (true, _, true) => "exact (checkpoints not checked, gap check skipped)",
         };
         let _ = writeln!(out, "{verdict}");
         out
+    }
+
+    /// The gap check's lines: how far each shard was checked, and how many
+    /// records.
+    fn render_gaps(&self, out: &mut String) {
+        match &self.gaps {
+            TableGaps::NotRequested => {
+                let _ = writeln!(out, "gaps: not checked (--stream reads the stream)");
+            }
+            TableGaps::Skipped(reason) => {
+                let _ = writeln!(out, "gaps: skipped: {reason}");
+            }
+            TableGaps::Checked {
+                shards,
+                notes,
+                since,
+            } => {
+                let from = match since {
+                    Some(since) => format!("from {}", since_text(*since)),
+                    None => "from its oldest retained record".to_owned(),
+                };
+                let _ = writeln!(
+                    out,
+                    "gaps: each shard read {from} up to its committed end; every user record \
+                     must be a live row or in an error or duplicates object"
+                );
+                for note in notes {
+                    let _ = writeln!(out, "  {note}");
+                }
+                for shard in shards {
+                    let mut line = format!(
+                        "  shard {}: {} records checked ({} user records, {} in error or \
+                         duplicates objects) up to {}, {} missing",
+                        shard.shard_id,
+                        shard.checked,
+                        shard.user_records,
+                        shard.in_sides,
+                        shard.committed_end,
+                        shard.missing
+                    );
+                    if shard.not_expected > 0 {
+                        let _ = write!(
+                            line,
+                            "; {} before its lowest kept record not checked",
+                            shard.not_expected
+                        );
+                    }
+                    let _ = writeln!(out, "{line}");
+                    for note in &shard.notes {
+                        let _ = writeln!(out, "    {note}");
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -430,6 +537,28 @@ fn finding_line(finding: &TableFinding) -> String {
             format!(
                 "checkpoint beyond in {shard_id}: checkpoint {checkpoint} {end} (a gap: the \
                  daemon resumes after the checkpoint)"
+            )
+        }
+        TableFinding::Missing {
+            shard_id,
+            committed_end,
+            records,
+            first,
+        } => {
+            let mut named = first
+                .iter()
+                .map(|(sequence_number, sub)| match sub {
+                    Some(sub) => format!("{sequence_number} (sub {sub})"),
+                    None => sequence_number.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            if *records > first.len() as u64 {
+                let _ = write!(named, " and {} more", *records - first.len() as u64);
+            }
+            format!(
+                "missing in {shard_id}: {records} records up to the committed end \
+                 {committed_end} in no live row nor error or duplicates object: {named}"
             )
         }
         TableFinding::Empty {
@@ -542,7 +671,7 @@ where
     let referenced = referenced_files(table).await.map_err(iceberg)?;
     let orphans = orphans(listed, &referenced);
 
-    let (shards, findings) = rows.judge();
+    let (shards, findings, live) = rows.judge();
     Ok(TableAudit {
         table: name,
         snapshot_id: table.metadata().current_snapshot_id(),
@@ -552,6 +681,8 @@ where
         findings,
         orphans,
         leases: LeaseCheck::NotRequested,
+        gaps: TableGaps::NotRequested,
+        live,
     })
 }
 
@@ -683,8 +814,14 @@ impl LiveRows {
         Ok(())
     }
 
-    /// The per-shard summary and the findings.
-    fn judge(self) -> (Vec<ShardRows>, Vec<TableFinding>) {
+    /// The per-shard summary, the findings, and each shard's records.
+    fn judge(self) -> (Vec<ShardRows>, Vec<TableFinding>, LiveRecords) {
+        let mut live = LiveRecords::new();
+        for (shard_id, sequence_number, sub) in self.seen.into_keys() {
+            live.entry(shard_id)
+                .or_default()
+                .insert((sequence_number, sub));
+        }
         let files = &self.files;
         let mut findings: Vec<TableFinding> = self
             .duplicates
@@ -746,7 +883,7 @@ impl LiveRows {
             });
         }
         findings.extend(empty);
-        (shards, findings)
+        (shards, findings, live)
     }
 }
 

@@ -1,26 +1,37 @@
 //! The I/O of the table audit (`--iceberg-catalog`, with `--deep`): the
 //! lease rows read first, the catalog opened with `verify`'s own clients,
 //! the table's data directory listed (ListObjectsV2, all pages), then
-//! `table.rs`'s audit and its comparison with the checkpoints.
+//! `table.rs`'s audit and its comparison with the checkpoints; with
+//! `--stream`, the gap check of the table: each shard read up to its
+//! committed end into its `TableShardCheck`.
 
+use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
 use anyhow::Context as _;
+use futures::StreamExt as _;
 use iceberg::{Catalog, TableIdent};
 use shard_lease::Lease;
 
 use super::args::Plan;
 use super::keys::list_keys;
-use super::stream::read_leases;
+use super::progress::Phase;
+use super::stream::{SHARD_CONCURRENCY, read_leases, read_records};
 use super::table::{TableAudit, audit_table};
+use super::table_gaps::{SideRecords, TableGaps, TableShardCheck};
 use crate::aws::table_storage::{S3TableStorageFactory, parse_location};
-use crate::aws::{AwsClients, ObjectStore};
+use crate::aws::{AwsClients, Kinesis, ObjectStore};
 use crate::config::IcebergTarget;
+use crate::ops::log::error_chain;
 use crate::table::catalog::{self, CatalogKind, sqlite_path};
 
-/// Audits the table of `target` (progress on stderr, a bar when `tty`).
+/// Audits the table of `target` (progress on stderr, a bar when `tty`);
+/// with `--stream`, checks it for gaps ([`check_table_gaps`]) against the
+/// stream, the error and duplicates objects' records being `sides` (read
+/// by the archive's audit).
 ///
 /// The lease rows (with `--stream`, which names the lease table) are read
 /// before the table is loaded: an owner moves its checkpoint only after
@@ -40,6 +51,7 @@ pub(super) async fn audit_iceberg(
     target: &IcebergTarget,
     plan: &Plan,
     clients: &AwsClients,
+    sides: &SideRecords,
     tty: bool,
 ) -> anyhow::Result<TableAudit> {
     let leases = match &plan.lease_table {
@@ -67,10 +79,111 @@ pub(super) async fn audit_iceberg(
             )
         })?;
     let s3 = clients.s3.clone();
-    audit_catalog(catalog.as_ref(), &target.table, leases, move |prefix| {
+    let mut audit = audit_catalog(catalog.as_ref(), &target.table, leases, move |prefix| {
         list_data_files(s3, prefix, tty)
     })
-    .await
+    .await?;
+    if let Some(stream) = &plan.stream {
+        let kinesis = Kinesis::new(clients.kinesis.clone(), stream.clone());
+        check_table_gaps(&kinesis, &mut audit, sides, plan, tty).await;
+    }
+    Ok(audit)
+}
+
+/// The gap check of a table: ListShards, then every shard with a committed
+/// end read from its oldest retained record (or `--since`) up to it, a few
+/// at a time; each user record read must be a live row of `audit` (whose
+/// row keys it takes) or one of the shard's `sides`. Records after the
+/// committed end are staged or not yet written, not expected in the table.
+/// The outcome and its findings go into `audit`.
+pub(super) async fn check_table_gaps(
+    kinesis: &Kinesis,
+    audit: &mut TableAudit,
+    sides: &SideRecords,
+    plan: &Plan,
+    tty: bool,
+) {
+    let shards = match kinesis.list_shards().await {
+        Ok(shards) => shards,
+        Err(err) => {
+            audit.record_gaps(TableGaps::Skipped(format!(
+                "ListShards failed: {}",
+                error_chain(&err)
+            )));
+            return;
+        }
+    };
+    let mut live = std::mem::take(&mut audit.live);
+    let mut ends: HashMap<&str, _> = audit
+        .shards
+        .iter()
+        .filter_map(|shard| Some((shard.shard_id.as_str(), shard.committed_end.clone()?)))
+        .collect();
+    let mut notes = Vec::new();
+    let mut checks = Vec::new();
+    for shard in &shards {
+        let shard_id = shard.shard_id.as_str();
+        match ends.remove(shard_id) {
+            Some(end) => checks.push(TableShardCheck::new(
+                shard_id,
+                end,
+                live.remove(shard_id).unwrap_or_default(),
+                sides.get(shard_id).cloned().unwrap_or_default(),
+                plan.from_first_archived,
+            )),
+            None => notes.push(format!(
+                "{shard_id}: no committed end in the table yet: not checked"
+            )),
+        }
+    }
+    let mut gone: Vec<&str> = ends.into_keys().collect();
+    gone.sort_unstable();
+    for shard_id in gone {
+        notes.push(format!(
+            "{shard_id}: in the table but not in the stream (past retention, or another \
+             stream's): not checked"
+        ));
+    }
+
+    let total = checks.len();
+    let phase = Phase::start(tty, Some(total as u64), "reading shards");
+    let (done, read) = (AtomicU64::new(0), AtomicU64::new(0));
+    let mut results: Vec<_> = futures::stream::iter(checks)
+        .map(|mut check| {
+            let (phase, done, read) = (&phase, &done, &read);
+            let progress = move |records: u64| {
+                let read = read.fetch_add(records, AtomicOrdering::Relaxed) + records;
+                let done = done.load(AtomicOrdering::Relaxed);
+                phase.update(done, || {
+                    format!("checked {done} of {total} shards, {read} records read")
+                });
+            };
+            async move {
+                let shard_id = check.shard_id().to_owned();
+                let end = read_records(kinesis, &shard_id, plan.since, progress, |record| {
+                    check.observe(&record)
+                })
+                .await;
+                let result = check.finish(end);
+                done.fetch_add(1, AtomicOrdering::Relaxed);
+                phase.line(format!(
+                    "checked shard {}: {} records",
+                    result.shard_id, result.checked
+                ));
+                progress(0);
+                result
+            }
+        })
+        .buffer_unordered(SHARD_CONCURRENCY)
+        .collect()
+        .await;
+    phase.finish(None);
+    results.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
+    audit.record_gaps(TableGaps::Checked {
+        shards: results,
+        notes,
+        since: plan.since,
+    });
 }
 
 /// The table audit of `ident` in an opened `catalog`, compared with

@@ -12,6 +12,8 @@ use crate::table::commit::commit_staged;
 use crate::table::test_support::{events_table, memory_catalog, staged_with, write_data_file};
 use crate::verify::VerifyArgs;
 use crate::verify::table::{LeaseCheck, TableFinding};
+use crate::verify::table_gaps::TableShardGaps;
+use crate::verify::test_support::{MINUTE_MILLIS, SHARD, n, test_plan};
 
 #[tokio::test]
 async fn the_audit_of_a_catalog_judges_the_checkpoints_read_before_it() {
@@ -118,9 +120,145 @@ async fn a_missing_sql_catalog_file_is_refused_not_created() {
     let plan = Plan::from_args(&args).unwrap();
     let clients = AwsClients::from_env(true).await;
 
-    let err = audit_iceberg(plan.iceberg.as_ref().unwrap(), &plan, &clients, false)
-        .await
-        .unwrap_err();
+    let err = audit_iceberg(
+        plan.iceberg.as_ref().unwrap(),
+        &plan,
+        &clients,
+        &SideRecords::new(),
+        false,
+    )
+    .await
+    .unwrap_err();
     assert!(err.to_string().contains("does not exist"), "{err:#}");
     assert!(!file.exists());
+}
+
+/// The table audit of a memory table whose [`SHARD`] holds one row per
+/// sequence number of `rows`, committed up to `end`, then its gap check
+/// against a fake stream whose [`SHARD`] holds records 1 to `records`,
+/// with `sides` the error and duplicates objects' records.
+async fn gap_check(records: u64, rows: &[u64], end: u64, sides: &[u64]) -> TableAudit {
+    use std::sync::Arc;
+
+    use crate::fake_aws::{self, FakeStream};
+
+    let catalog = memory_catalog().await;
+    let (ident, table) = events_table(&catalog).await;
+    let texts: Vec<String> = rows.iter().map(u64::to_string).collect();
+    let rows: Vec<(&str, &str)> = texts.iter().map(|row| (SHARD, row.as_str())).collect();
+    let (path, file) = write_data_file(&table, "a", 20000, &rows).await;
+    commit_staged(
+        &catalog,
+        &ident,
+        &[staged_with(
+            &table,
+            SHARD,
+            "TRIM_HORIZON",
+            &end.to_string(),
+            file,
+        )],
+    )
+    .await
+    .unwrap();
+    let listed = vec![path];
+    let mut audit = audit_catalog(&catalog, &ident, None, move |_| {
+        ready(Ok::<_, Infallible>(listed))
+    })
+    .await
+    .unwrap();
+
+    let stream = Arc::new(FakeStream::default());
+    let shard = stream.shard(SHARD);
+    for i in 1..=records {
+        shard.push(&i.to_string(), MINUTE_MILLIS + i as i64 * 1_000, b"{}");
+    }
+    let clients = fake_aws::clients(stream, Default::default(), Default::default());
+    let plan = test_plan();
+    let kinesis = Kinesis::new(clients.kinesis.clone(), plan.stream.clone().unwrap());
+    let sides = SideRecords::from([(
+        SHARD.to_owned(),
+        sides.iter().map(|&side| (n(side), None)).collect(),
+    )]);
+    check_table_gaps(&kinesis, &mut audit, &sides, &plan, false).await;
+    audit
+}
+
+/// The gap check's one shard.
+fn checked_shard(audit: &TableAudit) -> &TableShardGaps {
+    let TableGaps::Checked { shards, .. } = &audit.gaps else {
+        panic!("gaps not checked: {:?}", audit.gaps);
+    };
+    assert_eq!(shards.len(), 1, "{shards:?}");
+    &shards[0]
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_record_missing_below_the_committed_end_is_a_gap_named_in_the_findings() {
+    let audit = gap_check(6, &[1, 2, 4, 5, 6], 6, &[]).await;
+    let text = audit.render();
+    assert!(!audit.is_exact(), "{text}");
+    assert_eq!(
+        audit.findings,
+        [TableFinding::Missing {
+            shard_id: SHARD.to_owned(),
+            committed_end: n(6),
+            records: 1,
+            first: vec![(n(3), None)],
+        }],
+        "{text}"
+    );
+    assert_eq!(checked_shard(&audit).checked, 6, "{text}");
+    assert!(
+        text.contains(&format!(
+            "missing in {SHARD}: 1 records up to the committed end 6 in no live row nor error or \
+             duplicates object: 3\n"
+        )),
+        "{text}"
+    );
+    assert!(text.ends_with("\nNOT exact\n"), "{text}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_complete_table_is_exact_with_the_records_checked_per_shard() {
+    let audit = gap_check(6, &[1, 2, 3, 4, 5, 6], 6, &[]).await;
+    let text = audit.render();
+    assert!(audit.is_exact(), "{text}");
+    assert_eq!(audit.findings, [], "{text}");
+    let shard = checked_shard(&audit);
+    assert_eq!((shard.checked, shard.missing), (6, 0), "{text}");
+    assert!(shard.notes.is_empty(), "{text}");
+    assert!(
+        text.contains(&format!(
+            "  shard {SHARD}: 6 records checked (6 user records, 0 in error or duplicates \
+             objects) up to 6, 0 missing\n"
+        )),
+        "{text}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_record_in_an_error_object_is_not_a_gap() {
+    let audit = gap_check(6, &[1, 2, 4, 5, 6], 6, &[3]).await;
+    let text = audit.render();
+    assert!(audit.is_exact(), "{text}");
+    let shard = checked_shard(&audit);
+    assert_eq!((shard.checked, shard.in_sides), (6, 1), "{text}");
+    // A side record of another sequence number does not stand in for 3.
+    let audit = gap_check(6, &[1, 2, 4, 5, 6], 6, &[4]).await;
+    assert!(!audit.is_exact(), "{}", audit.render());
+}
+
+#[tokio::test(start_paused = true)]
+async fn records_after_the_committed_end_are_not_gaps() {
+    // 7 to 9 are staged or not yet written: not expected in the table.
+    let audit = gap_check(9, &[1, 2, 3, 4, 5, 6], 6, &[]).await;
+    let text = audit.render();
+    assert!(audit.is_exact(), "{text}");
+    let shard = checked_shard(&audit);
+    assert_eq!(
+        (shard.checked, shard.committed_end.clone()),
+        (6, n(6)),
+        "{text}"
+    );
+    assert!(shard.notes.is_empty(), "{text}");
 }
