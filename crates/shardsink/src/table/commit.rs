@@ -211,6 +211,12 @@ pub async fn commit_staged(
             }
             None => {
                 conflicts += 1;
+                info!(
+                    table = %name,
+                    commit = next.commit,
+                    conflicts,
+                    "the table moved since the commit was planned (another commit landed first); planning again"
+                );
                 if conflicts >= MAX_CONFLICTS {
                     return Err(CommitError::Contended {
                         table: name,
