@@ -137,9 +137,17 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// The stack of each runtime thread. Tokio's default, 2 MiB, is not
+/// enough for an unoptimised build's deepest path: a lease renewal inside a
+/// PUT inside a shard task, through the AWS SDK's layers, each poll frame
+/// holding every local of its `async fn` (a test build overflowed it and
+/// died of SIGSEGV). Only the pages a thread touches are committed.
+const THREAD_STACK_BYTES: usize = 8 * 1024 * 1024;
+
 fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_stack_size(THREAD_STACK_BYTES)
         .build()
         .map_err(|err| {
             eprintln!("shardsink: failed to start the async runtime: {err}");
