@@ -169,35 +169,21 @@ pub(super) async fn check_gaps(
             )),
         }
     }
-    let total = checks.len();
-    let phase = Phase::start(tty, Some(total as u64), "reading shards");
-    let (done, read) = (AtomicU64::new(0), AtomicU64::new(0));
+    let reading = ShardsRead::start(tty, checks.len());
     let read_all: Vec<(ShardGapResult, Vec<EventCopy>)> = futures::stream::iter(checks)
         .map(|(check, events)| {
-            let (phase, done, read) = (&phase, &done, &read);
-            let progress = move |records: u64| {
-                let read = read.fetch_add(records, AtomicOrdering::Relaxed) + records;
-                let done = done.load(AtomicOrdering::Relaxed);
-                phase.update(done, || {
-                    format!("checked {done} of {total} shards, {read} records read")
-                });
-            };
+            let reading = &reading;
             async move {
                 let (result, copies) =
-                    read_shard(kinesis, check, events, plan.since, progress).await;
-                done.fetch_add(1, AtomicOrdering::Relaxed);
-                phase.line(format!(
-                    "checked shard {}: {} records",
-                    result.shard_id, result.checked
-                ));
-                progress(0);
+                    read_shard(kinesis, check, events, plan.since, reading.progress()).await;
+                reading.shard_done(&result.shard_id, result.checked);
                 (result, copies)
             }
         })
         .buffer_unordered(SHARD_CONCURRENCY)
         .collect()
         .await;
-    phase.finish(None);
+    reading.finish();
     let mut results = Vec::with_capacity(read_all.len());
     let mut copies = Vec::new();
     for (result, shard_copies) in read_all {
@@ -213,6 +199,54 @@ pub(super) async fn check_gaps(
         },
         StreamEvents { copies, shards },
     )
+}
+
+/// The progress of reading many shards at once (`SHARD_CONCURRENCY` at a
+/// time): one phase, with the records read by all of them and each shard's
+/// line as it ends.
+pub(super) struct ShardsRead {
+    phase: Phase,
+    total: usize,
+    done: AtomicU64,
+    read: AtomicU64,
+}
+
+impl ShardsRead {
+    /// The phase for `total` shards.
+    pub(super) fn start(tty: bool, total: usize) -> Self {
+        Self {
+            phase: Phase::start(tty, Some(total as u64), "reading shards"),
+            total,
+            done: AtomicU64::new(0),
+            read: AtomicU64::new(0),
+        }
+    }
+
+    /// The callback a shard's read reports its records to (a count each
+    /// time).
+    pub(super) fn progress(&self) -> impl Fn(u64) + '_ {
+        move |records: u64| {
+            let read = self.read.fetch_add(records, AtomicOrdering::Relaxed) + records;
+            let done = self.done.load(AtomicOrdering::Relaxed);
+            let total = self.total;
+            self.phase.update(done, || {
+                format!("checked {done} of {total} shards, {read} records read")
+            });
+        }
+    }
+
+    /// Says that `shard_id` is read, `checked` records checked.
+    pub(super) fn shard_done(&self, shard_id: &str, checked: u64) {
+        self.done.fetch_add(1, AtomicOrdering::Relaxed);
+        self.phase
+            .line(format!("checked shard {shard_id}: {checked} records"));
+        self.progress()(0);
+    }
+
+    /// Ends the phase.
+    pub(super) fn finish(self) {
+        self.phase.finish(None);
+    }
 }
 
 /// Reads a shard from `TRIM_HORIZON` (or, with `since`, from `AT_TIMESTAMP`)

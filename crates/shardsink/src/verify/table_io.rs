@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
 use anyhow::Context as _;
 use futures::StreamExt as _;
@@ -18,8 +17,7 @@ use shard_lease::Lease;
 
 use super::args::Plan;
 use super::keys::list_keys;
-use super::progress::Phase;
-use super::stream::{SHARD_CONCURRENCY, read_leases, read_records};
+use super::stream::{SHARD_CONCURRENCY, ShardsRead, read_leases, read_records};
 use super::table::{TableAudit, audit_table};
 use super::table_gaps::{SideRecords, TableGaps, TableShardCheck};
 use crate::aws::table_storage::{S3TableStorageFactory, parse_location};
@@ -145,39 +143,29 @@ pub(super) async fn check_table_gaps(
         ));
     }
 
-    let total = checks.len();
-    let phase = Phase::start(tty, Some(total as u64), "reading shards");
-    let (done, read) = (AtomicU64::new(0), AtomicU64::new(0));
+    let reading = ShardsRead::start(tty, checks.len());
     let mut results: Vec<_> = futures::stream::iter(checks)
         .map(|mut check| {
-            let (phase, done, read) = (&phase, &done, &read);
-            let progress = move |records: u64| {
-                let read = read.fetch_add(records, AtomicOrdering::Relaxed) + records;
-                let done = done.load(AtomicOrdering::Relaxed);
-                phase.update(done, || {
-                    format!("checked {done} of {total} shards, {read} records read")
-                });
-            };
+            let reading = &reading;
             async move {
                 let shard_id = check.shard_id().to_owned();
-                let end = read_records(kinesis, &shard_id, plan.since, progress, |record| {
-                    check.observe(&record)
-                })
+                let end = read_records(
+                    kinesis,
+                    &shard_id,
+                    plan.since,
+                    reading.progress(),
+                    |record| check.observe(&record),
+                )
                 .await;
                 let result = check.finish(end);
-                done.fetch_add(1, AtomicOrdering::Relaxed);
-                phase.line(format!(
-                    "checked shard {}: {} records",
-                    result.shard_id, result.checked
-                ));
-                progress(0);
+                reading.shard_done(&result.shard_id, result.checked);
                 result
             }
         })
         .buffer_unordered(SHARD_CONCURRENCY)
         .collect()
         .await;
-    phase.finish(None);
+    reading.finish();
     results.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
     audit.record_gaps(TableGaps::Checked {
         shards: results,
