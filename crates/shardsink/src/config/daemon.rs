@@ -487,14 +487,6 @@ impl Config {
         let iceberg = self
             .iceberg
             .validate(self.format == OutputFormat::Iceberg)?;
-        if iceberg.is_some() && events.is_some() {
-            // The decisions' window is rebuilt from the archive's objects,
-            // which a table does not have.
-            return Err(ConfigError::new(
-                "event-id",
-                "not supported with --format iceberg yet",
-            ));
-        }
         let layout = KeyLayout::new(prefix.clone(), self.key_layout, self.time_bucket);
         let output = Output::new(layout, error_prefix, duplicates_prefix, format)
             .with_compression(Compression::new(self.compression, self.compression_level));

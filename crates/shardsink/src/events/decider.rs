@@ -19,7 +19,7 @@ use super::id::settings_description;
 #[cfg(test)]
 use super::memory::MemoryStore;
 pub use super::rebuild::RebuildSource;
-use super::rebuild::{RebuildError, rebuild};
+use super::rebuild::{Committed, RebuildError, rebuild};
 use super::rule::{AcceptedCopy, CopyRef, Decision, EventKey, Outcome};
 use super::store::{Candidate, Lineage};
 use crate::aws::S3Error;
@@ -294,19 +294,30 @@ impl ShardEvents {
                 .saturating_add(HORIZON_SLACK_MILLIS)
                 .saturating_add(1),
         );
-        let mut behind: Vec<Arc<str>> = Vec::new();
+        // Each shard behind, with the batches of it that are committed: the
+        // shard's placed records; an ancestor's every record (it ended).
+        let mut behind: Vec<(Arc<str>, Committed)> = Vec::new();
         if !current {
             info!(shard_id = %shard, watermark = ?watermark.as_ref().map(|w| w.through.to_string()), placed_through = ?placed_through.map(ToString::to_string), "event store behind the archive; rebuilding the window from S3");
-            behind.push(shard.clone());
+            behind.push((shard.clone(), self.source.committed(placed_through)));
         }
         for ancestor in &self.lineage.ancestors {
             let (store, id, description) = (store.clone(), ancestor.clone(), description.clone());
             if !blocking(move || store.is_ended(&id, &description)).await? {
-                behind.push(ancestor.clone());
+                behind.push((ancestor.clone(), self.source.committed(None)));
             }
         }
-        for shard_id in behind {
-            rebuild(&self.source, store, &shard_id, window, &description, stop).await?;
+        for (shard_id, committed) in behind {
+            rebuild(
+                &self.source,
+                store,
+                &shard_id,
+                window,
+                &committed,
+                &description,
+                stop,
+            )
+            .await?;
         }
         if let (false, Some(placed)) = (current, placed_through) {
             let watermark = Watermark {

@@ -3,10 +3,15 @@
 //! disk): the decisions objects of the shard's committed batches record
 //! every accepted copy, with its key.
 //!
-//! A batch is committed when its main object is in S3 (it is written last);
-//! a decisions object without its main object belongs to an uncommitted
-//! attempt and is left out (that batch is rebuilt as decided when the shard
-//! reaches it). Decisions objects made with other event settings hold keys
+//! In the archive a batch is committed when its main object is in S3 (it is
+//! written last); a decisions object without its main object belongs to an
+//! uncommitted attempt and is left out (that batch is rebuilt as decided
+//! when the shard reaches it). A table batch writes no main object: its
+//! records are placed once it is staged in the lease row or committed to
+//! the table, and a shard reads on after them, so its decisions objects
+//! that end at or before the shard's placed records are the committed ones
+//! ([`Committed`]; docs/DESIGN.md, "Iceberg tables"). Decisions objects made
+//! with other event settings hold keys
 //! that cannot be compared and are left out too, with a warning, and so is
 //! an object that does not decompress or parse (every copy of it: none is
 //! inserted).
@@ -86,6 +91,38 @@ pub struct RebuildSource {
     pub metrics: Arc<Metrics>,
     /// The process's memory budget (`--buffer-memory-limit`).
     pub budget: Arc<MemoryBudget>,
+    /// Whether the batches go into an Iceberg table (no main objects).
+    pub table: bool,
+}
+
+impl RebuildSource {
+    /// How a rebuild of a shard whose records are placed through
+    /// `placed_through` (`None`: every record, the shard having ended)
+    /// tells committed batches: by their main objects, or for a table by
+    /// that bound.
+    pub fn committed(&self, placed_through: Option<&SequenceNumber>) -> Committed {
+        if self.table {
+            Committed::Through(placed_through.cloned())
+        } else {
+            Committed::ByMainObject
+        }
+    }
+}
+
+/// Which of a shard's decisions objects record committed batches, whose
+/// accepted copies a rebuild inserts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Committed {
+    /// Those whose batch's main object is listed (the archive: the main
+    /// object is written last, the batch's commit marker).
+    ByMainObject,
+    /// Those whose batch ends at or before this sequence number (`None`:
+    /// every one), the shard's records being placed through it (a table:
+    /// committed, or staged in the lease row and committed next). An
+    /// attempt abandoned before its batch was staged lies after it: a
+    /// shard reads on after its placed records, and the resume skip
+    /// rebuilds such a batch from its decisions object as it was decided.
+    Through(Option<SequenceNumber>),
 }
 
 /// What a rebuild read.
@@ -116,7 +153,8 @@ pub enum RebuildError {
 
 /// Inserts into `store` the accepted copies of `shard_id` that arrived in
 /// `[from_millis, to_millis)` (ms since the epoch), read from its decisions
-/// objects under `source`'s layout, made with settings `description`.
+/// objects under `source`'s layout of the batches `committed` names, made
+/// with settings `description`.
 /// Waits for a rebuild turn first. Listings and reads are retried until
 /// they succeed or `stop` is cancelled; a copy already in the store is not
 /// added again, so a rebuild that stopped can simply be run again.
@@ -129,6 +167,7 @@ pub async fn rebuild(
     store: &LocalStore,
     shard_id: &str,
     (from_millis, to_millis): (i64, i64),
+    committed: &Committed,
     description: &str,
     stop: &CancellationToken,
 ) -> Result<Rebuilt, RebuildError> {
@@ -157,15 +196,24 @@ pub async fn rebuild(
     let output = &source.output;
     let mut bucket = output.layout.bucket_of(from_millis);
     while bucket.start_millis() < to_millis {
-        let main_prefix = output.layout.shard_bucket_prefix(bucket, shard_id);
-        let committed: HashSet<SequenceRange> = retry("event window listing")
-            .run(|| list_written(&source.store, &main_prefix, &everything))
-            .await
-            .map_err(RebuildError::Stopped)?
-            .ranges
-            .into_iter()
-            .map(|(_, range)| range)
-            .collect();
+        let listed: HashSet<SequenceRange> = match committed {
+            Committed::ByMainObject => {
+                let main_prefix = output.layout.shard_bucket_prefix(bucket, shard_id);
+                retry("event window listing")
+                    .run(|| list_written(&source.store, &main_prefix, &everything))
+                    .await
+                    .map_err(RebuildError::Stopped)?
+                    .ranges
+                    .into_iter()
+                    .map(|(_, range)| range)
+                    .collect()
+            }
+            Committed::Through(_) => HashSet::new(),
+        };
+        let is_committed = |range: &SequenceRange| match committed {
+            Committed::ByMainObject => listed.contains(range),
+            Committed::Through(through) => through.as_ref().is_none_or(|end| range.last() <= end),
+        };
         let prefix = output
             .decisions_layout
             .shard_bucket_prefix(bucket, shard_id);
@@ -178,7 +226,7 @@ pub async fn rebuild(
             let Ok(range) = parse_decisions_name(name) else {
                 continue;
             };
-            if !committed.contains(&range) {
+            if !is_committed(&range) {
                 rebuilt.skipped += 1;
                 continue;
             }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use sequence_range::SequenceNumber;
 use shard_lease::{Checkpoint, Lease};
 use tracing::warn;
 
@@ -71,11 +72,7 @@ impl ShardContext {
             return StartingPosition::AtSequenceNumber(pending.first.clone());
         }
         // Batches staged for a table are written: the next one follows them.
-        if let Some(last) = lease
-            .staged_batches
-            .last()
-            .and_then(|entry| StagedBatch::last_of(entry))
-        {
+        if let Some(last) = last_staged(lease) {
             return StartingPosition::AfterSequenceNumber(last);
         }
         match &lease.checkpoint {
@@ -102,4 +99,13 @@ impl ShardContext {
             }
         }
     }
+}
+
+/// The last record of the batches `lease` has staged for a table (they
+/// follow one another), if any.
+pub(crate) fn last_staged(lease: &Lease) -> Option<SequenceNumber> {
+    lease
+        .staged_batches
+        .last()
+        .and_then(|entry| StagedBatch::last_of(entry))
 }

@@ -53,6 +53,14 @@ impl Frontier {
         self.placed_before_pending = first.predecessor();
     }
 
+    /// With a table: the lease row's staged batches end at `last`. Their
+    /// records are placed — written, and appended to the table by the next
+    /// commit, which moves the checkpoint — and reading goes on after them,
+    /// so [`placed_through`](Self::placed_through) counts them.
+    pub(crate) fn staged_through(&mut self, last: SequenceNumber) {
+        self.in_s3_through = Some(last);
+    }
+
     /// The checkpoint in the lease row.
     pub(crate) fn checkpoint(&self) -> &Checkpoint {
         &self.checkpoint

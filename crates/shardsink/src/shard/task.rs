@@ -39,7 +39,7 @@ use crate::events::store::Lineage;
 use crate::output::batch::{Batch, FlushReason};
 use crate::output::decisions::UserDecision;
 use crate::read::record::ShardRecord;
-use crate::shard::context::{ShardContext, ShardExit};
+use crate::shard::context::{ShardContext, ShardExit, last_staged};
 use crate::shard::error::ShardError;
 use crate::shard::frontier::Frontier;
 use crate::shard::progress::Progress;
@@ -99,6 +99,7 @@ impl ShardTask {
                     output: ctx.output.clone(),
                     metrics: ctx.metrics.clone(),
                     budget: ctx.budget.clone(),
+                    table: ctx.table.is_some(),
                 },
             )
         });
@@ -171,6 +172,9 @@ impl ShardTask {
             None => return Ok(ShardExit::Shutdown),
         };
         self.frontier = Frontier::new(lease.checkpoint.clone());
+        if let Some(last) = last_staged(&lease) {
+            self.frontier.staged_through(last);
+        }
         let start = self.ctx.start_position(&lease);
         info!(checkpoint = %lease.checkpoint, start = ?start, pending_batch = ?lease.pending_batch.as_ref().map(|p| &p.key), "shard started");
         let lost = self.lease.lost().clone();

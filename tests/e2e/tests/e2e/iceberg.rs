@@ -4,7 +4,11 @@
 //! two committers at once, a lost lease table and resharding; with typed
 //! columns (`--parquet-schema`), the records the table cannot take each
 //! once under the error prefix, through a crash after their error object,
-//! and no record rejected that the `parquet` format takes.
+//! and no record rejected that the `parquet` format takes. With
+//! `--event-id` and the local store, a producer's retries across a SIGKILL
+//! and a lost store directory: each produced record in exactly one place
+//! (a live row, an error or a duplicates object), each event kept once,
+//! each duplicate naming a kept copy of its event before it in its shard.
 //!
 //! The table is read back independently of the daemon by
 //! `tests/iceberg/read_table.py`, with pyiceberg and with DuckDB; every
@@ -32,11 +36,14 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{RngExt as _, SeedableRng as _};
 use shardsink_e2e::check::RecordId;
+use shardsink_e2e::check::events::json_pointer_id;
 use shardsink_e2e::daemon::{log_dir, run_to_exit, run_verify};
 use shardsink_e2e::env::profile;
 use shardsink_e2e::fixtures::{delete_lease_table, list_shards, wait_stream_active};
-use shardsink_e2e::payloads::{SCHEMA_FILE, schema_payloads};
-use shardsink_e2e::producer::{BackgroundOptions, BackgroundProducer, small_record_specs};
+use shardsink_e2e::payloads::{SCHEMA_FILE, event_payloads, schema_payloads};
+use shardsink_e2e::producer::{
+    BackgroundOptions, BackgroundProducer, RetryOptions, RetryingProducer, small_record_specs,
+};
 use shardsink_e2e::table::{
     IcebergTable, TableRead, TableRow, checkpoint_problems, read_committer, reader_python,
     shard_rows, staged_batch_count,
@@ -833,4 +840,256 @@ async fn wait_until_child_rows(
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// Where each produced record is with `--event-id`: live rows of the table
+/// (in both readings) and records of the error and duplicates objects.
+struct EventPlaces {
+    /// Every live row's record, per reading.
+    readings: Vec<(&'static str, Vec<RecordId>)>,
+    /// Records under the error prefix (kept, but not rows).
+    errors: Vec<RecordId>,
+    /// Records under the duplicates prefix, each with the copy it names.
+    duplicates: Vec<(RecordId, Option<RecordId>)>,
+}
+
+impl EventPlaces {
+    /// The table (empty before its first commit) and the error and
+    /// duplicates objects, read now. A table batch writes no main object,
+    /// so the archive reader lists its side objects as uncommitted.
+    async fn read(t: &TableScenario) -> Self {
+        let read = t.table.read().await.unwrap_or_else(|e| panic!("{e:#}"));
+        let readings = match &read {
+            Some(read) => read
+                .readings()
+                .into_iter()
+                .map(|(reader, rows)| (reader, rows.iter().map(TableRow::id).collect()))
+                .collect(),
+            None => vec![("pyiceberg", Vec::new()), ("DuckDB", Vec::new())],
+        };
+        let archive = t.scenario.archive_reader().read().await.unwrap();
+        let records = |objects: &[std::sync::Arc<shardsink_e2e::archive::ArchivedObject>]| {
+            objects
+                .iter()
+                .flat_map(|o| o.records.clone())
+                .collect::<Vec<_>>()
+        };
+        let mut errors = records(&archive.error_objects);
+        errors.extend(records(&archive.uncommitted_error_objects));
+        let mut duplicates = records(&archive.duplicate_objects);
+        duplicates.extend(records(&archive.uncommitted_duplicate_objects));
+        Self {
+            readings,
+            errors: errors.iter().map(RecordId::of_archived).collect(),
+            duplicates: duplicates
+                .iter()
+                .map(|record| {
+                    let of = record.duplicate_of.as_ref().map(|copy| RecordId {
+                        shard_id: copy.shard_id.clone(),
+                        sequence_number: copy.sequence_number.clone(),
+                        sub_sequence_number: copy.sub_sequence_number,
+                    });
+                    (RecordId::of_archived(record), of)
+                })
+                .collect(),
+        }
+    }
+
+    /// How many places each record has in `reading`'s rows and the
+    /// objects.
+    fn counts(&self, reading: &[RecordId]) -> HashMap<RecordId, usize> {
+        let mut counts: HashMap<RecordId, usize> = HashMap::new();
+        for id in reading
+            .iter()
+            .chain(&self.errors)
+            .chain(self.duplicates.iter().map(|(id, _)| id))
+        {
+            *counts.entry(id.clone()).or_default() += 1;
+        }
+        counts
+    }
+
+    /// Whether every record of `produced` has a place in both readings.
+    fn holds(&self, produced: &[ProducedRecord]) -> bool {
+        self.readings.iter().all(|(_, rows)| {
+            let counts = self.counts(rows);
+            produced
+                .iter()
+                .all(|record| counts.contains_key(&RecordId::of_produced(record)))
+        })
+    }
+
+    /// Every way the places differ from "each produced record in exactly
+    /// one place, each event (id and payload) kept once, every duplicate
+    /// naming a kept copy of its event before it in its shard", in each
+    /// reading.
+    fn problems(&self, produced: &[ProducedRecord]) -> Vec<String> {
+        let id_of = json_pointer_id("/id");
+        let by_id: HashMap<RecordId, &ProducedRecord> = produced
+            .iter()
+            .map(|record| (RecordId::of_produced(record), record))
+            .collect();
+        let event = |id: &RecordId| {
+            let record = by_id.get(id)?;
+            Some((id_of(record)?, record.data.clone()))
+        };
+        let mut problems = Vec::new();
+        for (reader, rows) in &self.readings {
+            let counts = self.counts(rows);
+            for record in produced {
+                let id = RecordId::of_produced(record);
+                match counts.get(&id).copied().unwrap_or(0) {
+                    1 => {}
+                    n => problems.push(format!("{reader}: {id:?} in {n} places")),
+                }
+            }
+            problems.extend(
+                counts
+                    .keys()
+                    .filter(|id| !by_id.contains_key(id))
+                    .map(|id| format!("{reader}: {id:?} was not produced")),
+            );
+            let kept: HashSet<&RecordId> = rows.iter().chain(&self.errors).collect();
+            let mut kept_events: HashMap<(String, Vec<u8>), usize> = HashMap::new();
+            for id in &kept {
+                if let Some(event) = event(id) {
+                    *kept_events.entry(event).or_default() += 1;
+                }
+            }
+            let mut produced_events: HashSet<(String, Vec<u8>)> = HashSet::new();
+            produced_events.extend(by_id.keys().filter_map(&event));
+            for produced_event in &produced_events {
+                match kept_events.get(produced_event).copied().unwrap_or(0) {
+                    1 => {}
+                    n => problems.push(format!(
+                        "{reader}: event {:?} kept {n} times",
+                        produced_event.0
+                    )),
+                }
+            }
+            for (id, of) in &self.duplicates {
+                let named = of.as_ref().filter(|of| {
+                    kept.contains(of)
+                        && of.shard_id == id.shard_id
+                        && shardsink_e2e::seq::Seq::parse(&of.sequence_number).ok()
+                            <= shardsink_e2e::seq::Seq::parse(&id.sequence_number).ok()
+                        && event(of).is_some()
+                        && event(of) == event(id)
+                });
+                if named.is_none() {
+                    problems.push(format!(
+                        "{reader}: duplicate {id:?} names {of:?}, not a kept copy of its event before it"
+                    ));
+                }
+            }
+        }
+        problems
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_event_once_across_a_kill_and_a_lost_event_store() {
+    let env = require_env!();
+    let Some(python) = on_profile(MOTO, "the table readers need moto's S3") else {
+        return;
+    };
+    let seed = shardsink_e2e::env::seed("iceberg events", None);
+    let t = TableScenario::create(&env, python, "ice-events", 2).await;
+    let stores = tempfile::tempdir().unwrap();
+    let store = stores.path().join("store");
+    let settings = t
+        .settings
+        .clone()
+        .set("event-id", "json-pointer:/id")
+        .set("event-dedup-store", "local")
+        .set("event-dedup-dir", store.to_str().unwrap());
+    let payloads = event_payloads(240, seed, "ice-ev", 6);
+    let options = RetryOptions {
+        rounds: 3,
+        kpl_share: 0.3,
+        other_shard_share: 0.0,
+        shards: t.scenario.shards.clone(),
+    };
+    let mut producer = RetryingProducer::plan(&payloads.specs, &options, seed);
+    let mut produced = Vec::new();
+    let mut put_round = async |produced: &mut Vec<ProducedRecord>| {
+        let records = producer
+            .put_next_round(&t.scenario.env, &t.scenario.stream)
+            .await
+            .unwrap();
+        println!("{} user records put", records.len());
+        produced.extend(records);
+    };
+    let wait_placed = async |produced: &[ProducedRecord], daemon: &mut Daemon| {
+        wait_until(
+            scaled(Duration::from_secs(120)),
+            "every record in the table or an object",
+            || async { EventPlaces::read(&t).await.holds(produced) },
+        )
+        .await
+        .unwrap_or_else(|error| panic!("{error:#}\n{}", daemon.log_tail(60)));
+    };
+
+    // A first run, killed once it staged a batch.
+    put_round(&mut produced).await;
+    let mut daemon = Daemon::spawn(&settings).unwrap();
+    wait_until(scaled(Duration::from_secs(60)), "a batch staged", || {
+        let log = daemon.log();
+        async move { log.contains(r#""message":"batch written""#) }
+    })
+    .await
+    .unwrap();
+    daemon.kill().unwrap();
+    t.assert_checkpoints_committed(&produced, "the kill").await;
+
+    // The host's store is lost: the next run rebuilds the window from the
+    // decisions objects of the staged and committed batches, and late
+    // retries of the first round's events are duplicates.
+    assert!(store.is_dir(), "the store was in {}", store.display());
+    std::fs::remove_dir_all(&store).unwrap();
+    put_round(&mut produced).await;
+    let mut daemon = Daemon::spawn(&settings).unwrap();
+    wait_placed(&produced, &mut daemon).await;
+    put_round(&mut produced).await;
+    assert_eq!(producer.rounds_left(), 0);
+    wait_placed(&produced, &mut daemon).await;
+    stop_gracefully(&mut daemon, scaled(Duration::from_secs(40)))
+        .await
+        .unwrap_or_else(|error| panic!("{error:#}"));
+    let log = daemon.log();
+    assert!(
+        log.contains("event store behind the archive") && log.contains("event window rebuilt"),
+        "the window was not rebuilt: {}",
+        daemon.log_path().display()
+    );
+
+    let places = EventPlaces::read(&t).await;
+    let problems = places.problems(&produced);
+    assert!(problems.is_empty(), "{problems:#?}");
+    let rows = places.readings[0].1.len();
+    println!(
+        "{} records: {rows} rows, {} error records, {} duplicates",
+        produced.len(),
+        places.errors.len(),
+        places.duplicates.len()
+    );
+    assert!(
+        !places.duplicates.is_empty() && rows > 0,
+        "the producer's retries made duplicates"
+    );
+    let read = t.read().await;
+    read.assert_once(
+        &produced
+            .iter()
+            .filter(|record| {
+                places.readings[0]
+                    .1
+                    .contains(&RecordId::of_produced(record))
+            })
+            .cloned()
+            .collect::<Vec<_>>(),
+        true,
+        "the kept records",
+    );
+    t.scenario.assert_nothing_overwritten().await;
 }

@@ -161,6 +161,7 @@ fn fixture(budget: Arc<MemoryBudget>) -> Fixture {
             output: Output::for_tests("p"),
             metrics: Arc::new(Metrics::new()),
             budget,
+            table: false,
         },
         store: LocalStore::open(dir.path(), event_store::LocalOptions::default()).unwrap(),
         bucket,
@@ -194,11 +195,16 @@ impl Fixture {
     }
 
     async fn rebuild(&self) -> Result<Rebuilt, RebuildError> {
+        self.rebuild_committed(&Committed::ByMainObject).await
+    }
+
+    async fn rebuild_committed(&self, committed: &Committed) -> Result<Rebuilt, RebuildError> {
         rebuild(
             &self.source,
             &self.store,
             SHARD,
             WINDOW,
+            committed,
             &description(),
             &CancellationToken::new(),
         )
@@ -282,6 +288,53 @@ async fn only_the_copies_of_committed_objects_with_these_settings_go_in() {
     assert_eq!(f.source.budget.used(), 0, "released when it ended");
 }
 
+/// A table batch writes no main object: its batches are committed up to
+/// the shard's placed records, and an ended shard's all are.
+#[tokio::test]
+async fn for_a_table_the_objects_up_to_the_placed_records_go_in() {
+    let f = fixture(MemoryBudget::new(1 << 30, 1 << 30));
+    let settings = description();
+    f.put((1, 3), &unique(1, 3), &settings, false);
+    f.put((4, 5), &unique(4, 5), &settings, false);
+    // An attempt past the placed records, which the resume skip rebuilds.
+    f.put((6, 7), &unique(6, 7), &settings, false);
+    let placed = SequenceNumber::parse(&seq(5)).unwrap();
+    let rebuilt = f
+        .rebuild_committed(&Committed::Through(Some(placed)))
+        .await
+        .unwrap();
+    assert_eq!(
+        (rebuilt.objects, rebuilt.copies, rebuilt.skipped),
+        (2, 5, 1)
+    );
+    assert_eq!(f.known(1..=7), [1, 2, 3, 4, 5]);
+
+    let f = fixture(MemoryBudget::new(1 << 30, 1 << 30));
+    f.put((1, 3), &unique(1, 3), &settings, false);
+    f.put((4, 5), &unique(4, 5), &settings, false);
+    let rebuilt = f
+        .rebuild_committed(&Committed::Through(None))
+        .await
+        .unwrap();
+    assert_eq!((rebuilt.objects, rebuilt.copies), (2, 5), "an ended shard");
+}
+
+#[test]
+fn a_table_source_counts_placed_records_an_archive_main_objects() {
+    let f = fixture(MemoryBudget::new(1 << 30, 1 << 30));
+    let placed = SequenceNumber::parse(&seq(5)).unwrap();
+    assert_eq!(f.source.committed(Some(&placed)), Committed::ByMainObject);
+    let table = RebuildSource {
+        table: true,
+        ..f.source.clone()
+    };
+    assert_eq!(
+        table.committed(Some(&placed)),
+        Committed::Through(Some(placed.clone()))
+    );
+    assert_eq!(table.committed(None), Committed::Through(None));
+}
+
 #[tokio::test]
 async fn an_object_larger_than_a_chunk_goes_in_whole() {
     let f = fixture(MemoryBudget::new(1 << 30, 1 << 30));
@@ -324,7 +377,16 @@ async fn a_rebuild_waits_for_its_turn_and_holds_its_bytes_until_it_ended() {
     let _other = budget.rebuild_permit().await;
     let stop = CancellationToken::new();
     stop.cancel();
-    let stopped = rebuild(&f.source, &f.store, SHARD, WINDOW, &description(), &stop).await;
+    let stopped = rebuild(
+        &f.source,
+        &f.store,
+        SHARD,
+        WINDOW,
+        &Committed::ByMainObject,
+        &description(),
+        &stop,
+    )
+    .await;
     assert!(matches!(
         stopped,
         Err(RebuildError::Stopped(Stopped::Cancelled))

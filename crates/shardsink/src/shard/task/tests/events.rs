@@ -40,6 +40,26 @@ fn with_local_store(dir: &std::path::Path) -> Harness {
 
 fn with_store(store: EventStore) -> Harness {
     let h = harness(1_000);
+    let output = Output::new(
+        KeyLayout::plain("p"),
+        "p-errors",
+        "p-duplicates",
+        Format::Envelope,
+    )
+    .with_compression(Compression::None);
+    let h = Harness {
+        ctx: Arc::new(ShardContext {
+            output,
+            ..(*h.ctx).clone()
+        }),
+        ..h
+    };
+    deciding(&h, store)
+}
+
+/// `h`'s shard, bucket and tables, its task deciding events by payload
+/// within an hour in `store`.
+pub(super) fn deciding(h: &Harness, store: EventStore) -> Harness {
     let settings = EventSettings {
         source: EventIdSource::Payload,
         fingerprint: true,
@@ -49,20 +69,15 @@ fn with_store(store: EventStore) -> Harness {
         },
     };
     let runtime = EventRuntime::new(settings, store);
-    let output = Output::new(
-        KeyLayout::plain("p"),
-        "p-errors",
-        "p-duplicates",
-        Format::Envelope,
-    )
-    .with_compression(Compression::None);
     Harness {
         ctx: Arc::new(ShardContext {
-            output,
             events: Some(Arc::new(runtime)),
             ..(*h.ctx).clone()
         }),
-        ..h
+        shard: h.shard.clone(),
+        bucket: h.bucket.clone(),
+        table: h.table.clone(),
+        lease_table: h.lease_table.clone(),
     }
 }
 
@@ -306,6 +321,7 @@ async fn a_replay_without_its_decisions_object_decides_as_the_first_attempt() {
                 output: h.ctx.output.clone(),
                 metrics: h.ctx.metrics.clone(),
                 budget: h.ctx.budget.clone(),
+                table: h.ctx.table.is_some(),
             },
         );
         events

@@ -7,7 +7,9 @@ use std::sync::atomic::Ordering;
 use sequence_range::SequenceNumber;
 use shard_lease::{Checkpoint, Lease};
 
+use super::events::deciding;
 use super::{Harness, PAST, SHARD, harness, seq};
+use crate::events::decider::EventStore;
 use crate::fake_aws;
 use crate::output::format::Format;
 use crate::shard::context::ShardExit;
@@ -309,4 +311,61 @@ async fn a_new_owner_reads_on_after_the_row_s_staged_batches() {
         )],
         "only 6..=8 written"
     );
+}
+
+/// With event decisions, a new owner whose local store is empty (another
+/// host) rebuilds its window from the decisions objects of the batches
+/// staged before it — a table batch has no main object — and decides a
+/// later copy of their events a duplicate.
+#[tokio::test(start_paused = true)]
+async fn with_events_a_new_owner_rebuilds_its_window_from_the_staged_batches() {
+    let (h, _table) = with_table(2).await;
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let local = |dir: &tempfile::TempDir| {
+        EventStore::Local(event_store::LocalStore::open(dir.path(), Default::default()).unwrap())
+    };
+    for (i, payload) in [b"a", b"b"].into_iter().enumerate() {
+        h.shard.push(&seq(i as u64 + 1), PAST + 1_000, payload);
+    }
+    let first = deciding(&h, local(&dirs[0]));
+    let lease = first.lease(Checkpoint::TrimHorizon, None).await;
+    first
+        .run_until(lease, "the first batch staged", |h| {
+            row_now(h).staged_batches.len() == 1
+        })
+        .await
+        .unwrap();
+
+    // Another host's task, with an empty store: record 3 is a copy of 1.
+    for (i, payload) in [b"a", b"c"].into_iter().enumerate() {
+        h.shard.push(&seq(i as u64 + 3), PAST + 2_000, payload);
+    }
+    let second = deciding(&h, local(&dirs[1]));
+    let row = second.row().await;
+    let taken = second
+        .lease_table
+        .take_lease(&row, "worker-2")
+        .await
+        .unwrap();
+    let held = std::sync::Arc::new(shard_lease::HeldLease::new(
+        second.lease_table.clone(),
+        taken,
+        tokio::time::Instant::now(),
+    ));
+    second
+        .run_until(held, "the second batch staged", |h| {
+            row_now(h).staged_batches.len() == 2
+        })
+        .await
+        .unwrap();
+    let duplicates: Vec<serde_json::Value> = h
+        .bucket
+        .lines()
+        .into_iter()
+        .filter(|(key, _)| key.starts_with("p-duplicates/"))
+        .map(|(_, line)| line)
+        .collect();
+    assert_eq!(duplicates.len(), 1, "{duplicates:#?}");
+    assert_eq!(duplicates[0]["sequenceNumber"], seq(3));
+    assert_eq!(duplicates[0]["duplicateOf"]["sequenceNumber"], seq(1));
 }
