@@ -6,7 +6,8 @@
 //! once under the error prefix, through a crash after their error object,
 //! and no record rejected that the `parquet` format takes. With
 //! `--event-id` and the local store, a producer's retries across a SIGKILL
-//! and a lost store directory: each produced record in exactly one place
+//! and a lost store directory, then a lost lease table and store: each
+//! produced record in exactly one place
 //! (a live row, an error or a duplicates object), each event kept once,
 //! each duplicate naming a kept copy of its event before it in its shard.
 //!
@@ -1050,18 +1051,28 @@ async fn each_event_once_across_a_kill_and_a_lost_event_store() {
     put_round(&mut produced).await;
     let mut daemon = Daemon::spawn(&settings).unwrap();
     wait_placed(&produced, &mut daemon).await;
-    put_round(&mut produced).await;
-    assert_eq!(producer.rounds_left(), 0);
-    wait_placed(&produced, &mut daemon).await;
-    stop_gracefully(&mut daemon, scaled(Duration::from_secs(40)))
-        .await
-        .unwrap_or_else(|error| panic!("{error:#}"));
+    daemon.kill().unwrap();
     let log = daemon.log();
     assert!(
         log.contains("event store behind the archive") && log.contains("event window rebuilt"),
         "the window was not rebuilt: {}",
         daemon.log_path().display()
     );
+
+    // Everything lost but S3 and the table: the lease table (with any
+    // staged batches) and the store. The rows start at the table's
+    // committed ends; batches staged before are rebuilt from their
+    // decisions objects, as decided.
+    let lease_table = t.settings.lease_table();
+    assert!(delete_lease_table(&env, &lease_table).await.unwrap());
+    std::fs::remove_dir_all(&store).unwrap();
+    put_round(&mut produced).await;
+    assert_eq!(producer.rounds_left(), 0);
+    let mut daemon = Daemon::spawn(&settings).unwrap();
+    wait_placed(&produced, &mut daemon).await;
+    stop_gracefully(&mut daemon, scaled(Duration::from_secs(40)))
+        .await
+        .unwrap_or_else(|error| panic!("{error:#}"));
 
     let places = EventPlaces::read(&t).await;
     let problems = places.problems(&produced);
@@ -1092,4 +1103,18 @@ async fn each_event_once_across_a_kill_and_a_lost_event_store() {
         "the kept records",
     );
     t.scenario.assert_nothing_overwritten().await;
+
+    let mut args = vec!["--deep".to_owned()];
+    args.extend(t.table.verify_args());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let envs = settings.archive_env_vars();
+    let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let run = run_verify(&args, &envs).await.unwrap();
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "verify --deep must find the table and its events exact:\n{}\n{}",
+        run.stdout,
+        run.stderr
+    );
 }
