@@ -115,6 +115,7 @@ pub mod daemon;
 pub mod env;
 pub mod fixtures;
 pub mod http;
+pub mod iam;
 pub mod kpl;
 pub mod notify;
 pub mod outcome;

@@ -217,6 +217,11 @@ pub async fn open(
             if let Some(uri) = &settings.uri {
                 config = config.endpoint_url(uri);
             }
+            // Test builds can record every call (see `aws::recorder`).
+            #[cfg(feature = "failpoints")]
+            if let Some(recorder) = crate::aws::recorder::OperationRecorder::from_env() {
+                config = config.interceptor(recorder);
+            }
             let catalog = S3TablesCatalogBuilder::default()
                 .with_client(aws_sdk_s3tables::Client::from_conf(config.build()))
                 .with_table_bucket_arn(arn)

@@ -20,24 +20,13 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use serde_json::Value;
 use shardsink_e2e::fixtures::delete_lease_table;
+use shardsink_e2e::iam;
 use shardsink_e2e::producer::{RecordSpec, small_record_specs};
 use shardsink_e2e::{
     Daemon, Finish, Scenario, Versioning, require_env, scaled, stop_gracefully, wait_for_archive,
     wait_until,
 };
-
-/// The IAM action an SDK operation needs (Service Authorization Reference:
-/// HeadBucket and ListObjectsV2 are authorized by `s3:ListBucket`,
-/// HeadObject by `s3:GetObject`; the others by the same-named action).
-fn iam_action(service: &str, operation: &str) -> String {
-    match (service, operation) {
-        ("s3", "HeadBucket" | "ListObjectsV2") => "s3:ListBucket".to_owned(),
-        ("s3", "HeadObject") => "s3:GetObject".to_owned(),
-        (service, operation) => format!("{service}:{operation}"),
-    }
-}
 
 /// `specs` with no two payloads alike (each gets `label` and its index), so that
 /// event deduplication by payload keeps every record in the main prefix,
@@ -58,24 +47,7 @@ const FAN_OUT_SID: &str = "FanOutRead";
 /// The actions `deploy/iam-policy.json` grants, in the statements whose
 /// `Sid` `keep` accepts.
 fn policy_actions(keep: impl Fn(&str) -> bool) -> BTreeSet<String> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/iam-policy.json");
-    let policy: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let mut actions = BTreeSet::new();
-    for statement in policy["Statement"].as_array().unwrap() {
-        if !keep(statement["Sid"].as_str().unwrap_or_default()) {
-            continue;
-        }
-        match &statement["Action"] {
-            Value::String(action) => {
-                actions.insert(action.clone());
-            }
-            Value::Array(list) => {
-                actions.extend(list.iter().map(|a| a.as_str().unwrap().to_owned()))
-            }
-            other => panic!("unexpected Action {other}"),
-        }
-    }
-    actions
+    iam::policy_actions("iam-policy.json", keep)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -155,11 +127,7 @@ async fn the_iam_policy_grants_exactly_the_operations_used() {
         .unwrap();
 
     let recorded = std::fs::read_to_string(&operations).unwrap();
-    let used: BTreeSet<String> = recorded
-        .lines()
-        .filter_map(|line| line.split_once(':'))
-        .map(|(service, operation)| iam_action(service, operation))
-        .collect();
+    let used = iam::recorded_actions(&recorded);
     // The fan-out statement's actions are used by a run with `--read-mode
     // fan-out` (the fanout profile's) and by no polling run.
     let fan_out = policy_actions(|sid| sid == FAN_OUT_SID);

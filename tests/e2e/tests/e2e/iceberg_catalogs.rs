@@ -13,10 +13,13 @@
 //! moto is the only local server with Glue and S3 Tables; the SQL catalog
 //! and the failure scenarios are in the `iceberg` family.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
+use shardsink_e2e::daemon::log_dir;
 use shardsink_e2e::env::endpoint_url;
+use shardsink_e2e::iam::{self, TargetProxy};
 use shardsink_e2e::table::{IcebergTable, reader_python};
 use shardsink_e2e::wait::wait_for;
 use shardsink_e2e::{Daemon, RecordSpec, Scenario, Versioning, outcome, require_env, scaled};
@@ -68,7 +71,19 @@ async fn run(catalog: Catalog) {
             IcebergTable::s3_tables(python, &endpoint, &arn, &table_name)
         }
     };
-    let settings = table.settings(scenario.settings.clone().set("buffer-max-records", "40"));
+    // The calls made, for the IAM policy's check: the daemon records its
+    // own clients' (S3 Tables' among them); Glue's are seen on the wire.
+    let operations = log_dir(&scenario.stream).join("aws-operations.txt");
+    let glue_proxy = match catalog {
+        Catalog::Glue => Some(TargetProxy::start(&endpoint).await.unwrap()),
+        Catalog::S3Tables => None,
+    };
+    let mut settings = table
+        .settings(scenario.settings.clone().set("buffer-max-records", "40"))
+        .set("record-aws-operations", operations.display().to_string());
+    if let Some(proxy) = &glue_proxy {
+        settings = settings.set("iceberg-catalog-uri", &proxy.url);
+    }
     let mut produced = scenario.put(&records(name, 0)).await.unwrap();
 
     // Killed once the first commit landed: the rest of the round is staged,
@@ -110,7 +125,67 @@ async fn run(catalog: Catalog) {
         .await
         .unwrap()
         .assert_once(&produced, true, &format!("{catalog:?}"));
+    let recorded = std::fs::read_to_string(&operations).unwrap();
+    let glue_targets = glue_proxy.map(|proxy| proxy.targets()).unwrap_or_default();
+    assert_policy_grants_the_calls(catalog, &recorded, &glue_targets);
     outcome::ran();
+}
+
+/// `deploy/iam-policy-iceberg.json` grants exactly the catalog's calls the
+/// run made (`recorded`: the daemon's record; `glue_targets`: the Glue
+/// requests' `X-Amz-Target`), and the table files' reads and writes (S3
+/// object calls; for S3 Tables authorized as `s3tables:GetTableData` and
+/// `PutTableData`, Service Authorization Reference); every other call
+/// made is granted by `deploy/iam-policy.json`.
+fn assert_policy_grants_the_calls(catalog: Catalog, recorded: &str, glue_targets: &[String]) {
+    let mut used = iam::recorded_actions(recorded);
+    used.extend(
+        glue_targets
+            .iter()
+            .filter_map(|target| target.strip_prefix("AWSGlue."))
+            .map(|operation| format!("glue:{operation}")),
+    );
+    let (service, catalog_sid, files_sid) = match catalog {
+        Catalog::Glue => ("glue:", "IcebergGlueCatalog", "IcebergTableFiles"),
+        Catalog::S3Tables => ("s3tables:", "IcebergS3TablesCatalog", "IcebergS3TablesData"),
+    };
+    let granted = |sid: &str| iam::policy_actions("iam-policy-iceberg.json", |s| s == sid);
+    let catalog_calls: BTreeSet<String> = used
+        .iter()
+        .filter(|action| action.starts_with(service))
+        .cloned()
+        .collect();
+    println!("{catalog:?}: catalog calls {catalog_calls:?}; all {used:?}");
+    assert_eq!(
+        catalog_calls,
+        granted(catalog_sid),
+        "the {catalog_sid} statement against the calls made"
+    );
+    let file_calls: BTreeSet<String> = used
+        .iter()
+        .filter(|action| action.starts_with("s3:") && action.ends_with("Object"))
+        .map(|action| match catalog {
+            Catalog::Glue => action.clone(),
+            Catalog::S3Tables => action
+                .replace("s3:", "s3tables:")
+                .replace("Object", "TableData"),
+        })
+        .collect();
+    assert_eq!(
+        file_calls,
+        granted(files_sid),
+        "the {files_sid} statement against the object calls made"
+    );
+    let main = iam::policy_actions("iam-policy.json", |_| true);
+    let elsewhere: Vec<&String> = used
+        .iter()
+        .filter(|action| !action.starts_with(service) && !action.starts_with("s3:"))
+        .filter(|action| !main.contains(*action))
+        .collect();
+    assert!(
+        elsewhere.is_empty(),
+        "deploy/iam-policy.json lacks {elsewhere:?}"
+    );
 }
 
 /// Two rounds of JSON payloads, told apart by `round`.
