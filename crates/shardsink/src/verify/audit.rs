@@ -11,7 +11,7 @@ use super::gap_markers::read_markers;
 use super::keys::{ArchivedKey, Listing, list_archive, read_layout};
 use super::overlaps::overlaps;
 use super::placement::check_batches;
-use super::report::{Audit, EventFindings, Uncommitted, WindowOutcome};
+use super::report::{Audit, EventFindings, TableEventInputs, Uncommitted, WindowOutcome};
 use super::stream::{GapOutcome, check_gaps, read_checkpoints};
 use super::table_gaps::SideRecords;
 use super::window::{Scope, check_window, decided_batches};
@@ -95,8 +95,11 @@ pub(super) async fn audit(plan: &Plan, clients: &AwsClients, tty: bool) -> anyho
             let description =
                 settings_description(&events.settings.source, events.settings.fingerprint);
             let (decided, other) = decided_batches(
-                decisions.iter().zip(&read.decisions),
-                &committed,
+                decisions
+                    .iter()
+                    .zip(&read.decisions)
+                    .map(|(object, found)| (object, found.format.as_deref())),
+                |object| committed.contains(&(object.shard_id.as_str(), &object.range)),
                 &description,
             );
             (Some(decided), other)
@@ -139,9 +142,7 @@ pub(super) async fn audit(plan: &Plan, clients: &AwsClients, tty: bool) -> anyho
         let window = match (&plan.events, &plan.stream, &gaps, streamed.as_ref()) {
             (None, ..) => WindowOutcome::NotRequested,
             (Some(_), None, ..) => WindowOutcome::NotChecked("--stream reads the records"),
-            (Some(_), Some(_), ..) if iceberg => {
-                WindowOutcome::NotChecked("the kept records are in the Iceberg table")
-            }
+            (Some(_), Some(_), ..) if iceberg => WindowOutcome::InTable,
             (Some(_), Some(_), GapOutcome::Skipped(_), _) => {
                 WindowOutcome::NotChecked("the stream could not be read")
             }
@@ -182,6 +183,20 @@ pub(super) async fn audit(plan: &Plan, clients: &AwsClients, tty: bool) -> anyho
         _ => SideRecords::new(),
     };
 
+    // The table's window check reads every decisions object, committed by
+    // the table's ends rather than by main objects.
+    let table_events = match &read {
+        Some(read) if iceberg && plan.events.is_some() => Some(TableEventInputs {
+            decisions: decisions
+                .iter()
+                .zip(&read.decisions)
+                .map(|(object, found)| (object.clone(), found.format.clone()))
+                .collect(),
+            duplicates: duplicates_named(&duplicate_objects, &read.duplicates),
+        }),
+        _ => None,
+    };
+
     Ok(Audit {
         target: plan.target(),
         objects: objects.len(),
@@ -202,6 +217,7 @@ pub(super) async fn audit(plan: &Plan, clients: &AwsClients, tty: bool) -> anyho
         gaps,
         retention_gaps,
         sides,
+        table_events,
     })
 }
 

@@ -144,7 +144,8 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<bool> {
     let _ = std::io::Write::write_all(&mut std::io::stdout(), audit.render().as_bytes());
     let mut exact = audit.is_exact();
     if let Some(target) = &plan.iceberg {
-        let table = audit_iceberg(target, &plan, &clients, &audit.sides, tty).await?;
+        let inputs = (&audit.sides, audit.table_events.as_ref());
+        let table = audit_iceberg(target, &plan, &clients, inputs, tty).await?;
         let _ = std::io::Write::write_all(&mut std::io::stdout(), table.render().as_bytes());
         exact &= table.is_exact();
     }

@@ -245,7 +245,7 @@ impl Audit {
             }
             let window_checked = matches!(
                 self.events.as_ref().map(|events| &events.window),
-                Some(WindowOutcome::Checked { .. })
+                Some(WindowOutcome::Checked { .. } | WindowOutcome::InTable)
             );
             if self.decisions_objects > 0 && !window_checked {
                 caveats.push("events once per window not checked".to_owned());
@@ -295,36 +295,7 @@ impl Audit {
             placement.miscounted.len(),
             placement.decided_batches
         );
-        let window = match &events.window {
-            WindowOutcome::NotRequested => {
-                "not checked (--event-id and the daemon's other event settings)".to_owned()
-            }
-            WindowOutcome::NotChecked(reason) => format!("not checked ({reason})"),
-            WindowOutcome::Checked {
-                result,
-                scope,
-                window_millis,
-                other_settings,
-            } => {
-                let other = if other_settings.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        "; {} batches decided with other settings not checked",
-                        other_settings.len()
-                    )
-                };
-                format!(
-                    "{} events kept twice, {} duplicates not naming a kept copy ({} user records \
-                     checked, {} duplicates against their accepted copy; {scope}, window {}{other})",
-                    result.kept_twice.len(),
-                    result.bad_duplicates.len(),
-                    result.user_records,
-                    result.duplicates_checked,
-                    duration_text(*window_millis)
-                )
-            }
-        };
+        let window = window_text(&events.window);
         let _ = writeln!(out, "once a window: {window}");
     }
 }
@@ -444,28 +415,71 @@ impl EventFindings {
                 .iter()
                 .map(|miscount| format!("does not add up: {}: {}", miscount.key, miscount.reason)),
         );
-        if let WindowOutcome::Checked { result, .. } = &self.window {
-            lines.extend(result.kept_twice.iter().map(|twice| {
-                format!(
-                    "event {:032x} kept twice within the window: {} (arrived {}) and {} (arrived \
-                     {}), {} ms apart",
-                    twice.key.id,
-                    twice.earlier.0,
-                    millis_text(twice.earlier.1),
-                    twice.later.0,
-                    millis_text(twice.later.1),
-                    twice.later.1 - twice.earlier.1
-                )
-            }));
-            lines.extend(result.bad_duplicates.iter().map(|bad| {
-                format!(
-                    "duplicate {} names {} as its accepted copy, but {}",
-                    bad.copy, bad.of, bad.reason
-                )
-            }));
-        }
+        lines.extend(window_problem_lines(&self.window));
         lines
     }
+}
+
+/// What became of the window check (E2), for the `once a window:` line.
+pub(super) fn window_text(window: &WindowOutcome) -> String {
+    match window {
+        WindowOutcome::NotRequested => {
+            "not checked (--event-id and the daemon's other event settings)".to_owned()
+        }
+        WindowOutcome::NotChecked(reason) => format!("not checked ({reason})"),
+        WindowOutcome::InTable => "checked against the Iceberg table's rows (below)".to_owned(),
+        WindowOutcome::Checked {
+            result,
+            scope,
+            window_millis,
+            other_settings,
+        } => {
+            let other = if other_settings.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; {} batches decided with other settings not checked",
+                    other_settings.len()
+                )
+            };
+            format!(
+                "{} events kept twice, {} duplicates not naming a kept copy ({} user records \
+                 checked, {} duplicates against their accepted copy; {scope}, window {}{other})",
+                result.kept_twice.len(),
+                result.bad_duplicates.len(),
+                result.user_records,
+                result.duplicates_checked,
+                duration_text(*window_millis)
+            )
+        }
+    }
+}
+
+/// One line per event kept twice within the window and per duplicate not
+/// naming a kept copy.
+pub(super) fn window_problem_lines(window: &WindowOutcome) -> Vec<String> {
+    let WindowOutcome::Checked { result, .. } = window else {
+        return Vec::new();
+    };
+    let twice = result.kept_twice.iter().map(|twice| {
+        format!(
+            "event {:032x} kept twice within the window: {} (arrived {}) and {} (arrived {}), \
+             {} ms apart",
+            twice.key.id,
+            twice.earlier.0,
+            millis_text(twice.earlier.1),
+            twice.later.0,
+            millis_text(twice.later.1),
+            twice.later.1 - twice.earlier.1
+        )
+    });
+    let bad = result.bad_duplicates.iter().map(|bad| {
+        format!(
+            "duplicate {} names {} as its accepted copy, but {}",
+            bad.copy, bad.of, bad.reason
+        )
+    });
+    twice.chain(bad).collect()
 }
 
 #[cfg(test)]
@@ -500,6 +514,7 @@ mod tests {
             gaps,
             retention_gaps: vec![],
             sides: Default::default(),
+            table_events: None,
         }
     }
 

@@ -2,14 +2,18 @@
 //! (the event checks' too), foreign keys and uncommitted objects, and the
 //! verdict. The summary printed from it is `render`'s.
 
+use std::collections::HashMap;
+
 use super::body::{DeepSummary, Role};
 use super::gap_markers::RecordedGap;
+use super::keys::ArchivedKey;
 use super::keys::ForeignKey;
 use super::overlaps::Overlap;
 use super::placement::Placement;
 use super::stream::GapOutcome;
 use super::table_gaps::SideRecords;
 use super::window::WindowResult;
+use crate::events::rule::CopyRef;
 
 /// A batch's error, duplicates or decisions object whose main object is not
 /// there (yet): written just before a crash, replayed by the daemon with
@@ -27,6 +31,9 @@ pub(super) enum WindowOutcome {
     NotRequested,
     /// Asked for, but not possible: why.
     NotChecked(&'static str),
+    /// The kept records are rows of an Iceberg table: the table's audit
+    /// checks them.
+    InTable,
     Checked {
         result: WindowResult,
         /// How the scope is described.
@@ -36,6 +43,17 @@ pub(super) enum WindowOutcome {
         /// settings: their batches are not checked.
         other_settings: Vec<String>,
     },
+}
+
+/// What the table's window check (E2 over an Iceberg table's rows) takes
+/// from the archive's audit, with `--event-id` and `--deep`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct TableEventInputs {
+    /// Every decisions object, with the settings it was made with
+    /// (`x-amz-meta-shardsink-format`).
+    pub(super) decisions: Vec<(ArchivedKey, Option<String>)>,
+    /// Each record of a duplicates object, with the accepted copy it names.
+    pub(super) duplicates: HashMap<CopyRef, CopyRef>,
 }
 
 /// What the event checks found (`--deep`).
@@ -52,7 +70,9 @@ impl EventFindings {
         self.placement.is_clean()
             && match &self.window {
                 WindowOutcome::Checked { result, .. } => result.is_clean(),
-                WindowOutcome::NotRequested | WindowOutcome::NotChecked(_) => true,
+                WindowOutcome::NotRequested
+                | WindowOutcome::NotChecked(_)
+                | WindowOutcome::InTable => true,
             }
     }
 
@@ -108,6 +128,9 @@ pub(super) struct Audit {
     /// With an Iceberg table and `--deep`: the user records of the error and
     /// duplicates objects, by shard, for the table's gap check.
     pub(super) sides: SideRecords,
+    /// With an Iceberg table, `--event-id` and `--deep`: what the table's
+    /// window check needs of the objects.
+    pub(super) table_events: Option<TableEventInputs>,
 }
 
 impl Audit {

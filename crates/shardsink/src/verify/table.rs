@@ -53,7 +53,8 @@ use sequence_range::SequenceNumber;
 use shard_lease::{Checkpoint, Lease};
 
 use super::body::Position;
-use super::render::since_text;
+use super::render::{since_text, window_problem_lines, window_text};
+use super::report::WindowOutcome;
 use super::table_gaps::{LiveRecords, TableGaps};
 use crate::output::format::schema::{SEQUENCE_NUMBER, SHARD_ID, SUB_SEQUENCE_NUMBER};
 use crate::table::commit::read_state;
@@ -97,6 +98,9 @@ pub(super) struct TableAudit {
     pub(super) leases: LeaseCheck,
     /// What became of the gap check (the stream against the live rows).
     pub(super) gaps: TableGaps,
+    /// What became of the window check (E2 over the kept records: live
+    /// rows and error objects), with `--event-id`.
+    pub(super) window: WindowOutcome,
     /// Every live row's record, by shard, for the gap check (which takes
     /// them); not part of the summary.
     pub(super) live: LiveRecords,
@@ -325,6 +329,7 @@ impl TableAudit {
     /// harmless).
     pub(super) fn is_exact(&self) -> bool {
         !self.findings.iter().any(TableFinding::breaks_exactness)
+            && window_problem_lines(&self.window).is_empty()
     }
 
     /// The summary: the snapshot and commit, one line per shard, the lease
@@ -395,6 +400,16 @@ impl TableAudit {
             );
         }
         self.render_gaps(&mut out);
+        if self.window != WindowOutcome::NotRequested {
+            let _ = writeln!(out, "once a window: {}", window_text(&self.window));
+            let problems = window_problem_lines(&self.window);
+            for line in problems.iter().take(MAX_LISTED) {
+                let _ = writeln!(out, "  {line}");
+            }
+            if problems.len() > MAX_LISTED {
+                let _ = writeln!(out, "  ... {} more", problems.len() - MAX_LISTED);
+            }
+        }
         let _ = writeln!(
             out,
             "orphans: {} data files no snapshot names (written, then not committed: harmless)",
@@ -410,13 +425,20 @@ impl TableAudit {
                 self.orphans.count - self.orphans.paths.len()
             );
         }
-        let skipped = matches!(self.gaps, TableGaps::Skipped(_));
-        let verdict = match (self.is_exact(), &self.leases, skipped) {
-            (false, ..) => "NOT exact",
-            (true, LeaseCheck::Checked { .. }, false) => "exact",
-            (true, LeaseCheck::Checked { .. }, true) => "exact (gap check skipped)",
-            (true, _, false) => "exact (checkpoints not checked)",
-            (true, _, true) => "exact (checkpoints not checked, gap check skipped)",
+        let mut caveats = Vec::new();
+        if !matches!(self.leases, LeaseCheck::Checked { .. }) {
+            caveats.push("checkpoints not checked");
+        }
+        if matches!(self.gaps, TableGaps::Skipped(_)) {
+            caveats.push("gap check skipped");
+        }
+        if matches!(self.window, WindowOutcome::NotChecked(_)) {
+            caveats.push("events once per window not checked");
+        }
+        let verdict = match (self.is_exact(), caveats.is_empty()) {
+            (false, _) => "NOT exact".to_owned(),
+            (true, true) => "exact".to_owned(),
+            (true, false) => format!("exact ({})", caveats.join(", ")),
         };
         let _ = writeln!(out, "{verdict}");
         out
@@ -682,6 +704,7 @@ where
         orphans,
         leases: LeaseCheck::NotRequested,
         gaps: TableGaps::NotRequested,
+        window: WindowOutcome::NotRequested,
         live,
     })
 }

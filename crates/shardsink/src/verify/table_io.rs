@@ -15,14 +15,17 @@ use futures::StreamExt as _;
 use iceberg::{Catalog, TableIdent};
 use shard_lease::Lease;
 
-use super::args::Plan;
+use super::args::{EventCheck, Plan};
 use super::keys::list_keys;
+use super::report::{TableEventInputs, WindowOutcome};
 use super::stream::{SHARD_CONCURRENCY, ShardsRead, read_leases, read_records};
 use super::table::{TableAudit, audit_table};
 use super::table_gaps::{SideRecords, TableGaps, TableShardCheck};
+use super::window::{Scope, ShardEvents, check_window, decided_batches};
 use crate::aws::table_storage::{S3TableStorageFactory, parse_location};
 use crate::aws::{AwsClients, Kinesis, ObjectStore};
 use crate::config::IcebergTarget;
+use crate::events::id::settings_description;
 use crate::ops::log::error_chain;
 use crate::table::catalog::{self, CatalogKind, sqlite_path};
 
@@ -49,7 +52,7 @@ pub(super) async fn audit_iceberg(
     target: &IcebergTarget,
     plan: &Plan,
     clients: &AwsClients,
-    sides: &SideRecords,
+    (sides, events): (&SideRecords, Option<&TableEventInputs>),
     tty: bool,
 ) -> anyhow::Result<TableAudit> {
     let leases = match &plan.lease_table {
@@ -81,9 +84,16 @@ pub(super) async fn audit_iceberg(
         list_data_files(s3, prefix, tty)
     })
     .await?;
+    audit.window = match (&plan.events, &plan.stream, events) {
+        (None, ..) => WindowOutcome::NotRequested,
+        (Some(_), None, _) => WindowOutcome::NotChecked("--stream reads the records"),
+        (Some(_), Some(_), None) => WindowOutcome::NotChecked("--deep reads the decisions objects"),
+        (Some(_), Some(_), Some(_)) => WindowOutcome::NotChecked("the stream could not be read"),
+    };
     if let Some(stream) = &plan.stream {
         let kinesis = Kinesis::new(clients.kinesis.clone(), stream.clone());
-        check_table_gaps(&kinesis, &mut audit, sides, plan, tty).await;
+        let events = plan.events.as_ref().zip(events);
+        check_table_gaps(&kinesis, &mut audit, sides, events, plan, tty).await;
     }
     Ok(audit)
 }
@@ -94,10 +104,17 @@ pub(super) async fn audit_iceberg(
 /// row keys it takes) or one of the shard's `sides`. Records after the
 /// committed end are staged or not yet written, not expected in the table.
 /// The outcome and its findings go into `audit`.
+///
+/// With `events` (`--event-id`), the same reading keys the records of the
+/// batches decided with the settings — a table batch is committed when it
+/// ends at or before its shard's committed end (it has no main object) —
+/// and the window check (E2) runs on them: a record is kept when no
+/// duplicates object holds it.
 pub(super) async fn check_table_gaps(
     kinesis: &Kinesis,
     audit: &mut TableAudit,
     sides: &SideRecords,
+    events: Option<(&EventCheck, &TableEventInputs)>,
     plan: &Plan,
     tty: bool,
 ) {
@@ -117,17 +134,41 @@ pub(super) async fn check_table_gaps(
         .iter()
         .filter_map(|shard| Some((shard.shard_id.as_str(), shard.committed_end.clone()?)))
         .collect();
+    let (mut decided, other_settings) = match events {
+        Some((check, inputs)) => {
+            let description =
+                settings_description(&check.settings.source, check.settings.fingerprint);
+            decided_batches(
+                inputs
+                    .decisions
+                    .iter()
+                    .map(|(object, format)| (object, format.as_deref())),
+                |object| {
+                    ends.get(object.shard_id.as_str())
+                        .is_some_and(|end| object.range.last() <= end)
+                },
+                &description,
+            )
+        }
+        None => (HashMap::new(), Vec::new()),
+    };
     let mut notes = Vec::new();
     let mut checks = Vec::new();
     for shard in &shards {
         let shard_id = shard.shard_id.as_str();
         match ends.remove(shard_id) {
-            Some(end) => checks.push(TableShardCheck::new(
-                shard_id,
-                end,
-                live.remove(shard_id).unwrap_or_default(),
-                sides.get(shard_id).cloned().unwrap_or_default(),
-                plan.from_first_archived,
+            Some(end) => checks.push((
+                TableShardCheck::new(
+                    shard_id,
+                    end,
+                    live.remove(shard_id).unwrap_or_default(),
+                    sides.get(shard_id).cloned().unwrap_or_default(),
+                    plan.from_first_archived,
+                ),
+                events.map(|(check, _)| {
+                    let decided = decided.remove(shard_id).unwrap_or_default();
+                    ShardEvents::new(&check.settings, shard_id, decided)
+                }),
             )),
             None => notes.push(format!(
                 "{shard_id}: no committed end in the table yet: not checked"
@@ -144,8 +185,8 @@ pub(super) async fn check_table_gaps(
     }
 
     let reading = ShardsRead::start(tty, checks.len());
-    let mut results: Vec<_> = futures::stream::iter(checks)
-        .map(|mut check| {
+    let read_all: Vec<_> = futures::stream::iter(checks)
+        .map(|(mut check, mut keyed)| {
             let reading = &reading;
             async move {
                 let shard_id = check.shard_id().to_owned();
@@ -154,24 +195,51 @@ pub(super) async fn check_table_gaps(
                     &shard_id,
                     plan.since,
                     reading.progress(),
-                    |record| check.observe(&record),
+                    |record| {
+                        if let Some(keyed) = &mut keyed {
+                            // Decided batches end at or before the committed
+                            // end: no record past it.
+                            keyed.observe(&record);
+                        }
+                        check.observe(&record)
+                    },
                 )
                 .await;
                 let result = check.finish(end);
                 reading.shard_done(&result.shard_id, result.checked);
-                result
+                (result, keyed.map(ShardEvents::finish).unwrap_or_default())
             }
         })
         .buffer_unordered(SHARD_CONCURRENCY)
         .collect()
         .await;
     reading.finish();
+    let mut results = Vec::with_capacity(read_all.len());
+    let mut copies = Vec::new();
+    for (result, shard_copies) in read_all {
+        results.push(result);
+        copies.extend(shard_copies);
+    }
     results.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
     audit.record_gaps(TableGaps::Checked {
         shards: results,
         notes,
         since: plan.since,
     });
+    if let Some((check, inputs)) = events {
+        let scope = if check.stream_scope {
+            Scope::Stream
+        } else {
+            Scope::lineage(&shards)
+        };
+        let result = check_window(&copies, &inputs.duplicates, &check.settings.rule, &scope);
+        audit.window = WindowOutcome::Checked {
+            result,
+            scope: scope.describe(),
+            window_millis: check.settings.rule.window_millis,
+            other_settings,
+        };
+    }
 }
 
 /// The table audit of `ident` in an opened `catalog`, compared with

@@ -23,9 +23,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use sequence_range::{RangeSet, SequenceRange};
+use sequence_range::RangeSet;
 
-use super::body::Found;
 use super::keys::ArchivedKey;
 use crate::aws::ShardInfo;
 use crate::config::EventSettings;
@@ -86,22 +85,23 @@ impl ShardEvents {
     }
 }
 
-/// The committed batches (their main object is in `committed`) whose
-/// decisions object was made with the settings `description` (its
-/// `x-amz-meta-shardsink-format`), by shard; and the keys of the decisions
-/// objects of committed batches made with other settings.
+/// The committed batches (those `is_committed` accepts) whose decisions
+/// object was made with the settings `description` (its
+/// `x-amz-meta-shardsink-format`, given beside each object's key), by
+/// shard; and the keys of the decisions objects of committed batches made
+/// with other settings.
 pub(super) fn decided_batches<'a>(
-    decisions: impl IntoIterator<Item = (&'a ArchivedKey, &'a Found)>,
-    committed: &HashSet<(&str, &SequenceRange)>,
+    decisions: impl IntoIterator<Item = (&'a ArchivedKey, Option<&'a str>)>,
+    is_committed: impl Fn(&ArchivedKey) -> bool,
     description: &str,
 ) -> (HashMap<String, RangeSet>, Vec<String>) {
     let mut decided: HashMap<String, RangeSet> = HashMap::new();
     let mut other_settings = Vec::new();
-    for (object, found) in decisions {
-        if !committed.contains(&(object.shard_id.as_str(), &object.range)) {
+    for (object, format) in decisions {
+        if !is_committed(object) {
             continue;
         }
-        if found.format.as_deref() == Some(description) {
+        if format == Some(description) {
             decided
                 .entry(object.shard_id.clone())
                 .or_default()

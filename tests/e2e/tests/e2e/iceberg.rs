@@ -1117,4 +1117,11 @@ async fn each_event_once_across_a_kill_and_a_lost_event_store() {
         run.stdout,
         run.stderr
     );
+    // The window check ran on the table's rows, and found nothing.
+    assert!(
+        run.stdout
+            .contains("once a window: 0 events kept twice, 0 duplicates not naming a kept copy"),
+        "{}",
+        run.stdout
+    );
 }

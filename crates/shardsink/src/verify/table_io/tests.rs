@@ -7,6 +7,7 @@ use clap::{CommandFactory as _, FromArgMatches as _};
 use shard_lease::Checkpoint;
 
 use super::*;
+use crate::events::rule::CopyRef;
 use crate::output::read_back::listing::test_support::page;
 use crate::table::commit::commit_staged;
 use crate::table::test_support::{events_table, memory_catalog, staged_with, write_data_file};
@@ -124,7 +125,7 @@ async fn a_missing_sql_catalog_file_is_refused_not_created() {
         plan.iceberg.as_ref().unwrap(),
         &plan,
         &clients,
-        &SideRecords::new(),
+        (&SideRecords::new(), None),
         false,
     )
     .await
@@ -138,6 +139,19 @@ async fn a_missing_sql_catalog_file_is_refused_not_created() {
 /// against a fake stream whose [`SHARD`] holds records 1 to `records`,
 /// with `sides` the error and duplicates objects' records.
 async fn gap_check(records: u64, rows: &[u64], end: u64, sides: &[u64]) -> TableAudit {
+    let payloads: Vec<&[u8]> = (0..records).map(|_| b"{}".as_slice()).collect();
+    keyed_gap_check(&payloads, rows, end, sides, None).await
+}
+
+/// [`gap_check`] of records with these payloads (one a second), and with
+/// `events` the window check on them.
+async fn keyed_gap_check(
+    payloads: &[&[u8]],
+    rows: &[u64],
+    end: u64,
+    sides: &[u64],
+    events: Option<(&EventCheck, &TableEventInputs)>,
+) -> TableAudit {
     use std::sync::Arc;
 
     use crate::fake_aws::{self, FakeStream};
@@ -169,8 +183,8 @@ async fn gap_check(records: u64, rows: &[u64], end: u64, sides: &[u64]) -> Table
 
     let stream = Arc::new(FakeStream::default());
     let shard = stream.shard(SHARD);
-    for i in 1..=records {
-        shard.push(&i.to_string(), MINUTE_MILLIS + i as i64 * 1_000, b"{}");
+    for (i, payload) in (1u64..).zip(payloads) {
+        shard.push(&i.to_string(), MINUTE_MILLIS + i as i64 * 1_000, payload);
     }
     let clients = fake_aws::clients(stream, Default::default(), Default::default());
     let plan = test_plan();
@@ -179,7 +193,7 @@ async fn gap_check(records: u64, rows: &[u64], end: u64, sides: &[u64]) -> Table
         SHARD.to_owned(),
         sides.iter().map(|&side| (n(side), None)).collect(),
     )]);
-    check_table_gaps(&kinesis, &mut audit, &sides, &plan, false).await;
+    check_table_gaps(&kinesis, &mut audit, &sides, events, &plan, false).await;
     audit
 }
 
@@ -261,4 +275,84 @@ async fn records_after_the_committed_end_are_not_gaps() {
         "{text}"
     );
     assert!(shard.notes.is_empty(), "{text}");
+}
+
+/// The event settings checked, and the objects of one batch decided with
+/// them, `first..=last` of [`SHARD`], whose duplicates object holds
+/// `duplicates` (record, accepted copy it names).
+fn decided(first: u64, last: u64, duplicates: &[(u64, u64)]) -> (EventCheck, TableEventInputs) {
+    let settings = crate::verify::test_support::payload_settings();
+    let description = settings_description(&settings.source, settings.fingerprint);
+    let copy = |i: u64| CopyRef {
+        shard_id: std::sync::Arc::from(SHARD),
+        sequence_number: n(i),
+        sub_sequence_number: None,
+    };
+    let inputs = TableEventInputs {
+        decisions: vec![(
+            crate::verify::test_support::object(first, last),
+            Some(description),
+        )],
+        duplicates: duplicates
+            .iter()
+            .map(|&(record, of)| (copy(record), copy(of)))
+            .collect(),
+    };
+    let check = EventCheck {
+        settings,
+        stream_scope: false,
+    };
+    (check, inputs)
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_events_the_table_s_rows_hold_each_event_once_per_window() {
+    let payloads: [&[u8]; 4] = [b"a", b"b", b"a", b"a"];
+    // 3 and 4 are copies of 1, in the duplicates object.
+    let (check, inputs) = decided(1, 4, &[(3, 1), (4, 1)]);
+    let audit = keyed_gap_check(&payloads, &[1, 2], 4, &[3, 4], Some((&check, &inputs))).await;
+    let text = audit.render();
+    assert!(audit.is_exact(), "{text}");
+    assert!(
+        text.contains("once a window: 0 events kept twice, 0 duplicates not naming a kept copy (4 user records checked, 2 duplicates"),
+        "{text}"
+    );
+
+    // 3 is a row too: the event is kept twice within the window.
+    let (check, inputs) = decided(1, 4, &[(4, 1)]);
+    let audit = keyed_gap_check(&payloads, &[1, 2, 3], 4, &[4], Some((&check, &inputs))).await;
+    let text = audit.render();
+    assert!(!audit.is_exact(), "{text}");
+    assert!(
+        text.contains("once a window: 1 events kept twice"),
+        "{text}"
+    );
+    assert!(text.ends_with("\nNOT exact\n"), "{text}");
+
+    // A batch past the committed end is not committed: not keyed.
+    let (check, inputs) = decided(1, 5, &[(4, 1)]);
+    let audit = keyed_gap_check(&payloads, &[1, 2, 3], 4, &[4], Some((&check, &inputs))).await;
+    let text = audit.render();
+    assert!(text.contains("(0 user records checked"), "{text}");
+}
+
+#[tokio::test]
+async fn without_the_stream_or_the_objects_the_table_s_window_is_not_checked() {
+    let catalog = memory_catalog().await;
+    let (ident, _) = events_table(&catalog).await;
+    let mut audit = audit_catalog(&catalog, &ident, None, |_| {
+        ready(Ok::<_, Infallible>(Vec::new()))
+    })
+    .await
+    .unwrap();
+    audit.window = WindowOutcome::NotChecked("--deep reads the decisions objects");
+    let text = audit.render();
+    assert!(
+        text.contains("once a window: not checked (--deep reads the decisions objects)"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("exact (checkpoints not checked, events once per window not checked)\n"),
+        "{text}"
+    );
 }
