@@ -3,7 +3,9 @@
 //! the staged entry recording them in the lease row, the table's committed
 //! end of a shard, and the states the committer publishes.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use iceberg::spec::TableMetadataRef;
 use iceberg::table::Table;
@@ -35,6 +37,9 @@ pub struct TableSink {
     /// The table's location without the trailing slash: `s3://bucket/path`.
     location: String,
     published: watch::Receiver<Published>,
+    /// The table's state, read for shard tasks starting together at once
+    /// (see [`committed_end`](Self::committed_end)).
+    state: FreshRead<Arc<CommitState>>,
 }
 
 /// The bucket and the key prefix of an `s3://` (or `s3a://`) location.
@@ -75,6 +80,7 @@ impl TableSink {
             store: ObjectStore::new(s3, bucket),
             location,
             published,
+            state: FreshRead::default(),
         })
     }
 
@@ -123,14 +129,23 @@ impl TableSink {
         })
     }
 
-    /// The shard's committed end as the table records it now (loaded from
-    /// the catalog).
+    /// The shard's committed end as the table records it now: from a read
+    /// of the table (a catalog load, then the state object) that began
+    /// after this call did. Calls made while a read is under way wait for
+    /// it and then share the next one, so shard tasks starting together —
+    /// hundreds, when a worker starts — load the table about twice, not
+    /// once each; none gets a state older than its call.
     ///
     /// # Errors
     /// The catalog or the state object cannot be read.
     pub async fn committed_end(&self, shard_id: &str) -> IcebergResult<Option<SequenceNumber>> {
-        let table = self.catalog.load_table(&self.ident).await?;
-        let state = read_state(&table).await?;
+        let state = self
+            .state
+            .get(|| async {
+                let table = self.catalog.load_table(&self.ident).await?;
+                Ok::<_, IcebergError>(Arc::new(read_state(&table).await?))
+            })
+            .await?;
         state
             .committed_end(shard_id)
             .map_err(|err| IcebergError::new(ErrorKind::DataInvalid, err.to_string()))
@@ -144,6 +159,58 @@ impl TableSink {
     /// A receiver of the published states, to wait for the next one.
     pub fn subscribe(&self) -> watch::Receiver<Published> {
         self.published.clone()
+    }
+}
+
+/// A value read for calls that overlap: each call gets the result of a
+/// read that began after the call did — the last one, if it did, else one
+/// it makes — so calls made while a read is under way share the next one,
+/// and none gets a value older than itself. A failed read is returned to
+/// its caller only.
+struct FreshRead<T> {
+    /// Reads begun so far (a read's number is the count once it began).
+    begun: AtomicU64,
+    /// The last read that succeeded: its number and value.
+    last: tokio::sync::Mutex<Option<(u64, T)>>,
+}
+
+impl<T> Default for FreshRead<T> {
+    fn default() -> Self {
+        Self {
+            begun: AtomicU64::new(0),
+            last: tokio::sync::Mutex::new(None),
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for FreshRead<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FreshRead")
+            .field("begun", &self.begun)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Clone> FreshRead<T> {
+    /// The value of a read that began after this call: the last one's when
+    /// it did, else `read`'s.
+    async fn get<F, Fut, E>(&self, read: F) -> Result<T, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        // Reads numbered above this began after the call.
+        let begun_before = self.begun.load(Ordering::SeqCst);
+        let mut last = self.last.lock().await;
+        if let Some((number, value)) = &*last
+            && *number > begun_before
+        {
+            return Ok(value.clone());
+        }
+        let number = self.begun.fetch_add(1, Ordering::SeqCst) + 1;
+        let value = read().await?;
+        *last = Some((number, value.clone()));
+        Ok(value)
     }
 }
 
@@ -253,5 +320,46 @@ mod tests {
             Some("9".parse().unwrap())
         );
         assert_eq!(table.sink.committed_end("s1").await.unwrap(), None);
+    }
+
+    /// Calls made while a read is under way share the next read; a call
+    /// after the reads reads again.
+    #[tokio::test]
+    async fn calls_during_a_read_share_the_next_one() {
+        use std::sync::atomic::AtomicUsize;
+
+        let fresh: FreshRead<u32> = FreshRead::default();
+        let reads = AtomicUsize::new(0);
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let first = fresh.get(|| async {
+            reads.fetch_add(1, Ordering::SeqCst);
+            released.await.unwrap();
+            Ok::<_, ()>(1)
+        });
+        tokio::pin!(first);
+        assert!(futures::poll!(first.as_mut()).is_pending(), "reading");
+        let during = futures::future::join_all((0..9).map(|_| {
+            fresh.get(|| async {
+                reads.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, ()>(2)
+            })
+        }));
+        tokio::pin!(during);
+        assert!(futures::poll!(during.as_mut()).is_pending(), "waiting");
+        release.send(()).unwrap();
+        assert_eq!(first.await, Ok(1));
+        assert_eq!(
+            during.await,
+            vec![Ok(2); 9],
+            "none gets the read begun before it"
+        );
+        assert_eq!(reads.load(Ordering::SeqCst), 2);
+
+        // Later calls read again; a failed read is its caller's only.
+        assert_eq!(
+            fresh.get(|| async { Err::<u32, _>("lost") }).await,
+            Err("lost")
+        );
+        assert_eq!(fresh.get(|| async { Ok::<_, ()>(3) }).await, Ok(3));
     }
 }
