@@ -45,6 +45,7 @@ use crate::shard::frontier::Frontier;
 use crate::shard::progress::Progress;
 use crate::shard::replay::{Holding, Replay};
 use crate::shard::resume::ResumeSkip;
+use crate::table::CatalogError;
 
 mod reading;
 mod replaying;
@@ -225,7 +226,7 @@ impl ShardTask {
             .metrics(&self.ctx.metrics)
             .until(&lost);
         let read =
-            retry.run(|| async { table.committed_end(&shard_id).await.map_err(TableReadError) });
+            retry.run(|| async { table.committed_end(&shard_id).await.map_err(CatalogError) });
         let end = tokio::select! {
             biased;
             () = shutdown.cancelled() => return Ok(None),
@@ -549,17 +550,6 @@ impl ShardTask {
     fn log_progress(&mut self, force: bool) {
         self.progress
             .log(force, self.resume.is_enabled(), self.frontier.checkpoint());
-    }
-}
-
-/// A table read that failed; retried as any AWS call.
-#[derive(Debug, thiserror::Error)]
-#[error(transparent)]
-struct TableReadError(iceberg::Error);
-
-impl crate::aws::retry::Classify for TableReadError {
-    fn classify(&self) -> crate::aws::retry::Failure {
-        crate::aws::retry::Failure::Transient(crate::ops::metrics::RetryCause::iceberg_error)
     }
 }
 

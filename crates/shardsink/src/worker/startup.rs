@@ -25,17 +25,16 @@ use crate::events::dynamodb::DynamoDbStore;
 use crate::events::dynamodb::cache::APPROXIMATE_BYTES_PER_ENTRY;
 use crate::ops::health::Health;
 use crate::ops::log::error_chain;
-use crate::ops::metrics::RetryCause;
 use crate::ops::systemd;
 use crate::output::format::Format;
 use crate::output::format::iceberg::IcebergLayout;
 use crate::output::key::KeyLayout;
 use crate::output::marker::{self, LayoutCheck, MarkerError, RecordedLayout};
 use crate::read::mode::ReadSource;
-use crate::table::catalog;
 use crate::table::committer::{Committer, CommitterOptions};
 use crate::table::create::{NewTable, default_partition_spec, default_schema, find_or_create};
 use crate::table::sink::TableSink;
+use crate::table::{CatalogError, catalog};
 use event_store::{LocalOptions, LocalStore};
 
 impl Worker {
@@ -202,27 +201,6 @@ struct OpenedTable {
     committer: CommitterPart,
 }
 
-/// An Iceberg catalog call that failed at start-up.
-#[derive(Debug, thiserror::Error)]
-#[error(transparent)]
-struct TableStartError(iceberg::Error);
-
-impl Classify for TableStartError {
-    fn classify(&self) -> crate::aws::retry::Failure {
-        crate::aws::retry::Failure::Persistent(RetryCause::iceberg_error)
-    }
-}
-
-impl TableStartError {
-    /// A setting the catalog refuses: no retry helps.
-    fn is_setting(&self) -> bool {
-        matches!(
-            self.0.kind(),
-            iceberg::ErrorKind::DataInvalid | iceberg::ErrorKind::FeatureUnsupported
-        )
-    }
-}
-
 impl Worker {
     /// Opens the catalog and finds or creates the table (`--format
     /// iceberg`), retried as the other start-up steps; `None` when shutdown
@@ -245,9 +223,9 @@ impl Worker {
             || async {
                 catalog::open(&target.catalog, storage.clone(), &self.sdk)
                     .await
-                    .map_err(TableStartError)
+                    .map_err(CatalogError)
             },
-            TableStartError::is_setting,
+            CatalogError::is_setting,
         )
         .await;
         let catalog = match opened {
@@ -278,12 +256,12 @@ impl Worker {
                 bound: START_UP_CALL_BOUND,
             },
             || async {
-                let new = new_table().map_err(TableStartError)?;
+                let new = new_table().map_err(CatalogError)?;
                 find_or_create(catalog.as_ref(), &target.table, new)
                     .await
-                    .map_err(TableStartError)
+                    .map_err(CatalogError)
             },
-            TableStartError::is_setting,
+            CatalogError::is_setting,
         )
         .await;
         let table = match found {
