@@ -50,7 +50,9 @@
 //! - [`table`]: Iceberg tables (`--format iceberg`) read back with
 //!   pyiceberg and DuckDB (`tests/iceberg/read_table.py`), each record in
 //!   exactly one live row in both readings; the committer row and the
-//!   staged batches of the lease table.
+//!   staged batches of the lease table. [`rest_catalog`]: the Iceberg REST
+//!   catalog test double (`tests/iceberg/rest_catalog.py`) a test starts
+//!   and stops.
 //! - [`wait`]: polling ([`wait_until`], [`wait_for`](wait::wait_for)).
 //! - [`scenario`]: the common test flow: [`Scenario::create`], then
 //!   [`Scenario::finish`] (wait for the archive, stop the daemons, check
@@ -121,6 +123,7 @@ pub mod notify;
 pub mod outcome;
 pub mod payloads;
 pub mod producer;
+pub mod rest_catalog;
 pub mod scenario;
 pub mod seq;
 pub mod stream;

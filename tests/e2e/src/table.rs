@@ -4,9 +4,10 @@
 //! both readings with what the producers put.
 //!
 //! The catalog is a SQL catalog on a SQLite file beside the test's daemon
-//! logs (or moto's Glue Data Catalog or S3 Tables), the warehouse under the
-//! test's bucket (or the S3 Tables table bucket); [`IcebergTable::settings`]
-//! gives a daemon the flags for them. A record is identified by its
+//! logs (or moto's Glue Data Catalog or S3 Tables, or the REST catalog test
+//! double of [`crate::rest_catalog`] in front of a SQL catalog), the
+//! warehouse under the test's bucket (or the S3 Tables table bucket);
+//! [`IcebergTable::settings`] gives a daemon the flags for them. A record is identified by its
 //! [`RecordId`] (shard, sequence number, sub-sequence number): each
 //! produced record must be in exactly one live row, in both readings
 //! ([`TableRead::once_problems`]).
@@ -104,6 +105,9 @@ enum Catalog {
     /// S3 Tables at this endpoint (moto's); the table bucket is the
     /// warehouse.
     S3Tables(String),
+    /// An Iceberg REST catalog at `uri` that keeps its tables in the SQL
+    /// catalog on the SQLite file `file` (the test double's).
+    Rest { uri: String, file: PathBuf },
 }
 
 impl IcebergTable {
@@ -149,13 +153,49 @@ impl IcebergTable {
         }
     }
 
-    /// The SQL catalog's URI as both the daemon and pyiceberg (SQLAlchemy)
-    /// read it: `sqlite:////absolute/path/catalog.db`; for the other
-    /// catalogs, their endpoint.
+    /// The table `table` (`NAMESPACE.TABLE`) of the REST catalog at `uri`
+    /// (`http://127.0.0.1:PORT`), its warehouse `warehouse`
+    /// (`s3://BUCKET/PATH`, as the server was given it). The server keeps
+    /// its tables in the SQL catalog on the SQLite file `catalog_file`
+    /// under the name [`CATALOG_NAME`], as the test double of
+    /// [`crate::rest_catalog::RestCatalogServer`] does: the table is read
+    /// back from that file, without the server.
+    pub fn rest(
+        python: PathBuf,
+        uri: &str,
+        catalog_file: &Path,
+        warehouse: &str,
+        table: &str,
+    ) -> Self {
+        Self {
+            python,
+            catalog: Catalog::Rest {
+                uri: uri.to_owned(),
+                file: catalog_file.to_owned(),
+            },
+            warehouse: warehouse.to_owned(),
+            table: table.to_owned(),
+        }
+    }
+
+    /// The catalog's URI as the daemon takes it (`--iceberg-catalog-uri`):
+    /// for the SQL catalog, as both the daemon and pyiceberg (SQLAlchemy)
+    /// read it, `sqlite:////absolute/path/catalog.db`; for REST, the
+    /// server's base URL; for Glue and S3 Tables, their endpoint.
     pub fn catalog_uri(&self) -> String {
         match &self.catalog {
-            Catalog::Sql(file) => format!("sqlite:///{}", file.display()),
+            Catalog::Sql(file) => sqlite_uri(file),
             Catalog::Glue(endpoint) | Catalog::S3Tables(endpoint) => endpoint.clone(),
+            Catalog::Rest { uri, .. } => uri.clone(),
+        }
+    }
+
+    /// The SQLite file `read_table.py` opens as a SQL catalog: the SQL
+    /// catalog's, or the one behind the REST server.
+    fn sql_file(&self) -> Option<&Path> {
+        match &self.catalog {
+            Catalog::Sql(file) | Catalog::Rest { file, .. } => Some(file),
+            Catalog::Glue(_) | Catalog::S3Tables(_) => None,
         }
     }
 
@@ -165,6 +205,7 @@ impl IcebergTable {
             Catalog::Sql(_) => "sql",
             Catalog::Glue(_) => "glue",
             Catalog::S3Tables(_) => "s3tables",
+            Catalog::Rest { .. } => "rest",
         }
     }
 
@@ -198,9 +239,9 @@ impl IcebergTable {
     /// `read_table.py`'s arguments naming the table.
     fn reader_args(&self) -> Vec<String> {
         let mut args: Vec<String> = match &self.catalog {
-            Catalog::Sql(_) => vec![
+            Catalog::Sql(file) | Catalog::Rest { file, .. } => vec![
                 "--catalog-uri".into(),
-                self.catalog_uri(),
+                sqlite_uri(file),
                 "--catalog-name".into(),
                 CATALOG_NAME.into(),
             ],
@@ -223,7 +264,8 @@ impl IcebergTable {
         args
     }
 
-    /// Reads the table once with `read_table.py` (on a blocking thread).
+    /// Reads the table once with `read_table.py` (on a blocking thread);
+    /// a REST catalog's table from the server's SQLite file.
     /// `Ok(None)` while the catalog file or the table does not exist (the
     /// script's exit 3).
     ///
@@ -233,7 +275,7 @@ impl IcebergTable {
     pub async fn read(&self) -> Result<Option<TableRead>> {
         // pyiceberg's SqlCatalog creates a missing catalog file: leave that
         // to the daemon.
-        if let Catalog::Sql(file) = &self.catalog
+        if let Some(file) = self.sql_file()
             && !file.is_file()
         {
             return Ok(None);
@@ -347,6 +389,12 @@ impl IcebergTable {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
+}
+
+/// `sqlite:///` and the absolute `file`: SQLAlchemy's
+/// `sqlite:////absolute/path.db`, which the daemon also takes.
+fn sqlite_uri(file: &Path) -> String {
+    format!("sqlite:///{}", file.display())
 }
 
 /// One snapshot of the table, oldest first in [`TableRead::snapshots`].

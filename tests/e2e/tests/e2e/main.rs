@@ -26,8 +26,9 @@
 //! - [`iceberg`]: `--format iceberg`: each record in one live row of the
 //!   table, through kills at every step, lease moves, two committers, a
 //!   lost lease table and a split.
-//! - [`iceberg_catalogs`]: `--format iceberg` with the Glue Data Catalog
-//!   and S3 Tables (moto), read back through the catalog.
+//! - [`iceberg_catalogs`]: `--format iceberg` with the Glue Data Catalog,
+//!   S3 Tables (moto) and a REST catalog (the test double
+//!   `tests/iceberg/rest_catalog.py`), read back through the catalog.
 //! - [`kill_restart`]: contract lines 1–4 under repeated SIGKILL.
 //! - [`kpl`]: KPL aggregates are unpacked.
 //! - [`lost_table`], [`lost_table_running`]: the lease table lost between
