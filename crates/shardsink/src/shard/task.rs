@@ -225,8 +225,12 @@ impl ShardTask {
         let retry = Retry::new("load the table's commit state")
             .metrics(&self.ctx.metrics)
             .until(&lost);
-        let read =
-            retry.run(|| async { table.committed_end(&shard_id).await.map_err(CatalogError) });
+        let read = retry.run(|| async {
+            table
+                .committed_end(&shard_id)
+                .await
+                .map_err(CatalogError::running)
+        });
         let end = tokio::select! {
             biased;
             () = shutdown.cancelled() => return Ok(None),

@@ -36,21 +36,47 @@ use crate::aws::retry::{Classify, Failure};
 use crate::ops::metrics::RetryCause;
 
 /// A catalog or table call that failed ([`iceberg::Error`]), as the retry
-/// loop takes it: what the catalog refuses as it is — data or a feature it
+/// loop takes it. What the catalog refuses as it is — data or a feature it
 /// does not take, a table or namespace that is not there — waits for an
-/// operator (retried slowly, logged as an error); anything else (iceberg's
-/// `Unexpected`: I/O, a 5xx, throttling) is retried soon. Counted as
+/// operator (retried slowly, logged as an error). Anything else is
+/// iceberg's catch-all `Unexpected`, which covers I/O and 5xx as well as
+/// what the AWS catalogs answer for access denied or a wrong endpoint
+/// (iceberg-catalog-glue and -s3tables map every SDK error to it): at
+/// start-up it is waited out slowly too, as the other start-up steps wait
+/// for permissions ([`starting`](Self::starting)); while shards run, it is
+/// retried soon ([`running`](Self::running)). Counted as
 /// `shardsink_retries_total{cause="iceberg_error"}`.
 #[derive(Debug, thiserror::Error)]
-#[error(transparent)]
-pub(crate) struct CatalogError(pub(crate) iceberg::Error);
+#[error("{error}")]
+pub(crate) struct CatalogError {
+    #[source]
+    error: iceberg::Error,
+    /// How an `Unexpected` error is retried.
+    unexpected: Failure,
+}
 
 impl CatalogError {
+    /// A start-up call's error.
+    pub(crate) fn starting(error: iceberg::Error) -> Self {
+        Self {
+            error,
+            unexpected: Failure::Persistent(RetryCause::iceberg_error),
+        }
+    }
+
+    /// The error of a call made while shards run.
+    pub(crate) fn running(error: iceberg::Error) -> Self {
+        Self {
+            error,
+            unexpected: Failure::Transient(RetryCause::iceberg_error),
+        }
+    }
+
     /// A setting the catalog refuses (invalid data, an unsupported
     /// feature): at start-up, no retry helps.
     pub(crate) fn is_setting(&self) -> bool {
         matches!(
-            self.0.kind(),
+            self.error.kind(),
             iceberg::ErrorKind::DataInvalid | iceberg::ErrorKind::FeatureUnsupported
         )
     }
@@ -58,13 +84,14 @@ impl CatalogError {
 
 impl Classify for CatalogError {
     fn classify(&self) -> Failure {
-        match self.0.kind() {
+        match self.error.kind() {
             iceberg::ErrorKind::DataInvalid
             | iceberg::ErrorKind::FeatureUnsupported
             | iceberg::ErrorKind::TableNotFound
             | iceberg::ErrorKind::NamespaceNotFound => {
                 Failure::Persistent(RetryCause::iceberg_error)
             }
+            iceberg::ErrorKind::Unexpected => self.unexpected,
             _ => Failure::Transient(RetryCause::iceberg_error),
         }
     }
@@ -77,8 +104,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn what_the_catalog_refuses_waits_for_an_operator_the_rest_is_retried_soon() {
-        let error = |kind| CatalogError(iceberg::Error::new(kind, "x"));
+    fn what_the_catalog_refuses_waits_for_an_operator_and_unexpected_errors_at_start_up_too() {
+        let persistent = Failure::Persistent(RetryCause::iceberg_error);
+        let transient = Failure::Transient(RetryCause::iceberg_error);
+        let error = |kind| iceberg::Error::new(kind, "x");
         for kind in [
             ErrorKind::DataInvalid,
             ErrorKind::FeatureUnsupported,
@@ -86,20 +115,23 @@ mod tests {
             ErrorKind::NamespaceNotFound,
         ] {
             assert_eq!(
-                error(kind).classify(),
-                Failure::Persistent(RetryCause::iceberg_error),
+                CatalogError::running(error(kind)).classify(),
+                persistent,
                 "{kind}"
             );
-        }
-        for kind in [ErrorKind::Unexpected, ErrorKind::CatalogCommitConflicts] {
             assert_eq!(
-                error(kind).classify(),
-                Failure::Transient(RetryCause::iceberg_error),
+                CatalogError::starting(error(kind)).classify(),
+                persistent,
                 "{kind}"
             );
         }
-        assert!(error(ErrorKind::DataInvalid).is_setting());
-        assert!(!error(ErrorKind::TableNotFound).is_setting());
-        assert!(!error(ErrorKind::Unexpected).is_setting());
+        let unexpected = || error(ErrorKind::Unexpected);
+        assert_eq!(CatalogError::running(unexpected()).classify(), transient);
+        assert_eq!(CatalogError::starting(unexpected()).classify(), persistent);
+        let conflict = || error(ErrorKind::CatalogCommitConflicts);
+        assert_eq!(CatalogError::starting(conflict()).classify(), transient);
+        assert!(CatalogError::starting(error(ErrorKind::DataInvalid)).is_setting());
+        assert!(!CatalogError::starting(error(ErrorKind::TableNotFound)).is_setting());
+        assert!(!CatalogError::starting(unexpected()).is_setting());
     }
 }

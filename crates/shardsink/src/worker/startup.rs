@@ -223,7 +223,7 @@ impl Worker {
             || async {
                 catalog::open(&target.catalog, storage.clone(), &self.sdk)
                     .await
-                    .map_err(CatalogError)
+                    .map_err(CatalogError::starting)
             },
             CatalogError::is_setting,
         )
@@ -256,10 +256,10 @@ impl Worker {
                 bound: START_UP_CALL_BOUND,
             },
             || async {
-                let new = new_table().map_err(CatalogError)?;
+                let new = new_table().map_err(CatalogError::starting)?;
                 find_or_create(catalog.as_ref(), &target.table, new)
                     .await
-                    .map_err(CatalogError)
+                    .map_err(CatalogError::starting)
             },
             CatalogError::is_setting,
         )
