@@ -54,9 +54,10 @@ impl Frontier {
     }
 
     /// With a table: the lease row's staged batches end at `last`. Their
-    /// records are placed — written, and appended to the table by the next
-    /// commit, which moves the checkpoint — and reading goes on after them,
-    /// so [`placed_through`](Self::placed_through) counts them.
+    /// records are placed — written, their data files staged for the
+    /// committer, which appends them in order (the checkpoint follows) —
+    /// and reading goes on after them, so
+    /// [`placed_through`](Self::placed_through) counts them.
     pub(crate) fn staged_through(&mut self, last: SequenceNumber) {
         self.in_s3_through = Some(last);
     }

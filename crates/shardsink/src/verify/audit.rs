@@ -11,7 +11,9 @@ use super::gap_markers::read_markers;
 use super::keys::{ArchivedKey, Listing, list_archive, read_layout};
 use super::overlaps::overlaps;
 use super::placement::check_batches;
-use super::report::{Audit, EventFindings, TableEventInputs, Uncommitted, WindowOutcome};
+use super::report::{
+    Audit, DecisionsObject, EventFindings, TableEventInputs, Uncommitted, WindowOutcome,
+};
 use super::stream::{GapOutcome, check_gaps, read_checkpoints};
 use super::table_gaps::SideRecords;
 use super::window::{Scope, check_window, decided_batches};
@@ -185,12 +187,21 @@ pub(super) async fn audit(plan: &Plan, clients: &AwsClients, tty: bool) -> anyho
 
     // The table's window check reads every decisions object, committed by
     // the table's ends rather than by main objects.
+    let with_duplicates: HashSet<(&str, &SequenceRange)> = duplicate_objects
+        .iter()
+        .map(|object| (object.shard_id.as_str(), &object.range))
+        .collect();
     let table_events = match &read {
         Some(read) if iceberg && plan.events.is_some() => Some(TableEventInputs {
             decisions: decisions
                 .iter()
                 .zip(&read.decisions)
-                .map(|(object, found)| (object.clone(), found.format.clone()))
+                .map(|(object, found)| DecisionsObject {
+                    key: object.clone(),
+                    format: found.format.clone(),
+                    duplicates_listed: found.decided_duplicates == 0
+                        || with_duplicates.contains(&(object.shard_id.as_str(), &object.range)),
+                })
                 .collect(),
             duplicates: duplicates_named(&duplicate_objects, &read.duplicates),
         }),

@@ -49,11 +49,23 @@ pub(super) enum WindowOutcome {
 /// from the archive's audit, with `--event-id` and `--deep`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct TableEventInputs {
-    /// Every decisions object, with the settings it was made with
-    /// (`x-amz-meta-shardsink-format`).
-    pub(super) decisions: Vec<(ArchivedKey, Option<String>)>,
+    /// Every decisions object.
+    pub(super) decisions: Vec<DecisionsObject>,
     /// Each record of a duplicates object, with the accepted copy it names.
     pub(super) duplicates: HashMap<CopyRef, CopyRef>,
+}
+
+/// A decisions object, as the table's window check takes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct DecisionsObject {
+    pub(super) key: ArchivedKey,
+    /// The settings it was made with (`x-amz-meta-shardsink-format`).
+    pub(super) format: Option<String>,
+    /// Its batch's duplicates, if it decided any, were listed: a batch
+    /// whose duplicates object was written after the listing (a daemon
+    /// running beside the audit) is not checked, or its duplicates would
+    /// count as kept.
+    pub(super) duplicates_listed: bool,
 }
 
 /// What the event checks found (`--deep`).

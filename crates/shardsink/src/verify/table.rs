@@ -55,7 +55,7 @@ use shard_lease::{Checkpoint, Lease};
 use super::body::Position;
 use super::render::{since_text, window_problem_lines, window_text};
 use super::report::WindowOutcome;
-use super::table_gaps::{LiveRecords, TableGaps};
+use super::table_gaps::{LiveRecords, MAX_NAMED, SideRecords, TableGaps};
 use crate::output::format::schema::{SEQUENCE_NUMBER, SHARD_ID, SUB_SEQUENCE_NUMBER};
 use crate::table::commit::read_state;
 use crate::table::state::CommitState;
@@ -184,6 +184,16 @@ pub(super) enum TableFinding {
         /// stream order.
         first: Vec<Position>,
     },
+    /// Live rows whose record is also in an error or duplicates object:
+    /// in two places (E1 broken).
+    AlsoInObjects {
+        shard_id: String,
+        /// How many records.
+        records: u64,
+        /// The first few ([`MAX_NAMED`](super::table_gaps::MAX_NAMED)), in
+        /// sequence order.
+        first: Vec<Position>,
+    },
     /// A shard the state names without a live row (a warning).
     Empty {
         shard_id: String,
@@ -291,6 +301,38 @@ impl TableAudit {
             leases: leases.len(),
             staged,
         };
+    }
+
+    /// With `--deep`: no live row's record is also in one of its shard's
+    /// error or duplicates objects (`sides`, read by the archive's audit);
+    /// each shard where some are is a finding.
+    pub(super) fn check_sides(&mut self, sides: &SideRecords) {
+        let mut findings = Vec::new();
+        let mut shards: Vec<&String> = sides.keys().collect();
+        shards.sort();
+        for shard_id in shards {
+            let Some(live) = self.live.get(shard_id.as_str()) else {
+                continue;
+            };
+            let mut both: Vec<Position> = sides[shard_id]
+                .iter()
+                .filter(|(sequence_number, sub)| {
+                    let sub = sub.and_then(|sub| i64::try_from(sub).ok());
+                    live.contains(&(sequence_number.clone(), sub))
+                })
+                .cloned()
+                .collect();
+            if both.is_empty() {
+                continue;
+            }
+            both.sort();
+            findings.push(TableFinding::AlsoInObjects {
+                shard_id: shard_id.clone(),
+                records: both.len() as u64,
+                first: both.into_iter().take(MAX_NAMED).collect(),
+            });
+        }
+        self.insert_findings(findings);
     }
 
     /// Adds `findings` after the others and before the empty shards,
@@ -499,6 +541,22 @@ impl TableAudit {
     }
 }
 
+/// The records `first` of a finding's `records`, named, and how many more.
+fn positions_text(first: &[Position], records: u64) -> String {
+    let mut named = first
+        .iter()
+        .map(|(sequence_number, sub)| match sub {
+            Some(sub) => format!("{sequence_number} (sub {sub})"),
+            None => sequence_number.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    if records > first.len() as u64 {
+        let _ = write!(named, " and {} more", records - first.len() as u64);
+    }
+    named
+}
+
 /// Most files a finding's line names.
 const MAX_FILES_IN_LINE: usize = 5;
 
@@ -567,22 +625,21 @@ fn finding_line(finding: &TableFinding) -> String {
             records,
             first,
         } => {
-            let mut named = first
-                .iter()
-                .map(|(sequence_number, sub)| match sub {
-                    Some(sub) => format!("{sequence_number} (sub {sub})"),
-                    None => sequence_number.to_string(),
-                })
-                .collect::<Vec<_>>()
-                .join(", ");
-            if *records > first.len() as u64 {
-                let _ = write!(named, " and {} more", *records - first.len() as u64);
-            }
             format!(
                 "missing in {shard_id}: {records} records up to the committed end \
-                 {committed_end} in no live row nor error or duplicates object: {named}"
+                 {committed_end} in no live row nor error or duplicates object: {}",
+                positions_text(first, *records)
             )
         }
+        TableFinding::AlsoInObjects {
+            shard_id,
+            records,
+            first,
+        } => format!(
+            "in two places in {shard_id}: {records} records in a live row and in an error or \
+             duplicates object: {}",
+            positions_text(first, *records)
+        ),
         TableFinding::Empty {
             shard_id,
             committed_end,
