@@ -67,8 +67,12 @@ pub fn policy_actions(file: &str, keep: impl Fn(&str) -> bool) -> BTreeSet<Strin
 /// `X-Amz-Target` header of every request (AWS JSON protocol services:
 /// `AWSGlue.CreateTable`). Each request goes upstream on a connection of
 /// its own, asked to close after the response, which is passed back
-/// whole; request bodies must have a `Content-Length` (the AWS SDKs send
-/// one for JSON). Stops when dropped.
+/// whole; then the client's connection is closed too (the response says
+/// `Connection: close`), so that a response without a length ends. A
+/// request body needs a `Content-Length` (the AWS SDKs send one for JSON);
+/// a chunked one is refused (the connection is dropped, the test's
+/// client fails rather than hangs). `Expect: 100-continue` is answered.
+/// Stops accepting when dropped.
 #[derive(Debug)]
 pub struct TargetProxy {
     /// `http://127.0.0.1:PORT`.
@@ -118,43 +122,53 @@ impl Drop for TargetProxy {
     }
 }
 
-/// Serves one client connection's requests until it closes.
+/// Serves one request of a client connection, then closes it.
 async fn serve(client: TcpStream, upstream: &str, recorded: &Mutex<Vec<String>>) -> Result<()> {
     let (read, mut write) = client.into_split();
     let mut read = BufReader::new(read);
+    let mut head = Vec::new();
+    let (mut length, mut expect_continue) = (0usize, false);
     loop {
-        let mut head = Vec::new();
-        let mut length = 0usize;
-        loop {
-            let mut line = String::new();
-            if read.read_line(&mut line).await? == 0 {
-                return Ok(());
-            }
-            if line == "\r\n" {
-                break;
-            }
-            if let Some((name, value)) = line.split_once(':') {
-                let (name, value) = (name.trim(), value.trim());
-                if name.eq_ignore_ascii_case("content-length") {
-                    length = value.parse().context("Content-Length")?;
-                }
-                if name.eq_ignore_ascii_case("x-amz-target") {
-                    recorded.lock().unwrap().push(value.to_owned());
-                }
-                if name.eq_ignore_ascii_case("connection") {
-                    continue;
-                }
-            }
-            head.extend_from_slice(line.as_bytes());
+        let mut line = String::new();
+        if read.read_line(&mut line).await? == 0 {
+            return Ok(());
         }
-        head.extend_from_slice(b"Connection: close\r\n\r\n");
-        let mut body = vec![0; length];
-        read.read_exact(&mut body).await?;
-        let mut server = TcpStream::connect(upstream).await?;
-        server.write_all(&head).await?;
-        server.write_all(&body).await?;
-        let mut response = Vec::new();
-        server.read_to_end(&mut response).await?;
-        write.write_all(&response).await?;
+        if line.trim_end().is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            let (name, value) = (name.trim(), value.trim());
+            if name.eq_ignore_ascii_case("content-length") {
+                length = value.parse().context("Content-Length")?;
+            }
+            if name.eq_ignore_ascii_case("transfer-encoding") {
+                anyhow::bail!("a request body in {value} transfer encoding is not supported");
+            }
+            if name.eq_ignore_ascii_case("x-amz-target") {
+                recorded.lock().unwrap().push(value.to_owned());
+            }
+            if name.eq_ignore_ascii_case("expect") {
+                expect_continue = value.eq_ignore_ascii_case("100-continue");
+                continue;
+            }
+            if name.eq_ignore_ascii_case("connection") {
+                continue;
+            }
+        }
+        head.extend_from_slice(line.as_bytes());
     }
+    head.extend_from_slice(b"Connection: close\r\n\r\n");
+    if expect_continue {
+        write.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+    }
+    let mut body = vec![0; length];
+    read.read_exact(&mut body).await?;
+    let mut server = TcpStream::connect(upstream).await?;
+    server.write_all(&head).await?;
+    server.write_all(&body).await?;
+    let mut response = Vec::new();
+    server.read_to_end(&mut response).await?;
+    write.write_all(&response).await?;
+    write.shutdown().await?;
+    Ok(())
 }
