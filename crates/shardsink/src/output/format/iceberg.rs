@@ -40,7 +40,7 @@
 //! | `decimal(P,S)`          | a number, or a string holding one, exactly representable (no non-zero digit beyond S, at most P digits) | Decimal128(P, S) |
 //! | `date`                  | `YYYY-MM-DD` text                                         | Date32 |
 //! | `timestamp`, `timestamptz` | RFC 3339 text with any offset (stored as the UTC instant, finer than microseconds truncated), or integer epoch milliseconds | Timestamp(Microsecond, none / "+00:00") |
-//! | `binary`                | base64 text (RFC 4648 section 4, standard alphabet, padded) | LargeBinary |
+//! | `binary`                | base64 text (RFC 4648 section 4, standard alphabet, padded) | LargeBinary (Binary in memory) |
 //! | `uuid`                  | UUID text, `8-4-4-4-12` hex digits                        | FixedSizeBinary(16) |
 //!
 //! A missing member or a JSON `null` is a null; in a required column the
@@ -55,7 +55,12 @@
 //! The Arrow types are exactly those `iceberg::arrow::schema_to_arrow_schema`
 //! gives, each field carrying its Iceberg field id as `PARQUET:field_id`,
 //! so that readers (iceberg-rust, pyiceberg, Spark, DuckDB) map the Parquet
-//! columns to the table's by id.
+//! columns to the table's by id. One exception, in memory only: a `binary`
+//! column (`data`, or a base64 payload column) is built as `Binary`, with
+//! 32-bit offsets as the `parquet` format's `data`, and written under its
+//! `LargeBinary` field; the `parquet` crate writes either array as the same
+//! `BYTE_ARRAY` column, so the file, the Arrow schema in its footer
+//! included, is the same byte for byte.
 //!
 //! # Partitions
 //! Each partition field's source must be a top-level primitive column. The
@@ -83,12 +88,12 @@ use std::sync::Arc;
 
 use ::parquet::arrow::ArrowWriter;
 use ::parquet::errors::ParquetError;
-use ::parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
+use ::parquet::file::metadata::ParquetMetaData;
 use ::parquet::file::statistics::Statistics;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Date32Type, Int32Type};
 use arrow_array::{Array, ArrayRef, RecordBatch, new_null_array};
-use arrow_schema::ArrowError;
+use arrow_schema::{ArrowError, DataType, Fields};
 use bytes::Bytes;
 use iceberg::arrow::{RecordBatchPartitionSplitter, schema_to_arrow_schema};
 use iceberg::spec::{
@@ -258,8 +263,10 @@ impl RowColumns for PayloadColumns {
 pub struct IcebergLayout {
     schema: SchemaRef,
     spec: PartitionSpecRef,
-    /// The table's Arrow schema, with field ids.
+    /// The table's Arrow schema, with field ids: the files' schema.
     arrow_schema: arrow_schema::SchemaRef,
+    /// The schema of the columns as built ([`built_schema`]).
+    built_schema: arrow_schema::SchemaRef,
     /// Each top-level column's source, in schema order.
     sources: Vec<Source>,
     payload: PayloadColumns,
@@ -388,12 +395,13 @@ impl IcebergLayout {
             )?;
         }
         let arrow_schema = Arc::new(schema_to_arrow_schema(&schema)?);
+        let built_schema = built_schema(&arrow_schema);
         // Every column filled (not always null) has a builder of its Arrow
         // type: what `IcebergBatch::new` relies on.
         for ((source, field), arrow_field) in sources
             .iter()
             .zip(schema.as_struct().fields())
-            .zip(arrow_schema.fields())
+            .zip(built_schema.fields())
         {
             if *source != Source::Null
                 && ColumnBuilder::for_arrow(arrow_field.data_type()).is_none()
@@ -408,6 +416,7 @@ impl IcebergLayout {
             schema,
             spec,
             arrow_schema,
+            built_schema,
             sources,
             payload,
         })
@@ -429,6 +438,32 @@ impl IcebergLayout {
     pub fn arrow_schema(&self) -> &arrow_schema::SchemaRef {
         &self.arrow_schema
     }
+}
+
+/// `files`, the Arrow schema of the data files, with each top-level
+/// `LargeBinary` field (Iceberg `binary`) as `Binary`, its metadata (the
+/// field id) kept: the schema of the columns as [`IcebergBatch`] builds
+/// them. The `parquet` crate's writer takes a `Binary` array for a
+/// `LargeBinary` field and writes the same `BYTE_ARRAY` values (its
+/// `LevelInfoBuilder::types_compatible`; the encoders read either), so the
+/// files are those of `files`; the builder copies 4-byte offsets instead
+/// of 8, and a batch's `binary` column holds at most 2 GiB, as the
+/// `parquet` format's `data` column.
+fn built_schema(files: &arrow_schema::Schema) -> arrow_schema::SchemaRef {
+    let fields: Fields = files
+        .fields()
+        .iter()
+        .map(|field| match field.data_type() {
+            DataType::LargeBinary => {
+                Arc::new(field.as_ref().clone().with_data_type(DataType::Binary))
+            }
+            _ => field.clone(),
+        })
+        .collect();
+    Arc::new(arrow_schema::Schema::new_with_metadata(
+        fields,
+        files.metadata().clone(),
+    ))
 }
 
 /// The doc of a `string` column that holds a payload member's JSON text,
@@ -484,7 +519,7 @@ impl IcebergBatch {
         let columns = layout
             .sources
             .iter()
-            .zip(layout.arrow_schema.fields())
+            .zip(layout.built_schema.fields())
             .map(|(source, field)| match source {
                 Source::Null => None,
                 // Checked by `IcebergLayout::new`.
@@ -593,7 +628,7 @@ impl IcebergBatch {
 
     /// An estimate of the bytes the columns hold, kept as rows are pushed
     /// (constant time): each value's own bytes, plus 4 bytes of offset per
-    /// variable-width value (8 for binary) and the fixed width per null;
+    /// variable-width value and the fixed width per null;
     /// null bitmaps are left out, as in the `parquet` format.
     pub fn memory_bytes(&self) -> u64 {
         self.memory_bytes
@@ -622,14 +657,14 @@ impl IcebergBatch {
         }
         let arrays: Vec<ArrayRef> = columns
             .into_iter()
-            .zip(layout.arrow_schema.fields())
+            .zip(layout.built_schema.fields())
             .map(|(builder, field)| match builder {
                 Some(mut builder) => builder.finish(),
                 None => new_null_array(field.data_type(), rows),
             })
             .collect();
         let batch =
-            RecordBatch::try_new(layout.arrow_schema.clone(), arrays).map_err(|source| {
+            RecordBatch::try_new(layout.built_schema.clone(), arrays).map_err(|source| {
                 IcebergBatchError::Arrow {
                     shard_id: shard_id.clone(),
                     source,
@@ -686,11 +721,9 @@ impl IcebergBatch {
         files
             .into_iter()
             .map(|(partition, partition_path, batch)| {
-                let bytes = write_parquet(&layout.arrow_schema, &batch, properties.clone())
-                    .map_err(parquet_error)?;
-                let metadata = ParquetMetaDataReader::new()
-                    .parse_and_finish(&bytes)
-                    .map_err(parquet_error)?;
+                let (bytes, metadata) =
+                    write_parquet(&layout.arrow_schema, &batch, properties.clone())
+                        .map_err(parquet_error)?;
                 Ok(PartitionFile {
                     partition,
                     partition_path,
@@ -818,15 +851,19 @@ fn form_url_encode(text: &str) -> Cow<'_, str> {
     Cow::Owned(encoded)
 }
 
-/// `batch` as one Parquet file written with `properties`.
+/// `batch` as one Parquet file of Arrow schema `schema` written with
+/// `properties`, and the file's footer as the writer made it (the same
+/// metadata that parsing the footer back gives, without the parse).
 fn write_parquet(
     schema: &arrow_schema::SchemaRef,
     batch: &RecordBatch,
     properties: ::parquet::file::properties::WriterProperties,
-) -> Result<Bytes, ParquetError> {
-    let mut writer = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(properties))?;
+) -> Result<(Bytes, ParquetMetaData), ParquetError> {
+    let mut bytes = Vec::new();
+    let mut writer = ArrowWriter::try_new(&mut bytes, schema.clone(), Some(properties))?;
     writer.write(batch)?;
-    writer.into_inner().map(Bytes::from)
+    let metadata = writer.close()?;
+    Ok((Bytes::from(bytes), metadata))
 }
 
 /// The order of partition values: field by field, a null before any

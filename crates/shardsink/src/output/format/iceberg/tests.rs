@@ -881,10 +881,10 @@ fn memory_bytes_counts_what_the_columns_hold() {
     let mut batch = IcebergBatch::new(layout, SHARD);
     batch.push(&view("1", None, NOV_28_MS, b"xyz")).unwrap();
     // shard id 20 + 4, sequence number 1 + 4, a null long 8, partition key
-    // 4 + 4, arrival 8, data 3 + 8 (a 64-bit offset).
-    assert_eq!(batch.memory_bytes(), 24 + 5 + 8 + 8 + 8 + 11);
+    // 4 + 4, arrival 8, data 3 + 4 (built as Binary: a 32-bit offset).
+    assert_eq!(batch.memory_bytes(), 24 + 5 + 8 + 8 + 8 + 7);
     batch.push(&view("2", Some(1), NOV_28_MS, b"")).unwrap();
-    assert_eq!(batch.memory_bytes(), 64 + 24 + 5 + 8 + 8 + 8 + 8);
+    assert_eq!(batch.memory_bytes(), 60 + 24 + 5 + 8 + 8 + 8 + 4);
 }
 
 #[test]
@@ -939,13 +939,13 @@ fn record_batch_of(layout: &Arc<IcebergLayout>, arrivals: &[i64]) -> RecordBatch
     let arrays: Vec<ArrayRef> = batch
         .columns
         .into_iter()
-        .zip(layout.arrow_schema.fields())
+        .zip(layout.built_schema.fields())
         .map(|(builder, field)| match builder {
             Some(mut builder) => builder.finish(),
             None => new_null_array(field.data_type(), arrivals.len()),
         })
         .collect();
-    RecordBatch::try_new(layout.arrow_schema.clone(), arrays).unwrap()
+    RecordBatch::try_new(layout.built_schema.clone(), arrays).unwrap()
 }
 
 #[test]
@@ -985,4 +985,92 @@ fn a_json_string_column_takes_any_json_value_as_its_text() {
             Some(r#""text""#.to_owned())
         ]
     );
+}
+
+#[test]
+fn binary_columns_built_as_binary_give_the_files_of_their_large_binary_fields() {
+    // `data` holds the payload's bytes, `blob` its member's base64 text
+    // decoded.
+    let schema = schema_with(vec![
+        NestedField::required(6, DATA, Type::Primitive(PrimitiveType::Binary)),
+        NestedField::optional(7, "blob", Type::Primitive(PrimitiveType::Binary)),
+    ]);
+    let layout = layout(schema.clone(), by_day(&schema));
+    for name in [DATA, "blob"] {
+        let built = layout.built_schema.field_with_name(name).unwrap();
+        assert_eq!(built.data_type(), &DataType::Binary);
+        let file = layout.arrow_schema.field_with_name(name).unwrap();
+        assert_eq!(file.data_type(), &DataType::LargeBinary);
+        assert_eq!(built.metadata(), file.metadata());
+    }
+    let mut batch = IcebergBatch::new(layout.clone(), SHARD);
+    batch
+        .push(&view("1", None, NOV_28_MS, br#"{"blob":"AP9h"}"#))
+        .unwrap();
+    batch
+        .push(&view("2", Some(4), NOV_28_MS + 1, b"{}"))
+        .unwrap();
+    let files = batch.finish(Compression::Zstd(3)).unwrap();
+    // Read back as LargeBinary (the footer's Arrow schema) and written
+    // again from those arrays: the same bytes.
+    let rows = read(&files[0].bytes);
+    let blob = rows.column_by_name("blob").unwrap().as_binary::<i64>();
+    assert_eq!(
+        blob.iter().collect::<Vec<_>>(),
+        [Some(&b"\x00\xffa"[..]), None]
+    );
+    let properties = writer_properties(Compression::Zstd(3)).unwrap();
+    let (again, _) = write_parquet(&layout.arrow_schema, &rows, properties).unwrap();
+    assert_eq!(again, files[0].bytes);
+}
+
+#[test]
+fn column_metrics_are_those_of_the_footer_read_back() {
+    let schema = schema_with(vec![
+        NestedField::optional(6, "name", Type::Primitive(PrimitiveType::String)),
+        NestedField::optional(7, "count", Type::Primitive(PrimitiveType::Long)),
+        NestedField::optional(8, "ratio", Type::Primitive(PrimitiveType::Double)),
+        NestedField::optional(9, "ok", Type::Primitive(PrimitiveType::Boolean)),
+        NestedField::optional(10, "day", Type::Primitive(PrimitiveType::Date)),
+    ]);
+    let layout = layout(schema.clone(), by_day(&schema));
+    let long = "x".repeat(100);
+    let payloads = [
+        format!(r#"{{"name":"{long}","count":-3,"ratio":0.5,"ok":true,"day":"2026-11-28"}}"#),
+        r#"{"name":"émile","count":9,"ok":false}"#.to_owned(),
+        r#"{"ratio":-1.25,"day":"2026-01-02"}"#.to_owned(),
+    ];
+    let mut batch = IcebergBatch::new(layout, SHARD);
+    for (index, (payload, at)) in payloads
+        .iter()
+        .zip([NOV_28_MS, NOV_27_LAST_MS, NOV_28_MS + 5])
+        .enumerate()
+    {
+        let sequence = format!("4959{index}");
+        let sub = (index == 1).then_some(2);
+        batch
+            .push(&view(&sequence, sub, at, payload.as_bytes()))
+            .unwrap();
+    }
+    let files = batch.finish(Compression::Gzip(6)).unwrap();
+    assert_eq!(files.len(), 2);
+    for file in &files {
+        let footer = ::parquet::file::metadata::ParquetMetaDataReader::new()
+            .parse_and_finish(&file.bytes)
+            .unwrap();
+        let read_back = ColumnStats::of(&footer, &schema);
+        assert_eq!(file.column_stats, read_back);
+        assert!(!read_back.upper_bounds.is_empty());
+    }
+    // The long name is cut to 16 characters, the upper bound incremented.
+    let day = &files[1].column_stats;
+    assert_eq!(
+        day.lower_bounds.get(&6),
+        Some(&Datum::string("x".repeat(16)))
+    );
+    assert_eq!(
+        day.upper_bounds.get(&6),
+        Some(&Datum::string(format!("{}y", "x".repeat(15))))
+    );
+    assert_eq!(day.null_value_counts.get(&7), Some(&1));
 }

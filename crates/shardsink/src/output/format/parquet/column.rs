@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use arrow_array::ArrayRef;
 use arrow_array::builder::{
-    BooleanBuilder, Date32Builder, Decimal128Builder, FixedSizeBinaryBuilder, Float32Builder,
-    Float64Builder, Int32Builder, Int64Builder, LargeBinaryBuilder, StringBuilder,
+    BinaryBuilder, BooleanBuilder, Date32Builder, Decimal128Builder, FixedSizeBinaryBuilder,
+    Float32Builder, Float64Builder, Int32Builder, Int64Builder, StringBuilder,
     TimestampMicrosecondBuilder, TimestampMillisecondBuilder,
 };
 use arrow_schema::{DataType, TimeUnit};
@@ -28,7 +28,8 @@ pub(crate) enum ColumnBuilder {
     TimestampMicros(TimestampMicrosecondBuilder),
     Date(Date32Builder),
     Decimal(Decimal128Builder),
-    LargeBinary(LargeBinaryBuilder),
+    /// Bytes with 32-bit offsets: at most 2 GiB a column.
+    Binary(BinaryBuilder),
     /// Fixed-width bytes: a UUID's 16, the only width cells have.
     FixedBinary(FixedSizeBinaryBuilder),
 }
@@ -37,7 +38,7 @@ impl ColumnBuilder {
     /// An empty builder of a column whose Arrow type is `data_type`, when
     /// it is one of the builders' types: Utf8, Boolean, Int32, Int64,
     /// Float32, Float64, Timestamp (milliseconds or microseconds, any
-    /// zone), Date32, Decimal128, LargeBinary, FixedSizeBinary.
+    /// zone), Date32, Decimal128, Binary, FixedSizeBinary.
     pub(crate) fn for_arrow(data_type: &DataType) -> Option<Self> {
         Some(match data_type {
             DataType::Utf8 => Self::Utf8(StringBuilder::with_capacity(0, 0)),
@@ -58,7 +59,7 @@ impl ColumnBuilder {
                     .with_precision_and_scale(*precision, *scale)
                     .ok()?,
             ),
-            DataType::LargeBinary => Self::LargeBinary(LargeBinaryBuilder::with_capacity(0, 0)),
+            DataType::Binary => Self::Binary(BinaryBuilder::with_capacity(0, 0)),
             DataType::FixedSizeBinary(width) => {
                 Self::FixedBinary(FixedSizeBinaryBuilder::with_capacity(0, *width))
             }
@@ -126,9 +127,9 @@ impl ColumnBuilder {
                 builder.append_value(value);
                 16
             }
-            (Self::LargeBinary(builder), Cell::Bytes(bytes)) => {
+            (Self::Binary(builder), Cell::Bytes(bytes)) => {
                 builder.append_value(&bytes);
-                bytes.len() as u64 + 2 * OFFSET_BYTES
+                bytes.len() as u64 + OFFSET_BYTES
             }
             (Self::FixedBinary(builder), Cell::Bytes(bytes)) => {
                 // Cells of a fixed-width column have its width (a UUID's
@@ -192,9 +193,9 @@ impl ColumnBuilder {
                 builder.append_null();
                 16
             }
-            Self::LargeBinary(builder) => {
+            Self::Binary(builder) => {
                 builder.append_null();
-                2 * OFFSET_BYTES
+                OFFSET_BYTES
             }
             Self::FixedBinary(builder) => {
                 builder.append_null();
@@ -216,7 +217,7 @@ impl ColumnBuilder {
             Self::TimestampMicros(builder) => Arc::new(builder.finish()),
             Self::Date(builder) => Arc::new(builder.finish()),
             Self::Decimal(builder) => Arc::new(builder.finish()),
-            Self::LargeBinary(builder) => Arc::new(builder.finish()),
+            Self::Binary(builder) => Arc::new(builder.finish()),
             Self::FixedBinary(builder) => Arc::new(builder.finish()),
         }
     }
