@@ -1,7 +1,8 @@
 //! The I/O of check 4: checkpoints from the lease table, the stream's shards
 //! (ListShards), and each shard read from `TRIM_HORIZON` with the daemon's
 //! own [`ShardReader`] into its [`ShardGapCheck`] (and, with `--event-id`,
-//! its [`ShardEvents`]), paced and backing off.
+//! its [`ShardEvents`]), paced and backing off. The table's gap check reads
+//! the shards the same way ([`read_shards`], any [`ShardCheck`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
@@ -26,7 +27,7 @@ use crate::read::reader::ShardReader;
 use crate::read::record::ShardRecord;
 
 /// Shards read at once for the gap check (each paced on its own).
-pub(super) const SHARD_CONCURRENCY: usize = 16;
+const SHARD_CONCURRENCY: usize = 16;
 /// Kinesis allows 5 GetRecords calls a second per shard: at least this long
 /// between two calls on one shard.
 const MIN_CALL_INTERVAL: Duration = Duration::from_millis(200);
@@ -169,28 +170,7 @@ pub(super) async fn check_gaps(
             )),
         }
     }
-    let reading = ShardsRead::start(tty, checks.len());
-    let read_all: Vec<(ShardGapResult, Vec<EventCopy>)> = futures::stream::iter(checks)
-        .map(|(check, events)| {
-            let reading = &reading;
-            async move {
-                let (result, copies) =
-                    read_shard(kinesis, check, events, plan.since, reading.progress()).await;
-                reading.shard_done(&result.shard_id, result.checked);
-                (result, copies)
-            }
-        })
-        .buffer_unordered(SHARD_CONCURRENCY)
-        .collect()
-        .await;
-    reading.finish();
-    let mut results = Vec::with_capacity(read_all.len());
-    let mut copies = Vec::new();
-    for (result, shard_copies) in read_all {
-        results.push(result);
-        copies.extend(shard_copies);
-    }
-    results.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
+    let (results, copies) = read_shards(kinesis, checks, plan.since, tty).await;
     (
         GapOutcome::Checked {
             shards: results,
@@ -204,7 +184,7 @@ pub(super) async fn check_gaps(
 /// The progress of reading many shards at once (`SHARD_CONCURRENCY` at a
 /// time): one phase, with the records read by all of them and each shard's
 /// line as it ends.
-pub(super) struct ShardsRead {
+struct ShardsRead {
     phase: Phase,
     total: usize,
     done: AtomicU64,
@@ -213,7 +193,7 @@ pub(super) struct ShardsRead {
 
 impl ShardsRead {
     /// The phase for `total` shards.
-    pub(super) fn start(tty: bool, total: usize) -> Self {
+    fn start(tty: bool, total: usize) -> Self {
         Self {
             phase: Phase::start(tty, Some(total as u64), "reading shards"),
             total,
@@ -224,7 +204,7 @@ impl ShardsRead {
 
     /// The callback a shard's read reports its records to (a count each
     /// time).
-    pub(super) fn progress(&self) -> impl Fn(u64) + '_ {
+    fn progress(&self) -> impl Fn(u64) + '_ {
         move |records: u64| {
             let read = self.read.fetch_add(records, AtomicOrdering::Relaxed) + records;
             let done = self.done.load(AtomicOrdering::Relaxed);
@@ -236,7 +216,7 @@ impl ShardsRead {
     }
 
     /// Says that `shard_id` is read, `checked` records checked.
-    pub(super) fn shard_done(&self, shard_id: &str, checked: u64) {
+    fn shard_done(&self, shard_id: &str, checked: u64) {
         self.done.fetch_add(1, AtomicOrdering::Relaxed);
         self.phase
             .line(format!("checked shard {shard_id}: {checked} records"));
@@ -244,34 +224,90 @@ impl ShardsRead {
     }
 
     /// Ends the phase.
-    pub(super) fn finish(self) {
+    fn finish(self) {
         self.phase.finish(None);
     }
 }
 
-/// Reads a shard from `TRIM_HORIZON` (or, with `since`, from `AT_TIMESTAMP`)
-/// into `check` (and `events`) until the bound, the shard's end, or caught
-/// up (see [`read_records`]).
-async fn read_shard(
+/// A shard's check that a gap check's read feeds: the archive's
+/// [`ShardGapCheck`], or a table's (`table_gaps::TableShardCheck`).
+pub(super) trait ShardCheck {
+    /// What the check found.
+    type Found;
+    /// The shard it checks.
+    fn shard_id(&self) -> &str;
+    /// The next record of the shard, in sequence order.
+    fn observe(&mut self, record: &ShardRecord) -> Flow;
+    /// What the check found once the read ended with `end`.
+    fn finish(self, end: ReadEnd) -> Self::Found;
+    /// The shard and the records checked, of what a check found.
+    fn checked(found: &Self::Found) -> (&str, u64);
+}
+
+impl ShardCheck for ShardGapCheck {
+    type Found = ShardGapResult;
+
+    fn shard_id(&self) -> &str {
+        &self.shard_id
+    }
+
+    fn observe(&mut self, record: &ShardRecord) -> Flow {
+        ShardGapCheck::observe(self, record.sequence_number.clone(), record.arrival_millis)
+    }
+
+    fn finish(self, end: ReadEnd) -> ShardGapResult {
+        ShardGapCheck::finish(self, end)
+    }
+
+    fn checked(found: &ShardGapResult) -> (&str, u64) {
+        (&found.shard_id, found.checked)
+    }
+}
+
+/// Reads the shard of each of `checks` from `TRIM_HORIZON` (or, with
+/// `since`, from `AT_TIMESTAMP`) into its check and, with `--event-id`,
+/// its [`ShardEvents`], [`SHARD_CONCURRENCY`] shards at a time under one
+/// progress phase (a bar when `tty`), each until its check is done, the
+/// shard's end, or caught up (see [`read_records`]). Returns what the
+/// checks found, sorted by shard id, and every keyed copy. The events'
+/// batches lie within the checks' bounds: no record past a bound is keyed.
+pub(super) async fn read_shards<C: ShardCheck>(
     kinesis: &Kinesis,
-    mut check: ShardGapCheck,
-    mut events: Option<ShardEvents>,
+    checks: Vec<(C, Option<ShardEvents>)>,
     since: Option<DateTime<Utc>>,
-    progress: impl Fn(u64),
-) -> (ShardGapResult, Vec<EventCopy>) {
-    let shard_id = check.shard_id.clone();
-    let end = read_records(kinesis, &shard_id, since, progress, |record| {
-        if let Some(events) = &mut events {
-            // Decided batches lie within the bound: no record past it.
-            events.observe(&record);
-        }
-        check.observe(record.sequence_number, record.arrival_millis)
-    })
-    .await;
-    (
-        check.finish(end),
-        events.map(ShardEvents::finish).unwrap_or_default(),
-    )
+    tty: bool,
+) -> (Vec<C::Found>, Vec<EventCopy>) {
+    let reading = ShardsRead::start(tty, checks.len());
+    let read_all: Vec<(C::Found, Vec<EventCopy>)> = futures::stream::iter(checks)
+        .map(|(mut check, mut events)| {
+            let reading = &reading;
+            async move {
+                let shard_id = check.shard_id().to_owned();
+                let end = read_records(kinesis, &shard_id, since, reading.progress(), |record| {
+                    if let Some(events) = &mut events {
+                        events.observe(&record);
+                    }
+                    check.observe(&record)
+                })
+                .await;
+                let found = check.finish(end);
+                let (shard_id, checked) = C::checked(&found);
+                reading.shard_done(shard_id, checked);
+                (found, events.map(ShardEvents::finish).unwrap_or_default())
+            }
+        })
+        .buffer_unordered(SHARD_CONCURRENCY)
+        .collect()
+        .await;
+    reading.finish();
+    let mut found = Vec::with_capacity(read_all.len());
+    let mut copies = Vec::new();
+    for (shard_found, shard_copies) in read_all {
+        found.push(shard_found);
+        copies.extend(shard_copies);
+    }
+    found.sort_by(|a, b| C::checked(a).0.cmp(C::checked(b).0));
+    (found, copies)
 }
 
 /// Reads shard `shard_id` from `TRIM_HORIZON` (or, with `since`, from

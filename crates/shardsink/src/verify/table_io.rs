@@ -11,22 +11,23 @@ use std::future::Future;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use futures::StreamExt as _;
 use iceberg::{Catalog, TableIdent};
 use shard_lease::Lease;
 
 use super::args::{EventCheck, Plan};
+use super::gaps::{Flow, ReadEnd};
 use super::keys::list_keys;
 use super::report::{TableEventInputs, WindowOutcome};
-use super::stream::{SHARD_CONCURRENCY, ShardsRead, read_leases, read_records};
+use super::stream::{ShardCheck, read_leases, read_shards};
 use super::table::{TableAudit, audit_table};
-use super::table_gaps::{SideRecords, TableGaps, TableShardCheck};
+use super::table_gaps::{SideRecords, TableGaps, TableShardCheck, TableShardGaps};
 use super::window::{Scope, ShardEvents, check_window, decided_batches};
 use crate::aws::table_storage::{S3TableStorageFactory, parse_location};
 use crate::aws::{AwsClients, Kinesis, ObjectStore};
 use crate::config::IcebergTarget;
 use crate::events::id::settings_description;
 use crate::ops::log::error_chain;
+use crate::read::record::ShardRecord;
 use crate::table::catalog::{self, CatalogKind, sqlite_path};
 
 /// Audits the table of `target` (progress on stderr, a bar when `tty`);
@@ -193,43 +194,7 @@ pub(super) async fn check_table_gaps(
         ));
     }
 
-    let reading = ShardsRead::start(tty, checks.len());
-    let read_all: Vec<_> = futures::stream::iter(checks)
-        .map(|(mut check, mut keyed)| {
-            let reading = &reading;
-            async move {
-                let shard_id = check.shard_id().to_owned();
-                let end = read_records(
-                    kinesis,
-                    &shard_id,
-                    plan.since,
-                    reading.progress(),
-                    |record| {
-                        if let Some(keyed) = &mut keyed {
-                            // Decided batches end at or before the committed
-                            // end: no record past it.
-                            keyed.observe(&record);
-                        }
-                        check.observe(&record)
-                    },
-                )
-                .await;
-                let result = check.finish(end);
-                reading.shard_done(&result.shard_id, result.checked);
-                (result, keyed.map(ShardEvents::finish).unwrap_or_default())
-            }
-        })
-        .buffer_unordered(SHARD_CONCURRENCY)
-        .collect()
-        .await;
-    reading.finish();
-    let mut results = Vec::with_capacity(read_all.len());
-    let mut copies = Vec::new();
-    for (result, shard_copies) in read_all {
-        results.push(result);
-        copies.extend(shard_copies);
-    }
-    results.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
+    let (results, copies) = read_shards(kinesis, checks, plan.since, tty).await;
     audit.record_gaps(TableGaps::Checked {
         shards: results,
         notes,
@@ -248,6 +213,26 @@ pub(super) async fn check_table_gaps(
             window_millis: check.settings.rule.window_millis,
             other_settings,
         };
+    }
+}
+
+impl ShardCheck for TableShardCheck {
+    type Found = TableShardGaps;
+
+    fn shard_id(&self) -> &str {
+        TableShardCheck::shard_id(self)
+    }
+
+    fn observe(&mut self, record: &ShardRecord) -> Flow {
+        TableShardCheck::observe(self, record)
+    }
+
+    fn finish(self, end: ReadEnd) -> TableShardGaps {
+        TableShardCheck::finish(self, end)
+    }
+
+    fn checked(found: &TableShardGaps) -> (&str, u64) {
+        (&found.shard_id, found.checked)
     }
 }
 
