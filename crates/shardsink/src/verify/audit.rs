@@ -185,26 +185,10 @@ pub(super) async fn audit(plan: &Plan, clients: &AwsClients, tty: bool) -> anyho
         _ => SideRecords::new(),
     };
 
-    // The table's window check reads every decisions object, committed by
-    // the table's ends rather than by main objects.
-    let with_duplicates: HashSet<(&str, &SequenceRange)> = duplicate_objects
-        .iter()
-        .map(|object| (object.shard_id.as_str(), &object.range))
-        .collect();
     let table_events = match &read {
-        Some(read) if iceberg && plan.events.is_some() => Some(TableEventInputs {
-            decisions: decisions
-                .iter()
-                .zip(&read.decisions)
-                .map(|(object, found)| DecisionsObject {
-                    key: object.clone(),
-                    format: found.format.clone(),
-                    duplicates_listed: found.decided_duplicates == 0
-                        || with_duplicates.contains(&(object.shard_id.as_str(), &object.range)),
-                })
-                .collect(),
-            duplicates: duplicates_named(&duplicate_objects, &read.duplicates),
-        }),
+        Some(read) if iceberg && plan.events.is_some() => {
+            Some(table_event_inputs(&decisions, &duplicate_objects, read))
+        }
         _ => None,
     };
 
@@ -230,6 +214,33 @@ pub(super) async fn audit(plan: &Plan, clients: &AwsClients, tty: bool) -> anyho
         sides,
         table_events,
     })
+}
+
+/// What the table's window check needs of the objects `read`: every
+/// decisions object (committed by the table's ends rather than by main
+/// objects, which a table's batches do not have) and the duplicates.
+fn table_event_inputs(
+    decisions: &[ArchivedKey],
+    duplicate_objects: &[ArchivedKey],
+    read: &DeepRead,
+) -> TableEventInputs {
+    let with_duplicates: HashSet<(&str, &SequenceRange)> = duplicate_objects
+        .iter()
+        .map(|object| (object.shard_id.as_str(), &object.range))
+        .collect();
+    TableEventInputs {
+        decisions: decisions
+            .iter()
+            .zip(&read.decisions)
+            .map(|(object, found)| DecisionsObject {
+                key: object.clone(),
+                format: found.format.clone(),
+                duplicates_listed: found.decided_duplicates == 0
+                    || with_duplicates.contains(&(object.shard_id.as_str(), &object.range)),
+            })
+            .collect(),
+        duplicates: duplicates_named(duplicate_objects, &read.duplicates),
+    }
 }
 
 /// What `--deep` read: the summary, and what each object holds, in the

@@ -5,7 +5,7 @@
 //! `--stream`, the gap check of the table: each shard read up to its
 //! committed end into its `TableShardCheck`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::future::Future;
 use std::sync::Arc;
@@ -140,22 +140,15 @@ pub(super) async fn check_table_gaps(
         Some((check, inputs)) => {
             let description =
                 settings_description(&check.settings.source, check.settings.fingerprint);
-            let complete: HashSet<&str> = inputs
-                .decisions
-                .iter()
-                .filter(|object| object.duplicates_listed)
-                .map(|object| object.key.key.as_str())
-                .collect();
             decided_batches(
                 inputs
                     .decisions
                     .iter()
+                    .filter(|object| object.duplicates_listed)
                     .map(|object| (&object.key, object.format.as_deref())),
                 |object| {
-                    complete.contains(object.key.as_str())
-                        && ends
-                            .get(object.shard_id.as_str())
-                            .is_some_and(|end| object.range.last() <= end)
+                    ends.get(object.shard_id.as_str())
+                        .is_some_and(|end| object.range.last() <= end)
                 },
                 &description,
             )
