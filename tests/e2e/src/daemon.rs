@@ -510,7 +510,7 @@ impl Daemon {
     /// Still running after `timeout`, or another exit (with the log tail).
     pub async fn wait_exit_ok(&mut self, timeout: Duration) -> Result<()> {
         let status = self.wait_exit(timeout).await?;
-        if status.code() != Some(0) {
+        if !self.stopped_as_asked(status) {
             bail!(
                 "shardsink (pid {}) exited with {status} after SIGTERM, expected code 0; log:\n{}",
                 self.pid(),
@@ -518,6 +518,21 @@ impl Daemon {
             );
         }
         Ok(())
+    }
+
+    /// Whether `status`, the exit of a process sent SIGTERM, is the stop it
+    /// was asked for: code 0 (flushed, checkpointed, released), or killed by
+    /// that SIGTERM with nothing logged. The second is a signal that arrived
+    /// between `exec` and the installation of the daemon's handlers, which
+    /// comes before its first log line: no program can catch a signal
+    /// before its handler exists, and the process had done nothing yet
+    /// (systemd too counts death by SIGTERM as a clean exit). Killed by
+    /// SIGTERM after it logged is not a stop as asked: its handlers were
+    /// missing.
+    pub fn stopped_as_asked(&self, status: ExitStatus) -> bool {
+        use std::os::unix::process::ExitStatusExt;
+        const SIGTERM: i32 = 15;
+        status.code() == Some(0) || (status.signal() == Some(SIGTERM) && self.log().is_empty())
     }
 }
 
@@ -693,6 +708,33 @@ mod tests {
         let pid = daemon.pid();
         drop(daemon);
         assert!(!alive(pid), "drop must kill the process");
+    }
+
+    #[tokio::test]
+    async fn death_by_sigterm_is_a_stop_as_asked_only_before_the_first_log_line() {
+        let settings = Settings::new("harness-self-test", "b");
+        // No handler at all: SIGTERM takes its default action either way.
+        let silent = stand_in("silent.sh", "#!/bin/sh\nexec sleep 30\n");
+        let mut daemon = Daemon::spawn_binary(&silent, &settings).unwrap();
+        let status = daemon
+            .terminate_and_wait(Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert_eq!(status.code(), None, "killed by SIGTERM");
+        assert!(daemon.stopped_as_asked(status));
+
+        let talking = stand_in("talking.sh", "#!/bin/sh\necho started\nexec sleep 30\n");
+        let mut daemon = Daemon::spawn_binary(&talking, &settings).unwrap();
+        while daemon.log().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let status = daemon
+            .terminate_and_wait(Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert_eq!(status.code(), None, "killed by SIGTERM");
+        assert!(!daemon.stopped_as_asked(status));
+        assert!(daemon.wait_exit_ok(Duration::from_secs(1)).await.is_err());
     }
 
     #[tokio::test]

@@ -498,14 +498,18 @@ impl Worker {
                 let who = self.describe();
                 let daemon = self.daemon_mut();
                 if let Some(status) = daemon.exit_status() {
-                    assert_eq!(
-                        status.code(),
-                        Some(0),
-                        "{who} after SIGTERM:\n{}\n{}",
+                    assert!(
+                        daemon.stopped_as_asked(status),
+                        "{who} exited with {status} after SIGTERM, expected code 0:\n{}\n{}",
                         daemon.log_tail(60),
                         log.text()
                     );
-                    log.note(format!("{who} exited 0 after {:.1?}", since.elapsed()));
+                    log.note(match status.code() {
+                        Some(_) => format!("{who} exited 0 after {:.1?}", since.elapsed()),
+                        None => format!(
+                            "{who} was killed by the SIGTERM before it installed its handlers"
+                        ),
+                    });
                     self.state = State::Down(now + delay);
                 } else {
                     assert!(
@@ -543,7 +547,7 @@ impl Worker {
             {
                 panic!("{who}: {error:#}\n{}", log.text());
             }
-            log.note(format!("{who} exited 0"));
+            log.note(format!("{who} stopped as asked"));
             self.state = State::Down(Instant::now());
         }
         if let State::Down(_) = self.state {
