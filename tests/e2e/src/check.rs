@@ -11,7 +11,7 @@ use std::fmt::{self, Write as _};
 use serde_json::Value;
 
 use crate::archive::json::kept_text;
-use crate::archive::{Archive, ArchiveProblem, ArchivedRecord, PayloadForm};
+use crate::archive::{Archive, ArchiveProblem, ArchivedRecord, CopyRef, PayloadForm};
 use crate::fixtures::LeaseRow;
 use crate::producer::ProducedRecord;
 use crate::seq::Seq;
@@ -49,6 +49,16 @@ impl RecordId {
             shard_id: record.shard_id.clone(),
             sequence_number: record.sequence_number.clone(),
             sub_sequence_number: record.sub_sequence_number,
+        }
+    }
+}
+
+impl From<&CopyRef> for RecordId {
+    fn from(copy: &CopyRef) -> Self {
+        Self {
+            shard_id: copy.shard_id.clone(),
+            sequence_number: copy.sequence_number.clone(),
+            sub_sequence_number: copy.sub_sequence_number,
         }
     }
 }

@@ -375,6 +375,16 @@ impl Daemon {
             .unwrap_or_default()
     }
 
+    /// The log's JSON lines (`--log-format auto` writes JSON to a file),
+    /// parsed, in order; lines that are not JSON objects are left out.
+    pub fn log_entries(&self) -> Vec<serde_json::Value> {
+        self.log()
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(serde_json::Value::is_object)
+            .collect()
+    }
+
     /// The last `lines` lines of the log.
     pub fn log_tail(&self, lines: usize) -> String {
         let log = self.log();

@@ -154,6 +154,44 @@ pub async fn wait_stream_active(env: &TestEnv, stream: &str, timeout: Duration) 
     .await
 }
 
+/// Splits the open shard `shard` at the middle of its hash key range
+/// (`SplitShard`), waits until the stream is `ACTIVE` again, and returns
+/// the two children's ids, lower hash keys first.
+///
+/// API: <https://docs.aws.amazon.com/kinesis/latest/APIReference/API_SplitShard.html>
+///
+/// # Errors
+/// `shard` is not an open shard of `stream`; the split or the wait fails;
+/// the stream does not list two children of `shard` afterwards.
+pub async fn split_shard_in_half(env: &TestEnv, stream: &str, shard: &str) -> Result<Vec<String>> {
+    let open = open_shard_hash_ranges(env, stream).await?;
+    let (low, high) = *open
+        .get(shard)
+        .with_context(|| format!("{shard} is not an open shard of {stream}"))?;
+    env.kinesis
+        .split_shard()
+        .stream_name(stream)
+        .shard_to_split(shard)
+        .new_starting_hash_key((low + (high - low) / 2 + 1).to_string())
+        .send()
+        .await
+        .with_context(|| format!("failed to split {shard}"))?;
+    wait_stream_active(env, stream, scaled(Duration::from_secs(60))).await?;
+    let mut children: Vec<ShardInfo> = list_shards(env, stream)
+        .await?
+        .into_iter()
+        .filter(|child| child.parent_shard_id.as_deref() == Some(shard))
+        .collect();
+    children.sort_by_key(|child| child.hash_key_range.0);
+    if children.len() != 2 {
+        bail!(
+            "{stream} lists {} children of {shard} after its split",
+            children.len()
+        );
+    }
+    Ok(children.into_iter().map(|child| child.shard_id).collect())
+}
+
 /// Deletes a stream (best effort: a missing stream is not an error).
 ///
 /// API: <https://docs.aws.amazon.com/kinesis/latest/APIReference/API_DeleteStream.html>

@@ -5,6 +5,7 @@
 //! ([`crate::cleanup`]).
 
 use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,10 +24,11 @@ use crate::daemon::{Daemon, Settings, run_verify};
 use crate::env::{TestEnv, unique_name};
 use crate::fixtures::{
     LeaseRow, ShardInfo, Versioning, create_bucket, create_stream, read_lease_rows,
+    split_shard_in_half,
 };
 use crate::producer::{ProducedRecord, RecordSpec, put_records};
 use crate::stream::{GroundTruth, read_stream};
-use crate::wait::wait_for;
+use crate::wait::{scaled, wait_for};
 
 /// A stream, a bucket and the daemon settings for them.
 ///
@@ -112,6 +114,54 @@ impl Scenario {
     /// As [`read_lease_rows`].
     pub async fn lease_rows(&self) -> Result<Vec<LeaseRow>> {
         read_lease_rows(&self.env, &self.settings.lease_table()).await
+    }
+
+    /// Splits `parent` in half ([`split_shard_in_half`]), waits until
+    /// `daemon` has read it to its end and committed its last batch (its
+    /// row at `SHARD_END`), then SIGKILLs `daemon` and deletes `store`, its
+    /// event store directory: a host lost with its disk right after a
+    /// shard ended. Returns the children, lower hash keys first.
+    ///
+    /// # Panics
+    /// A step fails or times out (with the daemon's log tail).
+    pub async fn split_then_lose_the_host(
+        &self,
+        parent: &str,
+        daemon: &mut Daemon,
+        store: &Path,
+    ) -> Vec<String> {
+        let children = split_shard_in_half(&self.env, &self.stream, parent)
+            .await
+            .unwrap_or_else(|error| panic!("{error:#}"));
+        println!("split {parent} into {children:?}");
+        self.wait_for_shard_end(parent, scaled(Duration::from_secs(60)))
+            .await
+            .unwrap_or_else(|error| panic!("{error:#}\n{}", daemon.log_tail(60)));
+        daemon.kill().unwrap();
+        std::fs::remove_dir_all(store)
+            .unwrap_or_else(|error| panic!("failed to delete {}: {error}", store.display()));
+        children
+    }
+
+    /// Waits until `shard`'s lease row is checkpointed at `SHARD_END` (the
+    /// closed shard read to its end and its last batch committed).
+    ///
+    /// # Errors
+    /// Not so within `timeout` (with the row last seen, or the last error
+    /// reading the table).
+    pub async fn wait_for_shard_end(&self, shard: &str, timeout: Duration) -> Result<()> {
+        wait_for(timeout, &format!("{shard} at SHARD_END"), || async move {
+            let rows = self.lease_rows().await?;
+            let row = rows.iter().find(|row| row.lease_key == shard);
+            // Not yet: an error, so that a timeout names the checkpoint.
+            anyhow::ensure!(
+                row.is_some_and(|row| row.checkpoint.as_deref() == Some("SHARD_END")),
+                "checkpoint {:?}",
+                row.map(|row| &row.checkpoint)
+            );
+            Ok(Some(()))
+        })
+        .await
     }
 
     /// Waits until every lease row is owned, by the workers of `owners` in

@@ -16,21 +16,96 @@ use serde_json::Value;
 
 use super::{RecordId, SHOWN_PROBLEMS};
 use crate::archive::{Archive, ArchivedRecord, CopyRef, DecisionLine, Outcome, parse_timestamp};
+use crate::fixtures::ShardInfo;
 use crate::producer::ProducedRecord;
 use crate::seq::Seq;
 
 /// Where the accepted copy of a duplicate may be.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Scope {
-    /// `--event-dedup-store local` on a stream that was not resharded: in
-    /// the duplicate's own shard, before it.
-    Shard,
+    /// `--event-dedup-store local`: in the duplicate's own shard before
+    /// it, or anywhere in one of the shard's ancestors (the [`Lineage`];
+    /// empty for a stream never resharded).
+    Shard(Lineage),
     /// `--event-dedup-store dynamodb`: anywhere in the stream.
     Stream,
 }
 
+/// The stream's shards and their parents: a shard's ancestors come before
+/// all of its records (a parent is read to its end before its children),
+/// so with the local store a copy in an ancestor precedes every copy in the
+/// shard.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Lineage {
+    parents: HashMap<String, Vec<String>>,
+}
+
+impl Lineage {
+    /// The parents ListShards gave (`ParentShardId`, and
+    /// `AdjacentParentShardId` of a merge, as [`ShardInfo`] lists them).
+    pub fn of(shards: &[ShardInfo]) -> Self {
+        Self {
+            parents: shards
+                .iter()
+                .map(|shard| {
+                    (
+                        shard.shard_id.clone(),
+                        shard.parent_shard_id.iter().cloned().collect(),
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    /// Whether `ancestor` is a parent of `shard`, or a parent's ancestor.
+    pub fn is_ancestor(&self, ancestor: &str, shard: &str) -> bool {
+        let mut seen: HashSet<&str> = HashSet::new();
+        let mut next: Vec<&str> = vec![shard];
+        while let Some(shard) = next.pop() {
+            for parent in self.parents.get(shard).into_iter().flatten() {
+                if parent == ancestor {
+                    return true;
+                }
+                if seen.insert(parent) {
+                    next.push(parent);
+                }
+            }
+        }
+        false
+    }
+
+    /// Whether the copy `earlier` precedes `copy` in the order the local
+    /// store decides them: before it in its shard, or in an ancestor.
+    pub fn precedes(&self, earlier: &RecordId, copy: &RecordId) -> bool {
+        if earlier.shard_id == copy.shard_id {
+            let at = |id: &RecordId| {
+                Seq::parse(&id.sequence_number)
+                    .ok()
+                    .map(|seq| (seq, id.sub_sequence_number))
+            };
+            let (earlier, copy) = (at(earlier), at(copy));
+            earlier.is_some() && earlier < copy
+        } else {
+            self.is_ancestor(&earlier.shard_id, &copy.shard_id)
+        }
+    }
+}
+
+/// Whether a daemon's log (its JSON lines, [`Daemon::log_entries`]) says
+/// it rebuilt `shard`'s event window from S3 out of at least one decisions
+/// object (the `event window rebuilt from S3` line).
+///
+/// [`Daemon::log_entries`]: crate::Daemon::log_entries
+pub fn rebuilt_window_from_s3(log: &[Value], shard: &str) -> bool {
+    log.iter().any(|line| {
+        line["message"] == "event window rebuilt from S3"
+            && line["shard_id"] == shard
+            && line["objects"].as_u64().is_some_and(|objects| objects > 0)
+    })
+}
+
 /// The event settings of a run, as far as the check needs them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventRules {
     /// `--event-dedup-window`.
     pub window: Duration,
@@ -146,13 +221,6 @@ fn arrival_millis(record: &ArchivedRecord) -> Option<i64> {
         .map(|t| t.timestamp_millis())
 }
 
-/// A record's place in its shard, for ordering.
-fn position(copy: &CopyRef) -> Position {
-    Seq::parse(&copy.sequence_number)
-        .ok()
-        .map(|seq| (seq, copy.sub_sequence_number))
-}
-
 /// Checks the archive's event decisions against `produced`, whose event ids
 /// `id_of` gives, for a run with `rules`:
 /// - E2: no two kept copies (main or error prefix) of an event — same id,
@@ -161,8 +229,9 @@ fn position(copy: &CopyRef) -> Position {
 /// - every duplicate has an id, and its `duplicateOf` names a kept record
 ///   of the same event (the same payload with fingerprints) that arrived
 ///   within the window of it; with [`Scope::Shard`] that record is in the
-///   duplicate's shard before it, and the first copy of each event in a
-///   shard is kept;
+///   duplicate's shard before it or in an ancestor of the shard, and the
+///   first copy of each event in a shard is kept unless an ancestor has a
+///   copy;
 /// - every committed batch has a decisions object, whose line for each
 ///   record gives its arrival time, `id_missing` exactly for records
 ///   without an id, one `eventIdHash` per event id (and one id per hash),
@@ -304,18 +373,20 @@ pub fn each_event_once(
                 window
             ));
         }
-        if rules.scope == Scope::Shard
-            && (of.shard_id != record.shard_id || position(of) >= position(&record.copy_ref()))
+        if let Scope::Shard(lineage) = &rules.scope
+            && !lineage.precedes(&RecordId::from(of), &RecordId::of_archived(record))
         {
             problems.push(format!(
-                "{} is a duplicate of {of}, which does not precede it in its shard",
+                "{} is a duplicate of {of}, which does not precede it in its shard or an \
+                 ancestor",
                 record.location()
             ));
         }
     }
 
-    // In a shard's own scope, the first copy of each event is kept.
-    if rules.scope == Scope::Shard {
+    // In a shard's own scope, the first copy of each event in a shard's
+    // lineage is kept: the first in the shard, unless an ancestor has one.
+    if let Scope::Shard(lineage) = &rules.scope {
         let mut first: HashMap<(&str, Event), (Position, RecordId)> = HashMap::new();
         for (record, id) in by_record.values() {
             let Some(id) = id else { continue };
@@ -330,11 +401,25 @@ pub fn each_event_once(
                 *slot = (at, record_id);
             }
         }
+        let shards_of: HashMap<&Event, Vec<&str>> =
+            first
+                .keys()
+                .fold(HashMap::new(), |mut map, (shard, event)| {
+                    map.entry(event).or_default().push(shard);
+                    map
+                });
+        let in_an_ancestor = |shard: &str, event: &Event| {
+            shards_of[event]
+                .iter()
+                .any(|other| lineage.is_ancestor(other, shard))
+        };
         let kept_records: HashSet<RecordId> =
             archive.records().map(RecordId::of_archived).collect();
         let mut not_kept: Vec<String> = first
-            .into_iter()
-            .filter(|(_, (_, record))| !kept_records.contains(record))
+            .iter()
+            .filter(|((shard, event), (_, record))| {
+                !kept_records.contains(record) && !in_an_ancestor(shard, event)
+            })
             .map(|((_, (id, _)), (_, record))| {
                 format!("{record}, the first copy of event {id:?} in its shard, is not kept")
             })
@@ -549,9 +634,9 @@ mod tests {
         let rules = EventRules {
             window: Duration::from_secs(3600),
             fingerprint: true,
-            scope: Scope::Shard,
+            scope: Scope::Shard(Lineage::default()),
         };
-        let report = each_event_once(&records, &archive, &json_pointer_id("/id"), rules);
+        let report = each_event_once(&records, &archive, &json_pointer_id("/id"), rules.clone());
         let text = report.summary();
         assert_eq!(
             (
@@ -604,5 +689,102 @@ mod tests {
         ] {
             assert!(text.contains(needle), "{needle}: {text}");
         }
+    }
+
+    fn shard(id: &str, parent: Option<&str>) -> ShardInfo {
+        ShardInfo {
+            shard_id: id.to_owned(),
+            parent_shard_id: parent.map(str::to_owned),
+            starting_sequence_number: "0".to_owned(),
+            ending_sequence_number: None,
+            hash_key_range: (0, u128::MAX),
+        }
+    }
+
+    #[test]
+    fn an_ancestors_copies_precede_the_shards() {
+        let lineage = Lineage::of(&[
+            shard("p", None),
+            shard("c1", Some("p")),
+            shard("c2", Some("p")),
+            shard("g", Some("c1")),
+        ]);
+        assert!(lineage.is_ancestor("p", "g") && lineage.is_ancestor("c1", "g"));
+        assert!(!lineage.is_ancestor("c2", "g") && !lineage.is_ancestor("g", "p"));
+        let id = |shard: &str, seq: &str| RecordId {
+            shard_id: shard.to_owned(),
+            sequence_number: seq.to_owned(),
+            sub_sequence_number: None,
+        };
+        assert!(lineage.precedes(&id("p", "9"), &id("c1", "1")));
+        assert!(lineage.precedes(&id("c1", "1"), &id("c1", "2")));
+        assert!(!lineage.precedes(&id("c1", "2"), &id("c1", "2")));
+        assert!(!lineage.precedes(&id("c1", "2"), &id("c1", "1")));
+        assert!(!lineage.precedes(&id("c2", "1"), &id("c1", "5")));
+
+        // Event a kept in the parent, its retry in a child a duplicate of
+        // it; event b's retry in the other child names a sibling's copy.
+        let in_shard = |shard: &str, mut record: ArchivedRecord| {
+            record.shard_id = shard.to_owned();
+            if let Some(of) = &mut record.duplicate_of {
+                of.shard_id = if shard == "c2" { "c1" } else { "p" }.to_owned();
+            }
+            record
+        };
+        let records: Vec<ProducedRecord> = [
+            ("p", "1", r#"{"id":"a"}"#),
+            ("c1", "2", r#"{"id":"a"}"#),
+            ("c1", "3", r#"{"id":"b"}"#),
+            ("c2", "4", r#"{"id":"b"}"#),
+        ]
+        .iter()
+        .map(|(shard, seq, data)| ProducedRecord {
+            shard_id: (*shard).to_owned(),
+            sequence_number: (*seq).to_owned(),
+            ..produced(data)
+        })
+        .collect();
+        let mut archive = Archive::of_objects(
+            "b",
+            "p",
+            vec![object(
+                "p",
+                "1",
+                "3",
+                vec![
+                    in_shard("p", archived("m", "1", 1, None)),
+                    in_shard("c1", archived("m", "3", 3, None)),
+                ],
+            )],
+        );
+        archive.duplicate_objects = vec![object(
+            "p-duplicates",
+            "2",
+            "4",
+            vec![
+                in_shard("c1", archived("d", "2", 2, Some("1"))),
+                in_shard("c2", archived("d", "4", 4, Some("3"))),
+            ],
+        )];
+        let rules = EventRules {
+            window: Duration::from_secs(3600),
+            fingerprint: true,
+            scope: Scope::Shard(lineage),
+        };
+        let report = each_event_once(&records, &archive, &json_pointer_id("/id"), rules);
+        let text = report.summary();
+        let lineage_problems: Vec<&String> = report
+            .problems
+            .iter()
+            .filter(|problem| !problem.contains("decisions"))
+            .collect();
+        assert_eq!(
+            lineage_problems,
+            [
+                "d:1 is a duplicate of c1/3, which does not precede it in its shard or an ancestor",
+                "c2/4, the first copy of event \"b\" in its shard, is not kept",
+            ],
+            "{text}"
+        );
     }
 }

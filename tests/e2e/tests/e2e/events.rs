@@ -2,21 +2,24 @@
 //! every event (a JSON payload with an `id`) one to three times — at once
 //! or a few seconds later, plain or inside KPL aggregates — while two
 //! workers with `--event-id json-pointer:/id` archive the stream through
-//! SIGKILLs, lease moves and, with the local store, a lost lease table and
-//! a lost store directory. Then S3 is read record by record against the
-//! stream's records (shard, sequence number, sub-sequence number):
+//! SIGKILLs, lease moves and, with the local store, a lost lease table, a
+//! lost store directory, and a split after which the children's retries
+//! must find the parent's copies (on a Kinesis that reshards: not moto).
+//! Then S3 is read record by record against the stream's records (shard,
+//! sequence number, sub-sequence number):
 //! - E1: every produced user record is in exactly one place — the main
 //!   prefix, the duplicates prefix, or the error prefix (kept records the
 //!   `json` format cannot represent) — with its fields and arrival time;
 //! - E2: the main and error prefixes hold each event once (every copy
 //!   arrives within the default one-hour window, so exactly once), and
 //!   every duplicate's `duplicateOf` names a kept record of the same event
-//!   and payload — in its own shard, before it, with the local store;
-//!   anywhere in the stream with the DynamoDB store;
+//!   and payload — in its own shard before it, or in an ancestor of the
+//!   shard, with the local store; anywhere in the stream with the
+//!   DynamoDB store;
 //! - every batch has its decisions object, which agrees with where the
 //!   batch put each record; nothing in the versioned bucket was ever
-//!   overwritten; after the last graceful stop every checkpoint is at its
-//!   shard's last record.
+//!   overwritten; after the last graceful stop of a stream never resharded
+//!   every checkpoint is at its shard's last record.
 //!
 //! The seed is printed; `SHARDSINK_E2E_SEED=<seed>` repeats a run's events,
 //! copies and choices (timing still varies).
@@ -31,14 +34,16 @@ use rand::{RngExt as _, SeedableRng as _};
 use shardsink_e2e::archive::{Archive, CopyRef, Outcome};
 use shardsink_e2e::check::RecordId;
 use shardsink_e2e::check::events::{
-    EventReport, EventRules, Scope, each_event_once, json_pointer_id,
+    EventReport, EventRules, Lineage, Scope, each_event_once, json_pointer_id,
+    rebuilt_window_from_s3,
 };
-use shardsink_e2e::fixtures::{clear_lease_table, delete_lease_table};
+use shardsink_e2e::env::profile;
+use shardsink_e2e::fixtures::{clear_lease_table, delete_lease_table, list_shards};
 use shardsink_e2e::payloads::{Payloads, event_payloads};
 use shardsink_e2e::producer::{RecordSpec, RetryOptions, RetryingProducer, shard_of};
 use shardsink_e2e::{
-    ArchiveReader, Daemon, Finish, ProducedRecord, Scenario, Settings, Versioning, require_env,
-    scaled, stop_gracefully, wait_for_archive, wait_for_growth, wait_until,
+    ArchiveReader, Daemon, Finish, ProducedRecord, Scenario, Settings, Versioning, outcome,
+    require_env, scaled, stop_gracefully, wait_for_archive, wait_for_growth, wait_until,
 };
 
 /// The pointer every run reads event ids at.
@@ -362,7 +367,7 @@ async fn local_store_each_event_once_across_kills_moves_and_lost_state() {
         &produced,
         &archive,
         &json_pointer_id(EVENT_ID),
-        rules(Scope::Shard),
+        rules(Scope::Shard(Lineage::default())),
     );
     assert_each_event_exactly_once(&report, &produced);
     assert_eq!(report.cross_shard_duplicates, 0);
@@ -629,5 +634,104 @@ async fn dynamodb_store_measures_the_window_both_ways_for_a_lagging_shard() {
         (report.kept_with_id, report.duplicates),
         (2, 0),
         "both copies kept: they arrived more than a window apart"
+    );
+}
+
+/// Local store, across a split: the first round's events are decided in
+/// the parent; once the parent is checkpointed at `SHARD_END` the worker
+/// is killed and its store directory deleted. Late retries of those events
+/// go to the children (the same partition keys); the restarted worker
+/// rebuilds the ended parent's window from its decisions objects and
+/// decides them duplicates of the parent's copies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn local_store_each_event_once_across_a_split_and_a_lost_store() {
+    let env = require_env!();
+    if profile().as_deref() == Some("moto") {
+        outcome::skip_unless_profile(
+            "localstack",
+            "moto cannot reshard (records keep going to the closed parent)",
+        );
+        return;
+    }
+    let seed = shardsink_e2e::env::seed("events across a split", None);
+    let mut scenario = Scenario::create(&env, "ev-split", 1, Versioning::Enabled)
+        .await
+        .unwrap();
+    scenario.settings = base(&scenario).set("format", "json");
+    let stores = tempfile::tempdir().unwrap();
+    let store = stores.path().join("store");
+    let settings = scenario
+        .settings
+        .clone()
+        .set("event-dedup-store", "local")
+        .set("event-dedup-dir", store.to_str().unwrap());
+    let payloads = event_payloads(180, seed, "ev-split", 6);
+    let options = RetryOptions {
+        rounds: 3,
+        kpl_share: 0.3,
+        other_shard_share: 0.0,
+        shards: scenario.shards.clone(),
+    };
+    let mut producer = RetryingProducer::plan(&payloads.specs, &options, seed);
+    let mut produced = Vec::new();
+    let mut reader = scenario.archive_reader();
+
+    put_round(&scenario, &mut producer, &mut produced).await;
+    let mut daemon = Daemon::spawn(&settings).unwrap();
+    wait_for_archive(
+        &mut reader,
+        &produced,
+        &mut daemon,
+        scaled(Duration::from_secs(90)),
+    )
+    .await
+    .unwrap();
+    let parent = "shardId-000000000000";
+    let children = scenario
+        .split_then_lose_the_host(parent, &mut daemon, &store)
+        .await;
+
+    put_round(&scenario, &mut producer, &mut produced).await;
+    put_round(&scenario, &mut producer, &mut produced).await;
+    assert_eq!(producer.rounds_left(), 0);
+    let mut daemon = Daemon::spawn(&settings).unwrap();
+    let rejected = rejected_records(&payloads, &produced);
+    let how = Finish::stopping(&mut daemon, 120)
+        .events()
+        .verify_deep()
+        .rejected(rejected)
+        .ground_truth();
+    let archive = scenario.finish(&mut reader, &produced, how).await.archive;
+    assert!(
+        rebuilt_window_from_s3(&daemon.log_entries(), parent),
+        "no rebuild of {parent}'s window: {}",
+        daemon.log_path().display()
+    );
+
+    let lineage = Lineage::of(&list_shards(&env, &scenario.stream).await.unwrap());
+    let report = each_event_once(
+        &produced,
+        &archive,
+        &json_pointer_id(EVENT_ID),
+        rules(Scope::Shard(lineage)),
+    );
+    assert_each_event_exactly_once(&report, &produced);
+    let of_the_parent = archive
+        .duplicates()
+        .filter(|record| {
+            children.contains(&record.shard_id)
+                && record
+                    .duplicate_of
+                    .as_ref()
+                    .is_some_and(|of| of.shard_id == parent)
+        })
+        .count();
+    println!(
+        "{} duplicates, {of_the_parent} of them in a child naming the parent's copy",
+        report.duplicates
+    );
+    assert!(
+        of_the_parent > 0,
+        "no retry in a child was decided a duplicate of the parent's copy"
     );
 }

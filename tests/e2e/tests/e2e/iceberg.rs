@@ -7,10 +7,11 @@
 //! and no record rejected that the `parquet` format takes. With
 //! `--event-id` and the local store, a producer's retries across a SIGKILL
 //! and a lost store directory, then a batch staged and not committed lost
-//! with the lease table and the store: each
-//! produced record in exactly one place
+//! with the lease table and the store; and across a split with the store
+//! lost once the parent ended: each produced record in exactly one place
 //! (a live row, an error or a duplicates object), each event kept once,
-//! each duplicate naming a kept copy of its event before it in its shard.
+//! each duplicate naming a kept copy of its event before it in its shard or
+//! in an ancestor.
 //!
 //! The table is read back independently of the daemon by
 //! `tests/iceberg/read_table.py`, with pyiceberg and with DuckDB; every
@@ -22,8 +23,9 @@
 //! and partition key included.
 //!
 //! The readers need the local S3 server they can reach by path (moto's):
-//! these tests run on the moto profile; [`reshard`] needs a Kinesis that
-//! reshards, and runs on the fanout profile (kinesis-mock for Kinesis, moto
+//! these tests run on the moto profile; [`reshard`] and
+//! [`each_event_once_across_a_split_and_a_lost_event_store`] need a Kinesis
+//! that reshards, and run on the fanout profile (kinesis-mock for Kinesis, moto
 //! for S3 and DynamoDB). Elsewhere they skip for that profile. The Python
 //! with pyiceberg and DuckDB is `SHARDSINK_E2E_DUCKDB_PYTHON`
 //! (`scripts/test` installs it into `.local/duckdb/`).
@@ -32,16 +34,16 @@
 //! age, on a few hundred records, so the module takes a few minutes.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{RngExt as _, SeedableRng as _};
 use shardsink_e2e::check::RecordId;
-use shardsink_e2e::check::events::json_pointer_id;
+use shardsink_e2e::check::events::{Lineage, json_pointer_id, rebuilt_window_from_s3};
 use shardsink_e2e::daemon::{log_dir, run_to_exit, run_verify};
 use shardsink_e2e::env::profile;
-use shardsink_e2e::fixtures::{delete_lease_table, list_shards, wait_stream_active};
+use shardsink_e2e::fixtures::{delete_lease_table, list_shards, split_shard_in_half};
 use shardsink_e2e::payloads::{SCHEMA_FILE, event_payloads, schema_payloads};
 use shardsink_e2e::producer::{
     BackgroundOptions, BackgroundProducer, RetryOptions, RetryingProducer, small_record_specs,
@@ -59,6 +61,9 @@ use shardsink_e2e::{
 const MOTO: &str = "moto";
 /// The profile with moto's S3 and a Kinesis that reshards (kinesis-mock).
 const FANOUT: &str = "fanout";
+/// Why a test that reshards runs on [`FANOUT`] only.
+const RESHARDING: &str =
+    "needs moto's S3 with a Kinesis that reshards (moto routes records to a closed parent)";
 
 /// The failpoints of a batch's and a commit's life on the Iceberg path, in
 /// order, each with the `fail` spec that fires it: the batch steps on the
@@ -702,10 +707,7 @@ async fn lost_lease_table() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reshard() {
     let env = require_env!();
-    let Some(python) = on_profile(
-        FANOUT,
-        "needs moto's S3 with a Kinesis that reshards (moto routes records to a closed parent)",
-    ) else {
+    let Some(python) = on_profile(FANOUT, RESHARDING) else {
         return;
     };
     let t = TableScenario::create(&env, python, "ice-reshard", 2).await;
@@ -737,31 +739,9 @@ async fn reshard() {
     .unwrap_or_else(|e| panic!("{e:#}\n{}", daemon.log_tail(60)));
 
     let parent = "shardId-000000000000";
-    let shards = list_shards(&env, &t.scenario.stream).await.unwrap();
-    let (low, high) = shards
-        .iter()
-        .find(|s| s.shard_id == parent)
-        .unwrap()
-        .hash_key_range;
-    env.kinesis
-        .split_shard()
-        .stream_name(&t.scenario.stream)
-        .shard_to_split(parent)
-        .new_starting_hash_key((low + (high - low) / 2 + 1).to_string())
-        .send()
+    let children = split_shard_in_half(&env, &t.scenario.stream, parent)
         .await
         .unwrap();
-    wait_stream_active(&env, &t.scenario.stream, scaled(Duration::from_secs(60)))
-        .await
-        .unwrap();
-    let children: Vec<String> = list_shards(&env, &t.scenario.stream)
-        .await
-        .unwrap()
-        .into_iter()
-        .filter(|s| s.parent_shard_id.as_deref() == Some(parent))
-        .map(|s| s.shard_id)
-        .collect();
-    assert_eq!(children.len(), 2, "the split makes two children");
     println!("split {parent} into {children:?}");
 
     // When a child's rows first show, every record of the parent is there.
@@ -923,9 +903,9 @@ impl EventPlaces {
 
     /// Every way the places differ from "each produced record in exactly
     /// one place, each event (id and payload) kept once, every duplicate
-    /// naming a kept copy of its event before it in its shard", in each
-    /// reading.
-    fn problems(&self, produced: &[ProducedRecord]) -> Vec<String> {
+    /// naming a kept copy of its event before it in its shard or in an
+    /// ancestor of the shard (`lineage`)", in each reading.
+    fn problems(&self, produced: &[ProducedRecord], lineage: &Lineage) -> Vec<String> {
         let id_of = json_pointer_id("/id");
         let by_id: HashMap<RecordId, &ProducedRecord> = produced
             .iter()
@@ -972,9 +952,7 @@ impl EventPlaces {
             for (id, of) in &self.duplicates {
                 let named = of.as_ref().filter(|of| {
                     kept.contains(of)
-                        && of.shard_id == id.shard_id
-                        && shardsink_e2e::seq::Seq::parse(&of.sequence_number).ok()
-                            <= shardsink_e2e::seq::Seq::parse(&id.sequence_number).ok()
+                        && lineage.precedes(of, id)
                         && event(of).is_some()
                         && event(of) == event(id)
                 });
@@ -989,6 +967,60 @@ impl EventPlaces {
     }
 }
 
+/// `t`'s settings with `--event-id json-pointer:/id` and the local store
+/// in `store`.
+fn event_settings(t: &TableScenario, store: &Path) -> Settings {
+    t.settings
+        .clone()
+        .set("event-id", "json-pointer:/id")
+        .set("event-dedup-store", "local")
+        .set("event-dedup-dir", store.to_str().unwrap())
+}
+
+/// A producer that retries on purpose, over `rounds` rounds of `events`
+/// events (one in six without an id), with `seed`.
+fn retrying_producer(
+    t: &TableScenario,
+    events: usize,
+    rounds: usize,
+    seed: u64,
+) -> RetryingProducer {
+    let payloads = event_payloads(events, seed, "ice-ev", 6);
+    let options = RetryOptions {
+        rounds,
+        kpl_share: 0.3,
+        other_shard_share: 0.0,
+        shards: t.scenario.shards.clone(),
+    };
+    RetryingProducer::plan(&payloads.specs, &options, seed)
+}
+
+/// Puts `producer`'s next round; adds what it put to `produced`.
+async fn put_event_round(
+    t: &TableScenario,
+    producer: &mut RetryingProducer,
+    produced: &mut Vec<ProducedRecord>,
+) {
+    let records = producer
+        .put_next_round(&t.scenario.env, &t.scenario.stream)
+        .await
+        .unwrap();
+    println!("{} user records put", records.len());
+    produced.extend(records);
+}
+
+/// Waits until every record of `produced` is in the table or an object,
+/// watching `daemon`.
+async fn wait_placed(t: &TableScenario, produced: &[ProducedRecord], daemon: &mut Daemon) {
+    wait_until(
+        scaled(Duration::from_secs(120)),
+        "every record in the table or an object",
+        || async { EventPlaces::read(t).await.holds(produced) },
+    )
+    .await
+    .unwrap_or_else(|error| panic!("{error:#}\n{}", daemon.log_tail(60)));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_event_once_across_a_kill_and_a_lost_event_store() {
     let env = require_env!();
@@ -999,41 +1031,12 @@ async fn each_event_once_across_a_kill_and_a_lost_event_store() {
     let t = TableScenario::create(&env, python, "ice-events", 2).await;
     let stores = tempfile::tempdir().unwrap();
     let store = stores.path().join("store");
-    let settings = t
-        .settings
-        .clone()
-        .set("event-id", "json-pointer:/id")
-        .set("event-dedup-store", "local")
-        .set("event-dedup-dir", store.to_str().unwrap());
-    let payloads = event_payloads(240, seed, "ice-ev", 6);
-    let options = RetryOptions {
-        rounds: 3,
-        kpl_share: 0.3,
-        other_shard_share: 0.0,
-        shards: t.scenario.shards.clone(),
-    };
-    let mut producer = RetryingProducer::plan(&payloads.specs, &options, seed);
+    let settings = event_settings(&t, &store);
+    let mut producer = retrying_producer(&t, 240, 3, seed);
     let mut produced = Vec::new();
-    let mut put_round = async |produced: &mut Vec<ProducedRecord>| {
-        let records = producer
-            .put_next_round(&t.scenario.env, &t.scenario.stream)
-            .await
-            .unwrap();
-        println!("{} user records put", records.len());
-        produced.extend(records);
-    };
-    let wait_placed = async |produced: &[ProducedRecord], daemon: &mut Daemon| {
-        wait_until(
-            scaled(Duration::from_secs(120)),
-            "every record in the table or an object",
-            || async { EventPlaces::read(&t).await.holds(produced) },
-        )
-        .await
-        .unwrap_or_else(|error| panic!("{error:#}\n{}", daemon.log_tail(60)));
-    };
 
     // A first run, killed once it staged a batch.
-    put_round(&mut produced).await;
+    put_event_round(&t, &mut producer, &mut produced).await;
     let mut daemon = Daemon::spawn(&settings).unwrap();
     wait_until(scaled(Duration::from_secs(60)), "a batch staged", || {
         let log = daemon.log();
@@ -1049,9 +1052,9 @@ async fn each_event_once_across_a_kill_and_a_lost_event_store() {
     // retries of the first round's events are duplicates.
     assert!(store.is_dir(), "the store was in {}", store.display());
     std::fs::remove_dir_all(&store).unwrap();
-    put_round(&mut produced).await;
+    put_event_round(&t, &mut producer, &mut produced).await;
     let mut daemon = Daemon::spawn(&settings).unwrap();
-    wait_placed(&produced, &mut daemon).await;
+    wait_placed(&t, &produced, &mut daemon).await;
     daemon.kill().unwrap();
     let log = daemon.log();
     assert!(
@@ -1065,7 +1068,7 @@ async fn each_event_once_across_a_kill_and_a_lost_event_store() {
     // table: the lease table with that batch, and the store. The rows
     // start at the table's committed ends; the lost batch is found by its
     // decisions object and rebuilt as decided.
-    put_round(&mut produced).await;
+    put_event_round(&t, &mut producer, &mut produced).await;
     assert_eq!(producer.rounds_left(), 0);
     let mut daemon = Daemon::spawn(&settings.clone().failpoints("after-stage=return")).unwrap();
     wait_for_abort(&mut daemon, "after-stage").await;
@@ -1078,13 +1081,13 @@ async fn each_event_once_across_a_kill_and_a_lost_event_store() {
     assert!(delete_lease_table(&env, &lease_table).await.unwrap());
     std::fs::remove_dir_all(&store).unwrap();
     let mut daemon = Daemon::spawn(&settings).unwrap();
-    wait_placed(&produced, &mut daemon).await;
+    wait_placed(&t, &produced, &mut daemon).await;
     stop_gracefully(&mut daemon, scaled(Duration::from_secs(40)))
         .await
         .unwrap_or_else(|error| panic!("{error:#}"));
 
     let places = EventPlaces::read(&t).await;
-    let problems = places.problems(&produced);
+    let problems = places.problems(&produced, &Lineage::default());
     assert!(problems.is_empty(), "{problems:#?}");
     let rows = places.readings[0].1.len();
     println!(
@@ -1136,5 +1139,74 @@ async fn each_event_once_across_a_kill_and_a_lost_event_store() {
         checked.is_some_and(|count| count > 0),
         "no user record checked for the window:\n{}",
         run.stdout
+    );
+}
+
+/// With `--event-id` and the local store, across a split: the first
+/// round's events are decided in the parent; once the parent is read to
+/// its end (its row at `SHARD_END`) the daemon is killed and its store
+/// lost. Late retries of those events go to the children (the same
+/// partition keys), whose next owner rebuilds the ended parent's window
+/// from every decisions object of it, and decides them duplicates of the
+/// parent's copies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_event_once_across_a_split_and_a_lost_event_store() {
+    let env = require_env!();
+    let Some(python) = on_profile(FANOUT, RESHARDING) else {
+        return;
+    };
+    let seed = shardsink_e2e::env::seed("iceberg events across a split", None);
+    let t = TableScenario::create(&env, python, "ice-ev-split", 1).await;
+    let stores = tempfile::tempdir().unwrap();
+    let store = stores.path().join("store");
+    let settings = event_settings(&t, &store).set("shard-sync-interval", "2s");
+    let mut producer = retrying_producer(&t, 180, 3, seed);
+    let mut produced = Vec::new();
+
+    put_event_round(&t, &mut producer, &mut produced).await;
+    let mut daemon = Daemon::spawn(&settings).unwrap();
+    wait_placed(&t, &produced, &mut daemon).await;
+
+    let parent = "shardId-000000000000";
+    let children = t
+        .scenario
+        .split_then_lose_the_host(parent, &mut daemon, &store)
+        .await;
+
+    put_event_round(&t, &mut producer, &mut produced).await;
+    put_event_round(&t, &mut producer, &mut produced).await;
+    assert_eq!(producer.rounds_left(), 0);
+    let mut daemon = Daemon::spawn(&settings).unwrap();
+    wait_placed(&t, &produced, &mut daemon).await;
+    stop_gracefully(&mut daemon, scaled(Duration::from_secs(40)))
+        .await
+        .unwrap_or_else(|error| panic!("{error:#}"));
+
+    // The children's owner rebuilt the ended parent's window from S3.
+    assert!(
+        rebuilt_window_from_s3(&daemon.log_entries(), parent),
+        "no rebuild of {parent}'s window: {}",
+        daemon.log_path().display()
+    );
+
+    let places = EventPlaces::read(&t).await;
+    let lineage = Lineage::of(&list_shards(&env, &t.scenario.stream).await.unwrap());
+    let problems = places.problems(&produced, &lineage);
+    assert!(problems.is_empty(), "{problems:#?}");
+    let of_the_parent = places
+        .duplicates
+        .iter()
+        .filter(|(id, of)| {
+            children.contains(&id.shard_id) && of.as_ref().is_some_and(|of| of.shard_id == parent)
+        })
+        .count();
+    println!(
+        "{} records: {} duplicates, {of_the_parent} of them in a child naming the parent's copy",
+        produced.len(),
+        places.duplicates.len()
+    );
+    assert!(
+        of_the_parent > 0,
+        "no retry in a child was decided a duplicate of the parent's copy"
     );
 }

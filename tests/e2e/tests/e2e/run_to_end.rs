@@ -44,10 +44,9 @@ async fn run_to_end() {
         .clean_shutdown();
     let archive = scenario.finish(&mut reader, &produced, how).await.archive;
     // The SIGTERM summary says how many records and batches were written.
-    let log = std::fs::read_to_string(daemon.log_path()).unwrap();
-    let summary: serde_json::Value = log
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+    let summary: serde_json::Value = daemon
+        .log_entries()
+        .into_iter()
         .find(|event| event["message"] == "shutdown complete")
         .unwrap_or_else(|| panic!("no shutdown summary in the log:\n{}", daemon.log_tail(20)));
     assert!(
