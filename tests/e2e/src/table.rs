@@ -42,6 +42,11 @@ pub const PYTHON_VAR: &str = "SHARDSINK_E2E_DUCKDB_PYTHON";
 pub const READ_TABLE_SCRIPT: &str =
     concat!(env!("CARGO_MANIFEST_DIR"), "/../iceberg/read_table.py");
 
+/// Drops a table from a SQL catalog, or registers a metadata file under its
+/// name, through pyiceberg.
+pub const SQL_CATALOG_SCRIPT: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../iceberg/sql_catalog.py");
+
 /// The catalog name the daemon uses by default (`--iceberg-catalog-name`);
 /// a SQL catalog stores it in its rows, so the reader must use it too.
 pub const CATALOG_NAME: &str = "shardsink";
@@ -311,6 +316,103 @@ impl IcebergTable {
             )
         })?;
         Ok(Some(read))
+    }
+
+    /// Runs `sql_catalog.py action` on this table's SQL catalog with
+    /// `extra` arguments (on a blocking thread).
+    ///
+    /// # Errors
+    /// Not a SQL catalog; the script fails (with its stderr).
+    async fn sql_catalog(&self, action: &str, extra: &[&str]) -> Result<()> {
+        let Catalog::Sql(file) = &self.catalog else {
+            bail!("{action}: {} is not a SQL catalog", self.catalog_uri());
+        };
+        let mut command = Command::new(&self.python);
+        command
+            .arg(SQL_CATALOG_SCRIPT)
+            .arg(action)
+            .args(["--catalog-uri", &sqlite_uri(file)])
+            .args(["--catalog-name", CATALOG_NAME, "--table", &self.table])
+            .args(extra);
+        let output = tokio::task::spawn_blocking(move || command.output())
+            .await
+            .context("the catalog thread panicked")??;
+        if !output.status.success() {
+            bail!(
+                "sql_catalog.py {action} failed ({}):\n{}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        Ok(())
+    }
+
+    /// Drops the table from its SQL catalog, its files left in S3 (pyiceberg's
+    /// `drop_table`, no purge).
+    ///
+    /// # Errors
+    /// As `sql_catalog.py`.
+    pub async fn drop_from_catalog(&self) -> Result<()> {
+        self.sql_catalog("drop", &[]).await
+    }
+
+    /// Registers `metadata_location` under the table's name in its SQL
+    /// catalog (pyiceberg's `register_table`).
+    ///
+    /// # Errors
+    /// As `sql_catalog.py`.
+    pub async fn register(&self, metadata_location: &str) -> Result<()> {
+        self.sql_catalog("register", &["--metadata-location", metadata_location])
+            .await
+    }
+
+    /// The newest metadata file of the table in the SQL catalog's warehouse
+    /// (`<warehouse>/<namespace>/<table>/metadata/`): the highest-numbered
+    /// `NNNNN-<uuid>.metadata.json`, what an operator restoring a dropped
+    /// table registers.
+    ///
+    /// # Errors
+    /// The listing fails, or finds no metadata file.
+    pub async fn newest_metadata_file(&self, env: &TestEnv) -> Result<String> {
+        let location = format!(
+            "{}/{}/metadata/",
+            self.warehouse,
+            self.table.replace('.', "/")
+        );
+        let (bucket, prefix) = location
+            .strip_prefix("s3://")
+            .and_then(|rest| rest.split_once('/'))
+            .with_context(|| format!("{location} is not an S3 location"))?;
+        let mut newest: Option<(u64, String)> = None;
+        let mut pages = env
+            .s3
+            .list_objects_v2()
+            .bucket(bucket)
+            .prefix(prefix)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            for object in page
+                .context("failed to list the metadata files")?
+                .contents()
+            {
+                let Some(key) = object.key() else { continue };
+                let name = key.rsplit('/').next().unwrap_or(key);
+                let Some(version) = name
+                    .strip_suffix(".metadata.json")
+                    .and_then(|stem| stem.split_once('-'))
+                    .and_then(|(number, _)| number.parse::<u64>().ok())
+                else {
+                    continue;
+                };
+                if newest.as_ref().is_none_or(|(seen, _)| version > *seen) {
+                    newest = Some((version, format!("s3://{bucket}/{key}")));
+                }
+            }
+        }
+        newest
+            .map(|(_, location)| location)
+            .with_context(|| format!("no metadata file under {location}"))
     }
 
     /// [`IcebergTable::read`], with a missing table an error.

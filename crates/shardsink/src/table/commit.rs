@@ -110,6 +110,14 @@ pub enum CommitError {
     },
 }
 
+impl CommitError {
+    /// Whether the catalog no longer has the table (iceberg's
+    /// `TableNotFound`): it was dropped or renamed while shardsink ran.
+    pub fn is_table_missing(&self) -> bool {
+        matches!(self, Self::Iceberg { source, .. } if source.kind() == ErrorKind::TableNotFound)
+    }
+}
+
 /// Commits the staged batches that continue the table's state, in one
 /// snapshot; see the module documentation.
 ///
@@ -184,6 +192,8 @@ pub async fn commit_staged(
         let landed = match tx.commit(&pinned).await {
             Ok(committed) => Some(find_attempt(&committed, &base, &attempt).unwrap_or_default()),
             Err(err) if err.kind() == ErrorKind::CatalogCommitConflicts => None,
+            // Gone from the catalog: nothing can have landed on it.
+            Err(err) if err.kind() == ErrorKind::TableNotFound => return Err(iceberg(err)),
             Err(err) => {
                 warn!(table = %name, error = %err, attempt, "commit outcome unknown; looking for it in the table");
                 let now = catalog.load_table(table).await.map_err(iceberg)?;

@@ -80,6 +80,14 @@ pub enum CommitterError {
     Commit(#[from] CommitError),
 }
 
+impl CommitterError {
+    /// Whether the catalog no longer has the table
+    /// ([`CommitError::is_table_missing`]).
+    pub fn is_table_missing(&self) -> bool {
+        matches!(self, Self::Commit(err) if err.is_table_missing())
+    }
+}
+
 /// One worker's part in committing: see the module documentation.
 #[derive(Debug)]
 pub struct Committer {

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tracing::{error, info, warn};
 
 use crate::ops::log::error_chain;
 use crate::ops::metrics::Metrics;
@@ -40,6 +40,8 @@ impl CommitterPart {
     async fn run(mut self, metrics: Arc<Metrics>, token: CancellationToken) {
         let mut timer = tokio::time::interval(self.round_interval);
         timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        // Whether the last round found the table gone from the catalog.
+        let mut table_missing = false;
         loop {
             tokio::select! {
                 () = token.cancelled() => break,
@@ -47,7 +49,23 @@ impl CommitterPart {
             }
             let started = Instant::now();
             match self.committer.round().await {
-                Ok(round) => observe(&round, started, &metrics),
+                Ok(round) => {
+                    if std::mem::take(&mut table_missing) {
+                        info!("the Iceberg table is in the catalog again; commits go on");
+                    }
+                    observe(&round, started, &metrics);
+                }
+                Err(err) if err.is_table_missing() && !table_missing => {
+                    table_missing = true;
+                    error!(
+                        error = %error_chain(&err),
+                        "the Iceberg table is not in the catalog (dropped or renamed); staged \
+                         batches wait for it. To keep the records it holds, register its newest \
+                         metadata file (the highest-numbered *.metadata.json under the table \
+                         location's metadata/) under its name again; a restart instead creates \
+                         an empty table, which continues from the checkpoints"
+                    );
+                }
                 Err(err) => {
                     warn!(error = %error_chain(&err), "table committer round failed; retrying next round");
                 }

@@ -1,7 +1,8 @@
 //! `--format iceberg`: records become rows of an Apache Iceberg table, each
 //! in exactly one live row (docs/DESIGN.md, "Iceberg tables", T1), across
 //! crashes at every step of a batch's and a commit's life, lease moves,
-//! two committers at once, a lost lease table and resharding; with typed
+//! two committers at once, a lost lease table, the table dropped from its
+//! catalog and registered again, and resharding; with typed
 //! columns (`--parquet-schema`), the records the table cannot take each
 //! once under the error prefix, through a crash after their error object,
 //! and no record rejected that the `parquet` format takes. With
@@ -61,6 +62,8 @@ use shardsink_e2e::{
 const MOTO: &str = "moto";
 /// The profile with moto's S3 and a Kinesis that reshards (kinesis-mock).
 const FANOUT: &str = "fanout";
+/// Why a test runs on [`MOTO`] only.
+const READERS: &str = "the table readers need moto's S3";
 /// Why a test that reshards runs on [`FANOUT`] only.
 const RESHARDING: &str =
     "needs moto's S3 with a Kinesis that reshards (moto routes records to a closed parent)";
@@ -209,7 +212,7 @@ async fn verify_reads_tables() -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_land_in_the_table_once() {
     let env = require_env!();
-    let Some(python) = on_profile(MOTO, "the table readers need moto's S3") else {
+    let Some(python) = on_profile(MOTO, READERS) else {
         return;
     };
     let t = TableScenario::create(&env, python, "ice-once", 2).await;
@@ -257,7 +260,7 @@ async fn records_land_in_the_table_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kills_at_every_step_lose_and_double_nothing() {
     let env = require_env!();
-    let Some(python) = on_profile(MOTO, "the table readers need moto's S3") else {
+    let Some(python) = on_profile(MOTO, READERS) else {
         return;
     };
     let t = TableScenario::create(&env, python, "ice-kills", 2).await;
@@ -400,7 +403,7 @@ fn error_prefix_problems(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_after_error_put_with_a_typed_table() {
     let env = require_env!();
-    let Some(python) = on_profile(MOTO, "the table readers need moto's S3") else {
+    let Some(python) = on_profile(MOTO, READERS) else {
         return;
     };
     let t = TableScenario::create(&env, python, "ice-typed", 2).await;
@@ -439,7 +442,7 @@ async fn crash_after_error_put_with_a_typed_table() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_json_column_takes_any_json_value() {
     let env = require_env!();
-    let Some(python) = on_profile(MOTO, "the table readers need moto's S3") else {
+    let Some(python) = on_profile(MOTO, READERS) else {
         return;
     };
     let t = TableScenario::create(&env, python, "ice-json", 2).await;
@@ -503,7 +506,7 @@ async fn a_json_column_takes_any_json_value() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_workers_and_a_lease_move() {
     let env = require_env!();
-    let Some(python) = on_profile(MOTO, "the table readers need moto's S3") else {
+    let Some(python) = on_profile(MOTO, READERS) else {
         return;
     };
     let t = TableScenario::create(&env, python, "ice-workers", 4).await;
@@ -637,7 +640,7 @@ async fn two_workers_and_a_lease_move() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_lease_table() {
     let env = require_env!();
-    let Some(python) = on_profile(MOTO, "the table readers need moto's S3") else {
+    let Some(python) = on_profile(MOTO, READERS) else {
         return;
     };
     let t = TableScenario::create(&env, python, "ice-lost", 2).await;
@@ -723,20 +726,7 @@ async fn reshard() {
         },
     );
     let mut daemon = Daemon::spawn(&settings).unwrap();
-    wait_until(
-        scaled(Duration::from_secs(90)),
-        "rows in the table",
-        || async {
-            Ok::<_, anyhow::Error>(
-                t.table
-                    .read()
-                    .await?
-                    .is_some_and(|r| !r.pyiceberg_rows.is_empty()),
-            )
-        },
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e:#}\n{}", daemon.log_tail(60)));
+    wait_for_rows(&t, &daemon).await;
 
     let parent = "shardId-000000000000";
     let children = split_shard_in_half(&env, &t.scenario.stream, parent)
@@ -791,6 +781,24 @@ async fn reshard() {
         Some("SHARD_END"),
         "the parent is checkpointed at SHARD_END once its last batch is committed: {rows:#?}"
     );
+}
+
+/// Waits until the table has rows.
+async fn wait_for_rows(t: &TableScenario, daemon: &Daemon) {
+    wait_until(
+        scaled(Duration::from_secs(90)),
+        "rows in the table",
+        || async {
+            Ok::<_, anyhow::Error>(
+                t.table
+                    .read()
+                    .await?
+                    .is_some_and(|r| !r.pyiceberg_rows.is_empty()),
+            )
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", daemon.log_tail(60)));
 }
 
 /// Polls the table until it has a row of one of `children`; returns that
@@ -1024,7 +1032,7 @@ async fn wait_placed(t: &TableScenario, produced: &[ProducedRecord], daemon: &mu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_event_once_across_a_kill_and_a_lost_event_store() {
     let env = require_env!();
-    let Some(python) = on_profile(MOTO, "the table readers need moto's S3") else {
+    let Some(python) = on_profile(MOTO, READERS) else {
         return;
     };
     let seed = shardsink_e2e::env::seed("iceberg events", None);
@@ -1209,4 +1217,77 @@ async fn each_event_once_across_a_split_and_a_lost_event_store() {
         of_the_parent > 0,
         "no retry in a child was decided a duplicate of the parent's copy"
     );
+}
+
+/// The daemon's log line when the table is gone from the catalog.
+const TABLE_MISSING: &str = "the Iceberg table is not in the catalog";
+
+/// The table dropped from its catalog while the daemon runs, its files left
+/// in S3 (`DROP TABLE` without purge): commits fail, batches go on being
+/// staged, and the daemon says once how to restore the table. Its newest
+/// metadata file registered again under its name (as the daemon's message
+/// says), commits go on: every record once, those committed before the
+/// drop and those staged while the table was gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_dropped_and_registered_again_holds_each_record_once() {
+    let env = require_env!();
+    let Some(python) = on_profile(MOTO, READERS) else {
+        return;
+    };
+    let t = TableScenario::create(&env, python, "ice-dropped", 2).await;
+    let producer = BackgroundProducer::start(
+        &env,
+        &t.scenario.stream,
+        BackgroundOptions {
+            records_per_second: 40,
+            seed: shardsink_e2e::env::seed("iceberg dropped table", None),
+            label: "iceberg dropped table".to_owned(),
+            ..BackgroundOptions::default()
+        },
+    );
+    let mut daemon = Daemon::spawn(&t.settings).unwrap();
+    wait_for_rows(&t, &daemon).await;
+
+    t.table.drop_from_catalog().await.unwrap();
+    println!("table dropped from the catalog");
+    wait_until(
+        scaled(Duration::from_secs(60)),
+        "the daemon saying the table is gone, and batches staged since",
+        || async {
+            let log = daemon.log();
+            let Some((_, after)) = log.split_once(TABLE_MISSING) else {
+                return Ok::<_, anyhow::Error>(false);
+            };
+            let staged = staged_batch_count(&shard_rows(t.scenario.lease_rows().await?));
+            Ok(after.contains(r#""message":"batch written""#) && staged > 0)
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", daemon.log_tail(60)));
+    assert!(daemon.is_running(), "{}", daemon.log_tail(60));
+
+    let newest = t.table.newest_metadata_file(&env).await.unwrap();
+    t.table.register(&newest).await.unwrap();
+    println!("registered {newest} again");
+    let produced = producer.stop().await.unwrap();
+    t.wait_for(&produced, &mut [&mut daemon], 120).await;
+    stop_gracefully(&mut daemon, scaled(Duration::from_secs(40)))
+        .await
+        .unwrap_or_else(|error| panic!("{error:#}"));
+    t.read()
+        .await
+        .assert_once(&produced, true, "after the table was registered again");
+    let log = daemon.log();
+    assert_eq!(
+        log.matches(TABLE_MISSING).count(),
+        1,
+        "said once per outage: {}",
+        daemon.log_path().display()
+    );
+    assert!(
+        log.contains("the Iceberg table is in the catalog again"),
+        "{}",
+        daemon.log_path().display()
+    );
+    t.scenario.assert_nothing_overwritten().await;
 }

@@ -206,3 +206,64 @@ async fn iceberg_does_not_retry_a_pinned_commit_on_its_own() {
     );
     assert_eq!(hooked.hook.0.load(Ordering::SeqCst), MAX_CONFLICTS);
 }
+
+/// Drops the table from the catalog just before the commit reaches it, as
+/// an operator's `DROP TABLE` racing the committer would.
+struct DroppedFirst {
+    ident: TableIdent,
+    calls: AtomicU32,
+}
+
+#[async_trait]
+impl CatalogHook for DroppedFirst {
+    async fn update_table(&self, inner: &dyn Catalog, commit: TableCommit) -> IcebergResult<Table> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        inner.drop_table(&self.ident).await?;
+        inner.update_table(commit).await
+    }
+}
+
+#[tokio::test]
+async fn a_dropped_table_is_reported_missing_and_registered_again_takes_the_staged_batches_once() {
+    let catalog = memory_catalog().await;
+    let (ident, table) = events_table(&catalog).await;
+    let first = staged(&table, "s0", "TRIM_HORIZON", "100", 20000);
+    commit_staged(&catalog, &ident, std::slice::from_ref(&first))
+        .await
+        .unwrap();
+    let newest = catalog
+        .load_table(&ident)
+        .await
+        .unwrap()
+        .metadata_location()
+        .unwrap()
+        .to_owned();
+
+    // Dropped while a commit is on its way: no outcome to look for.
+    let batches = [first, staged(&table, "s0", "100", "200", 20001)];
+    let hooked = HookedCatalog {
+        inner: &catalog,
+        hook: DroppedFirst {
+            ident: ident.clone(),
+            calls: AtomicU32::new(0),
+        },
+    };
+    let err = commit_staged(&hooked, &ident, &batches).await.unwrap_err();
+    assert!(err.is_table_missing(), "{err}");
+    assert_eq!(hooked.hook.calls.load(Ordering::SeqCst), 1);
+    let err = commit_staged(&catalog, &ident, &batches).await.unwrap_err();
+    assert!(err.is_table_missing(), "{err}");
+
+    // Its newest metadata file registered again: the table's own state
+    // says what it holds, and only the batch after it is appended.
+    catalog.register_table(&ident, newest).await.unwrap();
+    let outcome = commit_staged(&catalog, &ident, &batches).await.unwrap();
+    let CommitOutcome::Committed { batches, .. } = &outcome else {
+        panic!("not committed: {outcome:?}");
+    };
+    assert_eq!(*batches, 1);
+    assert_eq!(outcome.state().shards["s0"], "200");
+    let live = live_files(&catalog.load_table(&ident).await.unwrap()).await;
+    assert_eq!(live.len(), 2, "{live:#?}");
+    assert_each_file_once(&live);
+}
