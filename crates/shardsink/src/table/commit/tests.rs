@@ -223,6 +223,19 @@ impl CatalogHook for DroppedFirst {
     }
 }
 
+/// Reports a missing table from `load_table` as `Unexpected`, as the Glue
+/// catalog does (its `table_exists` still says `false`).
+struct MissingAsUnexpected;
+
+#[async_trait]
+impl CatalogHook for MissingAsUnexpected {
+    async fn load_table(&self, inner: &dyn Catalog, table: &TableIdent) -> IcebergResult<Table> {
+        inner.load_table(table).await.map_err(|err| {
+            IcebergError::new(ErrorKind::Unexpected, "aws sdk error").with_source(err)
+        })
+    }
+}
+
 #[tokio::test]
 async fn a_dropped_table_is_reported_missing_and_registered_again_takes_the_staged_batches_once() {
     let catalog = memory_catalog().await;
@@ -252,6 +265,16 @@ async fn a_dropped_table_is_reported_missing_and_registered_again_takes_the_stag
     assert!(err.is_table_missing(), "{err}");
     assert_eq!(hooked.hook.calls.load(Ordering::SeqCst), 1);
     let err = commit_staged(&catalog, &ident, &batches).await.unwrap_err();
+    assert!(err.is_table_missing(), "{err}");
+    // Also where the catalog's load reports the missing table as any
+    // failure, as the Glue catalog does.
+    let like_glue = HookedCatalog {
+        inner: &catalog,
+        hook: MissingAsUnexpected,
+    };
+    let err = commit_staged(&like_glue, &ident, &batches)
+        .await
+        .unwrap_err();
     assert!(err.is_table_missing(), "{err}");
 
     // Its newest metadata file registered again: the table's own state
