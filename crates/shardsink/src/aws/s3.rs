@@ -138,6 +138,51 @@ pub enum PutOutcome {
     AlreadyExists,
 }
 
+/// Writes `body` to `bucket`/`key` only if no object has that key
+/// ([PutObject] with `If-None-Match: *`), with `content_type` and user
+/// `metadata` (`x-amz-meta-*`) when given, and the timeouts of the daemon's
+/// PUTs for its size (`s3_put_timeouts`). The one conditional PUT of the
+/// archive's objects and of Iceberg's files.
+///
+/// [PutObject]: https://docs.aws.amazon.com/AmazonS3/latest/API/API_PutObject.html
+///
+/// # Errors
+/// The SDK's error for anything but HTTP 412 `PreconditionFailed`, which
+/// is [`PutOutcome::AlreadyExists`].
+pub(crate) async fn put_object_if_absent(
+    client: &Client,
+    bucket: &str,
+    key: &str,
+    body: Bytes,
+    content_type: Option<&str>,
+    metadata: &[(&str, String)],
+) -> Result<PutOutcome, SdkError<PutObjectError, HttpResponse>> {
+    let timeouts = s3_put_timeouts(body.len());
+    let result = client
+        .put_object()
+        .bucket(bucket)
+        .key(key)
+        .if_none_match("*")
+        .set_content_type(content_type.map(str::to_owned))
+        .set_metadata((!metadata.is_empty()).then(|| {
+            metadata
+                .iter()
+                .map(|(name, value)| ((*name).to_owned(), value.clone()))
+                .collect()
+        }))
+        .content_length(i64::try_from(body.len()).unwrap_or(i64::MAX))
+        .body(ByteStream::from(body))
+        .customize()
+        .config_override(aws_sdk_s3::config::Builder::default().timeout_config(timeouts))
+        .send()
+        .await;
+    match result {
+        Ok(_) => Ok(PutOutcome::Created),
+        Err(err) if http_status(&err) == Some(412) => Ok(PutOutcome::AlreadyExists),
+        Err(err) => Err(err),
+    }
+}
+
 /// One page of a listing.
 #[derive(Debug, Clone, Default)]
 pub struct ListPage {
@@ -200,31 +245,16 @@ impl ObjectStore {
         content_type: &str,
         metadata: &[(&str, String)],
     ) -> Result<PutOutcome, S3Error> {
-        let timeouts = s3_put_timeouts(body.len());
-        let result = self
-            .client
-            .put_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .if_none_match("*")
-            .content_type(content_type)
-            .set_metadata((!metadata.is_empty()).then(|| {
-                metadata
-                    .iter()
-                    .map(|(name, value)| ((*name).to_owned(), value.clone()))
-                    .collect()
-            }))
-            .content_length(i64::try_from(body.len()).unwrap_or(i64::MAX))
-            .body(ByteStream::from(body))
-            .customize()
-            .config_override(aws_sdk_s3::config::Builder::default().timeout_config(timeouts))
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(PutOutcome::Created),
-            Err(err) if http_status(&err) == Some(412) => Ok(PutOutcome::AlreadyExists),
-            Err(err) => Err(self.error("PutObject", key, err)),
-        }
+        put_object_if_absent(
+            &self.client,
+            &self.bucket,
+            key,
+            body,
+            Some(content_type),
+            metadata,
+        )
+        .await
+        .map_err(|err| self.error("PutObject", key, err))
     }
 
     /// The whole body of `key` ([GetObject]).

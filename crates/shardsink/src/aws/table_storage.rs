@@ -25,7 +25,6 @@ use async_trait::async_trait;
 use aws_sdk_s3::Client;
 use aws_sdk_s3::operation::get_object::GetObjectError;
 use aws_sdk_s3::operation::head_object::HeadObjectError;
-use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{Delete, ObjectIdentifier};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
@@ -42,8 +41,7 @@ use serde::de::Error as _;
 use serde::ser::SerializeStruct;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::clients::s3_put_timeouts;
-use super::s3::{http_status, is_retriable};
+use super::s3::{PutOutcome, http_status, is_retriable, put_object_if_absent};
 
 /// The location schemes that name S3 objects.
 const SCHEMES: &[&str] = &["s3://", "s3a://", "s3n://"];
@@ -205,28 +203,14 @@ impl S3TableStorage {
     /// `Unexpected` saying the object already exists on HTTP 412
     /// `PreconditionFailed`; `Unexpected` for other failures.
     async fn put_if_absent(&self, bucket: &str, key: &str, body: Bytes) -> Result<()> {
-        let timeouts = s3_put_timeouts(body.len());
-        let result = self
-            .client
-            .put_object()
-            .bucket(bucket)
-            .key(key)
-            .if_none_match("*")
-            .content_length(i64::try_from(body.len()).unwrap_or(i64::MAX))
-            .body(ByteStream::from(body))
-            .customize()
-            .config_override(aws_sdk_s3::config::Builder::default().timeout_config(timeouts))
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(err) if http_status(&err) == Some(412) => Err(Error::new(
+        match put_object_if_absent(&self.client, bucket, key, body, None, &[]).await {
+            Ok(PutOutcome::Created) => Ok(()),
+            Ok(PutOutcome::AlreadyExists) => Err(Error::new(
                 ErrorKind::Unexpected,
                 format!(
                     "s3://{bucket}/{key} already exists; Iceberg files are written once, never overwritten"
                 ),
-            )
-            .with_source(err)),
+            )),
             Err(err) => Err(sdk_error("PutObject", bucket, key, err)),
         }
     }
@@ -613,6 +597,7 @@ mod tests {
     use aws_sdk_s3::operation::head_object::HeadObjectOutput;
     use aws_sdk_s3::operation::list_objects_v2::ListObjectsV2Output;
     use aws_sdk_s3::operation::put_object::PutObjectOutput;
+    use aws_sdk_s3::primitives::ByteStream;
     use aws_sdk_s3::types::Object;
     use aws_smithy_mocks::{Rule, RuleMode, mock, mock_client};
     use iceberg::io::FileIOBuilder;
