@@ -2,7 +2,7 @@
 //! in exactly one live row (docs/DESIGN.md, "Iceberg tables", T1), across
 //! crashes at every step of a batch's and a commit's life, lease moves,
 //! two committers at once, a lost lease table, the table dropped from its
-//! catalog and registered again, and resharding; with typed
+//! catalog and registered again, snapshot expiry, and resharding; with typed
 //! columns (`--parquet-schema`), the records the table cannot take each
 //! once under the error prefix, through a crash after their error object,
 //! and no record rejected that the `parquet` format takes. With
@@ -42,7 +42,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt as _, SeedableRng as _};
 use shardsink_e2e::check::RecordId;
 use shardsink_e2e::check::events::{Lineage, json_pointer_id, rebuilt_window_from_s3};
-use shardsink_e2e::daemon::{log_dir, run_to_exit, run_verify};
+use shardsink_e2e::daemon::{CapturedRun, log_dir, run_verify};
 use shardsink_e2e::env::profile;
 use shardsink_e2e::fixtures::{delete_lease_table, list_shards, split_shard_in_half};
 use shardsink_e2e::payloads::{SCHEMA_FILE, event_payloads, schema_payloads};
@@ -110,6 +110,26 @@ impl TableScenario {
             table,
             settings,
         }
+    }
+
+    /// Runs `shardsink verify --deep` on the table with the archive
+    /// settings of `settings` (event settings included), asserts that it
+    /// finds the table exact (exit 0), and returns the run.
+    async fn assert_verify_deep(&self, settings: &Settings) -> CapturedRun {
+        let mut args = vec!["--deep".to_owned()];
+        args.extend(self.table.verify_args());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let envs = settings.archive_env_vars();
+        let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let run = run_verify(&args, &envs).await.unwrap();
+        assert_eq!(
+            run.status.code(),
+            Some(0),
+            "verify --deep must find the table exact:\n{}\n{}",
+            run.stdout,
+            run.stderr
+        );
+        run
     }
 
     /// Waits up to `secs` seconds (scaled) until the table holds every
@@ -198,15 +218,6 @@ async fn wait_for_abort(daemon: &mut Daemon, point: &str) {
 /// How many lines of `daemon`'s log contain `text`.
 fn log_count(daemon: &Daemon, text: &str) -> usize {
     daemon.log().lines().filter(|l| l.contains(text)).count()
-}
-
-/// Whether `shardsink verify` takes the Iceberg flags (a later version's
-/// `verify --deep` audits tables).
-async fn verify_reads_tables() -> bool {
-    let run = run_to_exit(&["verify", "--help"], &[], scaled(Duration::from_secs(30)))
-        .await
-        .unwrap();
-    run.stdout.contains("--iceberg-catalog")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -331,23 +342,7 @@ async fn kills_at_every_step_lose_and_double_nothing() {
     );
     t.scenario.assert_nothing_overwritten().await;
 
-    if verify_reads_tables().await {
-        let mut args = vec!["--deep".to_owned()];
-        args.extend(t.table.verify_args());
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let envs = t.settings.archive_env_vars();
-        let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        let run = run_verify(&args, &envs).await.unwrap();
-        assert_eq!(
-            run.status.code(),
-            Some(0),
-            "verify --deep must find the table exact:\n{}\n{}",
-            run.stdout,
-            run.stderr
-        );
-    } else {
-        println!("verify takes no --iceberg-catalog: the table audit is not run");
-    }
+    t.assert_verify_deep(&t.settings).await;
 }
 
 /// A typed table (`--parquet-schema`): `settings` with the schema file
@@ -1124,19 +1119,7 @@ async fn each_event_once_across_a_kill_and_a_lost_event_store() {
     );
     t.scenario.assert_nothing_overwritten().await;
 
-    let mut args = vec!["--deep".to_owned()];
-    args.extend(t.table.verify_args());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let envs = settings.archive_env_vars();
-    let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let run = run_verify(&args, &envs).await.unwrap();
-    assert_eq!(
-        run.status.code(),
-        Some(0),
-        "verify --deep must find the table and its events exact:\n{}\n{}",
-        run.stdout,
-        run.stderr
-    );
+    let run = t.assert_verify_deep(&settings).await;
     // The window check ran on the table's rows, and found nothing.
     let checked = run
         .stdout
@@ -1289,5 +1272,80 @@ async fn a_table_dropped_and_registered_again_holds_each_record_once() {
         "{}",
         daemon.log_path().display()
     );
+    t.scenario.assert_nothing_overwritten().await;
+}
+
+/// Snapshot expiry (`--iceberg-snapshot-retention`): a first run makes a
+/// commit for each of three rounds of records. A second run, with a
+/// retention of one commit interval, expires in its first commit round
+/// every snapshot but the current one (commits come at least an interval
+/// apart, so the older ones are past the retention), then commits more
+/// records on the expired table. pyiceberg, DuckDB and `verify --deep`
+/// read every record once: the current snapshot and the commit state
+/// survived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_snapshots_leave_every_record_once() {
+    let env = require_env!();
+    let Some(python) = on_profile(MOTO, READERS) else {
+        return;
+    };
+    let t = TableScenario::create(&env, python, "ice-expiry", 2).await;
+    let mut produced = Vec::new();
+    let mut daemon = Daemon::spawn(&t.settings).unwrap();
+    for round in 0..3 {
+        let specs = small_record_specs(60, 40 + round, "expiry");
+        produced.extend(t.scenario.put(&specs).await.unwrap());
+        t.wait_for(&produced, &mut [&mut daemon], 120).await;
+    }
+    stop_gracefully(&mut daemon, scaled(Duration::from_secs(40)))
+        .await
+        .unwrap_or_else(|error| panic!("{error:#}"));
+    let before = t.read().await.snapshots.len();
+    assert!(before >= 3, "a commit a round: {before} snapshots");
+
+    let settings = t.settings.clone().set("iceberg-snapshot-retention", "2s");
+    produced.extend(
+        t.scenario
+            .put(&small_record_specs(60, 43, "expiry"))
+            .await
+            .unwrap(),
+    );
+    let mut daemon = Daemon::spawn(&settings).unwrap();
+    let dropped = shardsink_e2e::wait::wait_for(
+        scaled(Duration::from_secs(60)),
+        "the first commit round's expiry",
+        || async {
+            let expired = daemon
+                .log_entries()
+                .iter()
+                .find(|line| line["message"] == "snapshots expired")
+                .and_then(|line| line["dropped"].as_u64());
+            Ok::<_, anyhow::Error>(expired)
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", daemon.log_tail(60)));
+    println!("{dropped} of {before} snapshots expired");
+    assert!(
+        dropped + 1 >= before as u64,
+        "{dropped} of {before} snapshots expired, expected all but the current one"
+    );
+    produced.extend(
+        t.scenario
+            .put(&small_record_specs(60, 44, "expiry"))
+            .await
+            .unwrap(),
+    );
+    t.wait_for(&produced, &mut [&mut daemon], 120).await;
+    stop_gracefully(&mut daemon, scaled(Duration::from_secs(40)))
+        .await
+        .unwrap_or_else(|error| panic!("{error:#}"));
+
+    let read = t.read().await;
+    read.assert_once(&produced, true, "after the expiry");
+    let rows = shard_rows(t.scenario.lease_rows().await.unwrap());
+    let problems = checkpoint_problems(&rows, &produced, &read);
+    assert!(problems.is_empty(), "after the expiry: {problems:#?}");
+    t.assert_verify_deep(&settings).await;
     t.scenario.assert_nothing_overwritten().await;
 }
