@@ -22,6 +22,8 @@ pub struct ShardInfo {
     pub shard_id: String,
     /// The parent shard, for shards created by a split or merge.
     pub parent_shard_id: Option<String>,
+    /// The other parent, for a shard created by a merge.
+    pub adjacent_parent_shard_id: Option<String>,
     /// The shard's starting sequence number (decimal text).
     pub starting_sequence_number: String,
     /// The shard's ending sequence number when closed. Never trust it
@@ -93,6 +95,7 @@ pub async fn list_shards(env: &TestEnv, stream: &str) -> Result<Vec<ShardInfo>> 
             shards.push(ShardInfo {
                 shard_id: shard.shard_id().to_owned(),
                 parent_shard_id: shard.parent_shard_id().map(str::to_owned),
+                adjacent_parent_shard_id: shard.adjacent_parent_shard_id().map(str::to_owned),
                 starting_sequence_number: range
                     .map(|r| r.starting_sequence_number().to_owned())
                     .unwrap_or_default(),

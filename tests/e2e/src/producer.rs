@@ -907,6 +907,7 @@ mod tests {
             .map(|(i, range)| ShardInfo {
                 shard_id: format!("shardId-00000000000{i}"),
                 parent_shard_id: None,
+                adjacent_parent_shard_id: None,
                 starting_sequence_number: "0".to_owned(),
                 ending_sequence_number: None,
                 hash_key_range: range,

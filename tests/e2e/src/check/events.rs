@@ -41,16 +41,17 @@ pub struct Lineage {
 }
 
 impl Lineage {
-    /// The parents ListShards gave (`ParentShardId`, and
-    /// `AdjacentParentShardId` of a merge, as [`ShardInfo`] lists them).
+    /// The parents ListShards gave: `ParentShardId`, and a merge's
+    /// `AdjacentParentShardId`.
     pub fn of(shards: &[ShardInfo]) -> Self {
         Self {
             parents: shards
                 .iter()
                 .map(|shard| {
+                    let parents = [&shard.parent_shard_id, &shard.adjacent_parent_shard_id];
                     (
                         shard.shard_id.clone(),
-                        shard.parent_shard_id.iter().cloned().collect(),
+                        parents.into_iter().flatten().cloned().collect(),
                     )
                 })
                 .collect(),
@@ -691,10 +692,11 @@ mod tests {
         }
     }
 
-    fn shard(id: &str, parent: Option<&str>) -> ShardInfo {
+    fn shard(id: &str, parents: &[&str]) -> ShardInfo {
         ShardInfo {
             shard_id: id.to_owned(),
-            parent_shard_id: parent.map(str::to_owned),
+            parent_shard_id: parents.first().map(|&parent| parent.to_owned()),
+            adjacent_parent_shard_id: parents.get(1).map(|&parent| parent.to_owned()),
             starting_sequence_number: "0".to_owned(),
             ending_sequence_number: None,
             hash_key_range: (0, u128::MAX),
@@ -704,13 +706,17 @@ mod tests {
     #[test]
     fn an_ancestors_copies_precede_the_shards() {
         let lineage = Lineage::of(&[
-            shard("p", None),
-            shard("c1", Some("p")),
-            shard("c2", Some("p")),
-            shard("g", Some("c1")),
+            shard("p", &[]),
+            shard("c1", &["p"]),
+            shard("c2", &["p"]),
+            shard("g", &["c1"]),
+            shard("m", &["g", "c2"]),
         ]);
         assert!(lineage.is_ancestor("p", "g") && lineage.is_ancestor("c1", "g"));
         assert!(!lineage.is_ancestor("c2", "g") && !lineage.is_ancestor("g", "p"));
+        // A merge has both parents, and their ancestors.
+        assert!(lineage.is_ancestor("c2", "m") && lineage.is_ancestor("c1", "m"));
+        assert!(lineage.is_ancestor("p", "m") && !lineage.is_ancestor("m", "c2"));
         let id = |shard: &str, seq: &str| RecordId {
             shard_id: shard.to_owned(),
             sequence_number: seq.to_owned(),
