@@ -432,6 +432,27 @@ impl IcebergLayout {
         &self.spec
     }
 
+    /// The record batch of `columns` (one per top-level column, `None` for
+    /// a column always null) holding `rows` rows, under [`built_schema`].
+    ///
+    /// # Errors
+    /// Arrow's, when a column's length is not `rows` (none expected).
+    fn record_batch(
+        &self,
+        columns: Vec<Option<ColumnBuilder>>,
+        rows: usize,
+    ) -> Result<RecordBatch, ArrowError> {
+        let arrays: Vec<ArrayRef> = columns
+            .into_iter()
+            .zip(self.built_schema.fields())
+            .map(|(builder, field)| match builder {
+                Some(mut builder) => builder.finish(),
+                None => new_null_array(field.data_type(), rows),
+            })
+            .collect();
+        RecordBatch::try_new(self.built_schema.clone(), arrays)
+    }
+
     /// The Arrow schema of the data files: `schema_to_arrow_schema` of the
     /// table's schema, each field with its `PARQUET:field_id`.
     #[cfg(test)]
@@ -655,21 +676,13 @@ impl IcebergBatch {
         if rows == 0 {
             return Ok(Vec::new());
         }
-        let arrays: Vec<ArrayRef> = columns
-            .into_iter()
-            .zip(layout.built_schema.fields())
-            .map(|(builder, field)| match builder {
-                Some(mut builder) => builder.finish(),
-                None => new_null_array(field.data_type(), rows),
-            })
-            .collect();
         let batch =
-            RecordBatch::try_new(layout.built_schema.clone(), arrays).map_err(|source| {
-                IcebergBatchError::Arrow {
+            layout
+                .record_batch(columns, rows)
+                .map_err(|source| IcebergBatchError::Arrow {
                     shard_id: shard_id.clone(),
                     source,
-                }
-            })?;
+                })?;
         let partition_error = |source| IcebergBatchError::Partition {
             shard_id: shard_id.clone(),
             source: Box::new(source),

@@ -936,16 +936,7 @@ fn record_batch_of(layout: &Arc<IcebergLayout>, arrivals: &[i64]) -> RecordBatch
     for (number, arrival) in numbers.iter().zip(arrivals) {
         batch.push(&view(number, None, *arrival, b"x")).unwrap();
     }
-    let arrays: Vec<ArrayRef> = batch
-        .columns
-        .into_iter()
-        .zip(layout.built_schema.fields())
-        .map(|(builder, field)| match builder {
-            Some(mut builder) => builder.finish(),
-            None => new_null_array(field.data_type(), arrivals.len()),
-        })
-        .collect();
-    RecordBatch::try_new(layout.built_schema.clone(), arrays).unwrap()
+    layout.record_batch(batch.columns, arrivals.len()).unwrap()
 }
 
 #[test]
