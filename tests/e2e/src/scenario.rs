@@ -26,7 +26,7 @@ use crate::fixtures::{
     LeaseRow, ShardInfo, Versioning, create_bucket, create_stream, read_lease_rows,
     split_shard_in_half,
 };
-use crate::producer::{ProducedRecord, RecordSpec, put_records};
+use crate::producer::{ProducedRecord, RecordSpec, RetryingProducer, put_records};
 use crate::stream::{GroundTruth, read_stream};
 use crate::wait::{scaled, wait_for};
 
@@ -226,6 +226,25 @@ impl Scenario {
     /// As [`put_records`].
     pub async fn put(&self, specs: &[RecordSpec]) -> Result<Vec<ProducedRecord>> {
         put_records(&self.env, &self.stream, specs).await
+    }
+
+    /// Puts `producer`'s next round into this stream and adds what it put
+    /// to `produced`.
+    ///
+    /// # Panics
+    /// No round is left, or a put fails.
+    pub async fn put_round(
+        &self,
+        producer: &mut RetryingProducer,
+        produced: &mut Vec<ProducedRecord>,
+    ) {
+        let round = producer.rounds() - producer.rounds_left();
+        let records = producer
+            .put_next_round(&self.env, &self.stream)
+            .await
+            .unwrap_or_else(|error| panic!("round {round}: {error:#}"));
+        println!("round {round}: {} user records put", records.len());
+        produced.extend(records);
     }
 
     /// Starts the daemon with [`Scenario::settings`].

@@ -98,21 +98,6 @@ async fn growth(reader: &mut ArchiveReader, daemon: &mut Daemon, baseline: usize
         .unwrap()
 }
 
-/// Puts the producer's next round; adds what it put to `produced`.
-async fn put_round(
-    scenario: &Scenario,
-    producer: &mut RetryingProducer,
-    produced: &mut Vec<ProducedRecord>,
-) {
-    let round = producer.rounds() - producer.rounds_left();
-    let records = producer
-        .put_next_round(&scenario.env, &scenario.stream)
-        .await
-        .unwrap();
-    println!("round {round}: {} user records put", records.len());
-    produced.extend(records);
-}
-
 /// Contract lines 3 and 4 right after a SIGKILL: every record at or below
 /// a checkpoint is placed, and each shard's placed records are a gap-free
 /// prefix of what was produced.
@@ -285,14 +270,14 @@ async fn local_store_each_event_once_across_kills_moves_and_lost_state() {
 
     // A alone: killed once it has written some of the first round, and
     // restarted.
-    put_round(&scenario, &mut producer, &mut produced).await;
+    scenario.put_round(&mut producer, &mut produced).await;
     let baseline = placed(&mut reader).await;
     let mut a = Daemon::spawn(&settings_a).unwrap();
     owners(&scenario, &[("ev-a", 2)]).await;
     growth(&mut reader, &mut a, baseline).await;
     a.kill().unwrap();
     check_frozen(&scenario, &mut reader, &produced, "kill 1 (A)").await;
-    put_round(&scenario, &mut producer, &mut produced).await;
+    scenario.put_round(&mut producer, &mut produced).await;
     let baseline = placed(&mut reader).await;
     let mut a = Daemon::spawn(&settings_a).unwrap();
     growth(&mut reader, &mut a, baseline).await;
@@ -301,7 +286,7 @@ async fn local_store_each_event_once_across_kills_moves_and_lost_state() {
     // killed and A takes the lease back.
     let mut b = Daemon::spawn(&settings_b).unwrap();
     owners(&scenario, &[("ev-a", 1), ("ev-b", 1)]).await;
-    put_round(&scenario, &mut producer, &mut produced).await;
+    scenario.put_round(&mut producer, &mut produced).await;
     wait_until(scaled(Duration::from_secs(60)), "B writes a batch", || {
         let log = b.log();
         async move { log.contains("\"batch written\"") }
@@ -338,7 +323,7 @@ async fn local_store_each_event_once_across_kills_moves_and_lost_state() {
         store_a.display()
     );
     std::fs::remove_dir_all(&store_a).unwrap();
-    put_round(&scenario, &mut producer, &mut produced).await;
+    scenario.put_round(&mut producer, &mut produced).await;
     assert_eq!(producer.rounds_left(), 0);
     let baseline = placed(&mut reader).await;
     let mut a = Daemon::spawn(&settings_a).unwrap();
@@ -450,7 +435,7 @@ async fn dynamodb_store_each_event_once_across_shards() {
     let mut produced = Vec::new();
     let mut reader = scenario.archive_reader();
 
-    put_round(&scenario, &mut producer, &mut produced).await;
+    scenario.put_round(&mut producer, &mut produced).await;
     let baseline = placed(&mut reader).await;
     let mut a = Daemon::spawn(&settings_a).unwrap();
     let mut b = Daemon::spawn(&settings_b).unwrap();
@@ -464,13 +449,13 @@ async fn dynamodb_store_each_event_once_across_shards() {
     // A is killed once the archive grew after the second round was put;
     // B takes its shard once the lease expired.
     let baseline = placed(&mut reader).await;
-    put_round(&scenario, &mut producer, &mut produced).await;
+    scenario.put_round(&mut producer, &mut produced).await;
     growth(&mut reader, &mut b, baseline).await;
     a.kill().unwrap();
     check_frozen(&scenario, &mut reader, &produced, "kill (A)").await;
     owners(&scenario, &[("ev-b", 2)]).await;
     let baseline = placed(&mut reader).await;
-    put_round(&scenario, &mut producer, &mut produced).await;
+    scenario.put_round(&mut producer, &mut produced).await;
     assert_eq!(producer.rounds_left(), 0);
     growth(&mut reader, &mut b, baseline).await;
 
@@ -676,7 +661,7 @@ async fn local_store_each_event_once_across_a_split_and_a_lost_store() {
     let mut produced = Vec::new();
     let mut reader = scenario.archive_reader();
 
-    put_round(&scenario, &mut producer, &mut produced).await;
+    scenario.put_round(&mut producer, &mut produced).await;
     let mut daemon = Daemon::spawn(&settings).unwrap();
     wait_for_archive(
         &mut reader,
@@ -691,8 +676,8 @@ async fn local_store_each_event_once_across_a_split_and_a_lost_store() {
         .split_then_lose_the_host(parent, &mut daemon, &store)
         .await;
 
-    put_round(&scenario, &mut producer, &mut produced).await;
-    put_round(&scenario, &mut producer, &mut produced).await;
+    scenario.put_round(&mut producer, &mut produced).await;
+    scenario.put_round(&mut producer, &mut produced).await;
     assert_eq!(producer.rounds_left(), 0);
     let mut daemon = Daemon::spawn(&settings).unwrap();
     let rejected = rejected_records(&payloads, &produced);
