@@ -26,6 +26,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use base64::Engine as _;
 use serde::Deserialize;
 
+use crate::archive::list_objects;
 use crate::check::RecordId;
 use crate::daemon::{Daemon, Settings};
 use crate::env::{REQUIRED_VAR, TestEnv, e2e_required, env_nonempty};
@@ -383,36 +384,19 @@ impl IcebergTable {
             .strip_prefix("s3://")
             .and_then(|rest| rest.split_once('/'))
             .with_context(|| format!("{location} is not an S3 location"))?;
-        let mut newest: Option<(u64, String)> = None;
-        let mut pages = env
-            .s3
-            .list_objects_v2()
-            .bucket(bucket)
-            .prefix(prefix)
-            .into_paginator()
-            .send();
-        while let Some(page) = pages.next().await {
-            for object in page
-                .context("failed to list the metadata files")?
-                .contents()
-            {
-                let Some(key) = object.key() else { continue };
-                let name = key.rsplit('/').next().unwrap_or(key);
-                let Some(version) = name
-                    .strip_suffix(".metadata.json")
-                    .and_then(|stem| stem.split_once('-'))
-                    .and_then(|(number, _)| number.parse::<u64>().ok())
-                else {
-                    continue;
-                };
-                if newest.as_ref().is_none_or(|(seen, _)| version > *seen) {
-                    newest = Some((version, format!("s3://{bucket}/{key}")));
-                }
-            }
-        }
-        newest
-            .map(|(_, location)| location)
-            .with_context(|| format!("no metadata file under {location}"))
+        let version = |key: &str| {
+            let name = key.rsplit('/').next().unwrap_or(key);
+            name.strip_suffix(".metadata.json")
+                .and_then(|stem| stem.split_once('-'))
+                .and_then(|(number, _)| number.parse::<u64>().ok())
+        };
+        let newest = list_objects(env, bucket, prefix)
+            .await?
+            .into_iter()
+            .filter_map(|object| Some((version(&object.key)?, object.key)))
+            .max_by_key(|(version, _)| *version)
+            .map(|(_, key)| format!("s3://{bucket}/{key}"));
+        newest.with_context(|| format!("no metadata file under {location}"))
     }
 
     /// [`IcebergTable::read`], with a missing table an error.
