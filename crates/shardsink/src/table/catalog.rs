@@ -18,6 +18,7 @@ use std::sync::Arc;
 use aws_config::SdkConfig;
 use clap::ValueEnum;
 use iceberg::io::StorageFactory;
+use iceberg::table::Table;
 use iceberg::{Catalog, CatalogBuilder, Error as IcebergError, ErrorKind, TableIdent};
 use iceberg_catalog_glue::GlueCatalogBuilder;
 use iceberg_catalog_rest::RestCatalogBuilder;
@@ -241,6 +242,32 @@ pub async fn open(
             Arc::new(catalog)
         }
     })
+}
+
+/// Loads `table` from `catalog`, a missing table `TableNotFound` whatever
+/// the catalog: the Glue catalog reports it (Glue's
+/// `EntityNotFoundException`) as `Unexpected` from `load_table`, and only
+/// its `table_exists` tells the two apart. So a load that fails otherwise
+/// while the catalog says the table does not exist is `TableNotFound`.
+/// Every load of the daemon's and `verify`'s goes through here.
+///
+/// # Errors
+/// iceberg's error from `load_table`, its kind `TableNotFound` when the
+/// table is gone.
+pub async fn load_table(catalog: &dyn Catalog, table: &TableIdent) -> Result<Table, IcebergError> {
+    match catalog.load_table(table).await {
+        Err(err)
+            if err.kind() != ErrorKind::TableNotFound
+                && matches!(catalog.table_exists(table).await, Ok(false)) =>
+        {
+            Err(IcebergError::new(
+                ErrorKind::TableNotFound,
+                format!("the catalog has no table {table}"),
+            )
+            .with_source(err))
+        }
+        loaded => loaded,
+    }
 }
 
 #[cfg(test)]

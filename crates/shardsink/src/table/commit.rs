@@ -36,6 +36,7 @@ use iceberg::{
 };
 use tracing::{info, warn};
 
+use super::catalog::load_table;
 use super::state::{
     ATTEMPT_PROPERTY, COMMIT_PROPERTY, CommitState, STATE_PROPERTY, StagedBatch, StateError, plan,
 };
@@ -140,7 +141,7 @@ pub async fn commit_staged(
     };
     let mut conflicts = 0;
     loop {
-        let base = load(catalog, table).await.map_err(iceberg)?;
+        let base = load_table(catalog, table).await.map_err(iceberg)?;
         let state = read_state(&base).await.map_err(iceberg)?;
         let plan = plan(&state, staged).map_err(state_error)?;
         for (shard_id, after) in &plan.gaps {
@@ -196,7 +197,7 @@ pub async fn commit_staged(
             Err(err) if err.kind() == ErrorKind::TableNotFound => return Err(iceberg(err)),
             Err(err) => {
                 warn!(table = %name, error = %err, attempt, "commit outcome unknown; looking for it in the table");
-                let now = load(catalog, table).await.map_err(iceberg)?;
+                let now = load_table(catalog, table).await.map_err(iceberg)?;
                 find_attempt(&now, &base, &attempt)
             }
         };
@@ -238,30 +239,6 @@ pub async fn commit_staged(
                 tokio::time::sleep(Duration::from_millis(50 << conflicts.min(6))).await;
             }
         }
-    }
-}
-
-/// Loads `table`. A load that fails otherwise while the catalog says the
-/// table does not exist is `TableNotFound`: the Glue catalog reports a
-/// missing table (Glue's `EntityNotFoundException`) as `Unexpected` from
-/// `load_table`, and only its `table_exists` tells the two apart.
-///
-/// # Errors
-/// iceberg's error from `load_table`, its kind `TableNotFound` when the
-/// table is gone.
-async fn load(catalog: &dyn Catalog, table: &TableIdent) -> IcebergResult<Table> {
-    match catalog.load_table(table).await {
-        Err(err)
-            if err.kind() != ErrorKind::TableNotFound
-                && matches!(catalog.table_exists(table).await, Ok(false)) =>
-        {
-            Err(IcebergError::new(
-                ErrorKind::TableNotFound,
-                format!("the catalog has no table {table}"),
-            )
-            .with_source(err))
-        }
-        loaded => loaded,
     }
 }
 

@@ -18,6 +18,8 @@ use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, Result as IcebergResult, TableIdent};
 use tracing::info;
 
+use super::catalog::load_table;
+
 /// How often the committer expires snapshots, at most.
 pub const EXPIRY_INTERVAL: Duration = Duration::from_secs(3600);
 
@@ -32,7 +34,7 @@ pub async fn expire_snapshots(
     table: &TableIdent,
     older_than_ms: i64,
 ) -> IcebergResult<usize> {
-    let loaded = catalog.load_table(table).await?;
+    let loaded = load_table(catalog, table).await?;
     let before = loaded.metadata().snapshots().count();
     let tx = Transaction::new(&loaded);
     let tx = tx

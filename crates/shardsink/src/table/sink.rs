@@ -14,6 +14,7 @@ use sequence_range::SequenceNumber;
 use shard_lease::Checkpoint;
 use tokio::sync::watch;
 
+use super::catalog::load_table;
 use super::commit::read_state;
 use super::staging::{data_file_path, staged_batch};
 use super::state::CommitState;
@@ -142,7 +143,7 @@ impl TableSink {
         let state = self
             .state
             .get(|| async {
-                let table = self.catalog.load_table(&self.ident).await?;
+                let table = load_table(self.catalog.as_ref(), &self.ident).await?;
                 Ok::<_, IcebergError>(Arc::new(read_state(&table).await?))
             })
             .await?;

@@ -57,6 +57,7 @@ use super::render::{since_text, window_problem_lines, window_text};
 use super::report::WindowOutcome;
 use super::table_gaps::{LiveRecords, MAX_NAMED, SideRecords, TableGaps};
 use crate::output::format::schema::{SEQUENCE_NUMBER, SHARD_ID, SUB_SEQUENCE_NUMBER};
+use crate::table::catalog::load_table;
 use crate::table::commit::read_state;
 use crate::table::state::CommitState;
 
@@ -679,7 +680,7 @@ where
         table: name.clone(),
         source: Box::new(source),
     };
-    let table = catalog.load_table(ident).await.map_err(iceberg)?;
+    let table = load_table(catalog, ident).await.map_err(iceberg)?;
     audit_loaded(&table, list_files).await
 }
 
